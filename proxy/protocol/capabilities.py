@@ -1,0 +1,69 @@
+"""Capability mapping between eras (translation reference tables A, B and C)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .versions import legacy_at_least
+
+JSONDict = dict[str, Any]
+
+
+def _obj(value: object) -> JSONDict:
+    return dict(value) if isinstance(value, dict) else {}
+
+
+def modern_client_capabilities(legacy: object, legacy_version: str) -> JSONDict:
+    """Table B: a legacy session's client capabilities as per-request modern `clientCapabilities`.
+
+    Only what the proxy can satisfy through this client is declared: the upstream builds its
+    `inputRequests` from exactly this set.
+    """
+    caps = _obj(legacy)
+    out: JSONDict = {}
+    if "roots" in caps:
+        out["roots"] = {}  # modern has no roots change notification
+    if "sampling" in caps:
+        sampling = _obj(caps["sampling"])
+        if not legacy_at_least(legacy_version, "2025-11-25"):
+            sampling.pop("tools", None)
+        out["sampling"] = sampling
+    if "elicitation" in caps and legacy_at_least(legacy_version, "2025-06-18"):
+        elicitation = _obj(caps["elicitation"])
+        if not legacy_at_least(legacy_version, "2025-11-25"):
+            elicitation = {}
+        # An empty object means form-only in both eras.
+        out["elicitation"] = elicitation if elicitation else {"form": {}}
+    if isinstance(caps.get("experimental"), dict):
+        out["experimental"] = caps["experimental"]
+    return out
+
+
+def legacy_server_capabilities(modern: object, legacy_version: str, *, bridge_list_changed: bool = True) -> JSONDict:
+    """Table A: an upstream modern server's capabilities as a legacy InitializeResult's."""
+    caps = _obj(modern)
+    out: JSONDict = {}
+    for kind in ("tools", "prompts", "resources"):
+        if kind in caps:
+            entry = _obj(caps[kind])
+            if not bridge_list_changed:
+                entry.pop("listChanged", None)
+            out[kind] = entry
+    if "completions" in caps and legacy_at_least(legacy_version, "2025-03-26"):
+        out["completions"] = _obj(caps["completions"])
+    if "logging" in caps:
+        out["logging"] = _obj(caps["logging"])
+    if isinstance(caps.get("experimental"), dict):
+        out["experimental"] = caps["experimental"]
+    # `extensions` has no legacy counterpart; tasks are not bridged.
+    return out
+
+
+def elicitation_modes(modern_caps: object) -> frozenset[str]:
+    """Elicitation modes a modern capability object allows ({} means form only)."""
+    caps = _obj(modern_caps)
+    if "elicitation" not in caps:
+        return frozenset()
+    elicitation = _obj(caps["elicitation"])
+    modes = {mode for mode in ("form", "url") if mode in elicitation}
+    return frozenset(modes or {"form"})

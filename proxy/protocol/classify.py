@@ -1,0 +1,56 @@
+"""Downstream classification: which era speaks in one HTTP POST (reference §1.1).
+
+An ordered ladder; the first rung that matches decides. Pure: it sees the decoded body and
+the two headers that matter, never a socket.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+from . import jsonrpc, meta
+from .versions import MODERN_VERSIONS
+
+
+class Route(Enum):
+    LEGACY_BATCH = "legacy_batch"
+    LEGACY_INITIALIZE = "legacy_initialize"
+    MODERN = "modern"
+    LEGACY_SESSION = "legacy_session"
+
+
+@dataclass(frozen=True, slots=True)
+class Rejection:
+    status: int
+    code: int
+    message: str
+
+
+def classify_post(body: object, session_id: str | None, protocol_version_header: str | None) -> Route | Rejection:
+    if isinstance(body, list):
+        if not body:
+            return Rejection(400, jsonrpc.INVALID_REQUEST, "empty batch")
+        if session_id is None:
+            return Rejection(400, jsonrpc.INVALID_REQUEST, "batch outside a session")
+        return Route.LEGACY_BATCH
+    if not isinstance(body, dict):
+        return Rejection(400, jsonrpc.INVALID_REQUEST, "body is not a JSON-RPC message")
+    if body.get("method") == "initialize":
+        return Route.LEGACY_INITIALIZE
+    request_meta = meta.meta_of(body.get("params"))
+    if request_meta is not None and meta.PROTOCOL_VERSION in request_meta:
+        return Route.MODERN
+    if session_id is not None:
+        return Route.LEGACY_SESSION
+    if protocol_version_header in MODERN_VERSIONS:
+        return Rejection(
+            400,
+            jsonrpc.INVALID_PARAMS,
+            f"missing params._meta[{meta.PROTOCOL_VERSION!r}] required by {protocol_version_header}",
+        )
+    return Rejection(
+        400,
+        jsonrpc.INVALID_REQUEST,
+        "no Mcp-Session-Id: send initialize first (legacy) or per-request _meta (2026-07-28)",
+    )

@@ -1,0 +1,125 @@
+"""JSON-RPC 2.0 envelope: codec, message kinds, error codes and builders.
+
+Messages are plain dicts so that fields the proxy does not understand survive untouched.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import orjson
+
+JSONDict = dict[str, Any]
+RequestId = str | int
+
+# Standard JSON-RPC codes.
+PARSE_ERROR = -32700
+INVALID_REQUEST = -32600
+METHOD_NOT_FOUND = -32601
+INVALID_PARAMS = -32602
+INTERNAL_ERROR = -32603
+# MCP codes.
+RESOURCE_NOT_FOUND = -32002  # legacy revisions; 2026-07-28 folded it into INVALID_PARAMS
+HEADER_MISMATCH = -32020
+MISSING_REQUIRED_CAPABILITY = -32021
+UNSUPPORTED_PROTOCOL_VERSION = -32022
+URL_ELICITATION_REQUIRED = -32042  # legacy only
+# Proxy codes, from the implementation-defined range both eras leave free (-32000..-32019).
+UPSTREAM_UNAVAILABLE = -32010
+UPSTREAM_TIMEOUT = -32011
+UPSTREAM_INVALID = -32012
+LIMIT_EXCEEDED = -32013
+
+Kind = Literal["request", "notification", "response", "invalid"]
+
+
+class DecodeError(ValueError):
+    """The bytes are not JSON."""
+
+
+def decode(data: bytes | str) -> Any:
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        raise DecodeError(str(exc)) from None
+
+
+def encode(message: Any) -> bytes:
+    return orjson.dumps(message)
+
+
+def is_request_id(value: object) -> bool:
+    # bool is an int subclass in Python but never a valid id; floats are not allowed either.
+    return (isinstance(value, int) and not isinstance(value, bool)) or isinstance(value, str)
+
+
+def kind(message: object) -> Kind:
+    """Classify one decoded JSON value as a JSON-RPC message kind."""
+    if not isinstance(message, dict) or message.get("jsonrpc") != "2.0":
+        return "invalid"
+    if "method" in message:
+        if not isinstance(message["method"], str):
+            return "invalid"
+        params = message.get("params")
+        if params is not None and not isinstance(params, dict):
+            return "invalid"
+        if "id" not in message:
+            return "notification"
+        return "request" if is_request_id(message["id"]) else "invalid"
+    if "id" in message and ("result" in message) != ("error" in message):
+        if "error" in message and not _is_error_object(message["error"]):
+            return "invalid"
+        return "response"
+    return "invalid"
+
+
+def _is_error_object(error: object) -> bool:
+    return (
+        isinstance(error, dict)
+        and isinstance(error.get("code"), int)
+        and not isinstance(error.get("code"), bool)
+        and isinstance(error.get("message"), str)
+    )
+
+
+def id_of(message: object) -> RequestId | None:
+    """The id of a message if it is a readable request id, for error replies."""
+    if isinstance(message, dict):
+        value = message.get("id")
+        if is_request_id(value):
+            return value
+    return None
+
+
+def error_object(code: int, message: str, data: Any = None) -> JSONDict:
+    error: JSONDict = {"code": code, "message": message}
+    if data is not None:
+        error["data"] = data
+    return error
+
+
+def error_response(request_id: RequestId | None, code: int, message: str, data: Any = None) -> JSONDict:
+    """An error reply. The id is omitted only when the request's id could not be read."""
+    reply: JSONDict = {"jsonrpc": "2.0"}
+    if request_id is not None:
+        reply["id"] = request_id
+    reply["error"] = error_object(code, message, data)
+    return reply
+
+
+def result_response(request_id: RequestId, result: JSONDict) -> JSONDict:
+    return {"jsonrpc": "2.0", "id": request_id, "result": result}
+
+
+def request(request_id: RequestId, method: str, params: JSONDict | None = None) -> JSONDict:
+    message: JSONDict = {"jsonrpc": "2.0", "id": request_id, "method": method}
+    if params is not None:
+        message["params"] = params
+    return message
+
+
+def notification(method: str, params: JSONDict | None = None) -> JSONDict:
+    message: JSONDict = {"jsonrpc": "2.0", "method": method}
+    if params is not None:
+        message["params"] = params
+    return message
