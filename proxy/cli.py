@@ -1,0 +1,107 @@
+"""Command line: `mcp-era-proxy --upstream URL [--listen 127.0.0.1:8080] [--config FILE]`."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import signal
+import sys
+from collections.abc import Sequence
+
+import structlog
+from aiohttp import web
+
+from . import __version__
+from .app import create_app
+from .config import ENV_PREFIX, ConfigError, Settings, load_settings, parse_listen
+from .logs import configure_logging
+
+log = structlog.get_logger("mcp_era_proxy")
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="mcp-era-proxy",
+        description="Reverse proxy that lets MCP clients and servers of either protocol era "
+        "(2024-11-05..2025-11-25 and 2026-07-28) talk to each other.",
+        epilog=f"Every option can also be set in the YAML config file or through {ENV_PREFIX}* "
+        f"environment variables (nested keys joined by '__', e.g. {ENV_PREFIX}UPSTREAM__URL). "
+        "Precedence: flags, then environment, then the file, then defaults.",
+    )
+    parser.add_argument("--config", metavar="FILE", help="YAML configuration file")
+    parser.add_argument("--upstream", metavar="URL", help="upstream MCP endpoint (Streamable HTTP)")
+    parser.add_argument("--listen", metavar="HOST:PORT", help="address of the MCP endpoint (default 127.0.0.1:8080)")
+    parser.add_argument("--admin-listen", metavar="HOST:PORT", help="separate address for /metrics, /healthz, /readyz")
+    parser.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
+    parser.add_argument("--log-format", choices=["json", "console"])
+    parser.add_argument("--check-config", action="store_true", help="validate, print the effective config, exit")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    return parser.parse_args(argv)
+
+
+def settings_from_args(args: argparse.Namespace) -> Settings:
+    return load_settings(
+        args.config,
+        **{
+            "upstream.url": args.upstream,
+            "listen": args.listen,
+            "admin_listen": args.admin_listen,
+            "logging.level": args.log_level,
+            "logging.format": args.log_format,
+        },
+    )
+
+
+async def serve(settings: Settings, stop: asyncio.Event | None = None) -> None:
+    """Run until SIGINT/SIGTERM (or `stop` is set)."""
+    stop = stop or asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(signum, stop.set)
+    app, admin_app = create_app(settings)
+    runners: list[web.AppRunner] = []
+    try:
+        for application, address in ((app, settings.listen), (admin_app, settings.admin_listen)):
+            if application is None or address is None:
+                continue
+            # handler_cancellation: a client that disconnects cancels its handler, which closes
+            # the upstream request too (for a 2026-07-28 upstream that is the cancellation).
+            runner = web.AppRunner(application, handler_cancellation=True, access_log=None)
+            await runner.setup()
+            runners.append(runner)
+            host, port = parse_listen(address)
+            await web.TCPSite(runner, host, port, reuse_address=True).start()
+            log.info("listening", address=f"http://{address}{settings.path if application is app else ''}")
+        log.info("started", version=__version__, upstream=settings.upstream.name, upstream_url=settings.upstream.url)
+        await stop.wait()
+        log.info("stopping")
+    finally:
+        for runner in reversed(runners):
+            await runner.cleanup()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        settings = settings_from_args(args)
+    except ConfigError as exc:
+        print(f"mcp-era-proxy: {exc}", file=sys.stderr)
+        return 2
+    if args.check_config:
+        print(settings.model_dump_json(indent=2, exclude={"security": {"secret"}}))
+        return 0
+    configure_logging(settings.logging.level, settings.logging.format)
+    try:
+        import uvloop  # optional speed-up of the event loop where available
+    except ImportError:
+        runner = asyncio.run
+    else:
+        runner = uvloop.run
+    try:
+        runner(serve(settings))
+    except OSError as exc:
+        log.error("cannot_start", error=str(exc))
+        return 1
+    return 0

@@ -1,0 +1,253 @@
+"""Configuration: one validated, frozen Settings object.
+
+Sources, highest precedence first: command-line flags, environment (`MCP_ERA_PROXY_*`, nested
+with `__`, e.g. `MCP_ERA_PROXY_UPSTREAM__URL`), the YAML file given by `--config`, defaults.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from pathlib import Path
+from typing import Any, Literal
+from urllib.parse import urlsplit
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    YamlConfigSettingsSource,
+)
+
+from .protocol.meta import LOG_LEVELS
+
+ENV_PREFIX = "MCP_ERA_PROXY_"
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def parse_listen(value: str) -> tuple[str, int]:
+    """ "host:port" or "[v6]:port" → (host, port)."""
+    text = value.strip()
+    if text.startswith("["):
+        host, sep, port = text[1:].partition("]:")
+    else:
+        host, sep, port = text.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"expected HOST:PORT (e.g. 127.0.0.1:8080), got {value!r}")
+    return host, int(port)
+
+
+def is_loopback_host(host: str) -> bool:
+    if host.lower() in ("localhost", "localhost."):
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+class UpstreamConfig(_Section):
+    url: str = Field(description="Streamable HTTP endpoint of the MCP server behind the proxy.")
+    name: str = Field("upstream", description="Label used in logs and metrics (never the URL).")
+    era: Literal["auto", "legacy", "modern"] = Field("modern", description="Protocol era the upstream speaks.")
+    headers: dict[str, str] = Field(
+        default_factory=dict, description="Extra static headers sent on every upstream request."
+    )
+    forward_authorization: bool = Field(
+        True, description="Pass the client's Authorization header to the upstream unchanged."
+    )
+    connect_timeout_s: float = Field(5.0, gt=0)
+    request_timeout_s: float = Field(
+        300.0, gt=0, description="Upper bound for one upstream request, streaming included."
+    )
+    max_connections: int = Field(
+        0, ge=0, description="Connection pool bound (0 = unbounded; listen streams hold one each)."
+    )
+
+    @field_validator("url")
+    @classmethod
+    def _http_url(cls, value: str) -> str:
+        parts = urlsplit(value)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"expected an http(s) URL, got {value!r}")
+        return value
+
+    @field_validator("name")
+    @classmethod
+    def _label(cls, value: str) -> str:
+        if not value or not all(c.isalnum() or c in "-_." for c in value):
+            raise ValueError("use letters, digits, '-', '_' or '.'")
+        return value
+
+
+class SecurityConfig(_Section):
+    allowed_origins: list[str] = Field(
+        default_factory=list,
+        description="Origins allowed to call the proxy; empty = loopback origins only. "
+        "Requests without an Origin header (non-browser clients) are always allowed.",
+    )
+    allowed_hosts: list[str] = Field(
+        default_factory=list,
+        description="Host header values accepted; empty = loopback names when listening on "
+        "loopback, anything otherwise. Guards against DNS rebinding.",
+    )
+    max_body_bytes: int = Field(4 * 1024 * 1024, gt=0)
+    secret: str | None = Field(
+        None,
+        min_length=16,
+        description="HMAC key for session ids; random per process when unset. Set it (from a "
+        "secret) to keep sessions valid across restarts of one replica.",
+    )
+    identity_header: str | None = Field(
+        None,
+        description="Header naming the caller when an authenticating gateway sits in front; "
+        "otherwise the Authorization header identifies the caller.",
+    )
+
+
+class SessionsConfig(_Section):
+    idle_timeout_s: float = Field(1800.0, gt=0, description="Legacy sessions idle longer expire.")
+    max_lifetime_s: float = Field(86400.0, gt=0, description="Hard bound on a session's age.")
+    max_sessions: int = Field(50_000, gt=0)
+    max_get_streams: int = Field(2, gt=0, description="GET streams a session may hold open.")
+    max_inflight_requests: int = Field(64, gt=0, description="Concurrent requests per session.")
+    max_pending_inputs: int = Field(16, gt=0, description="Outstanding server-to-client requests per session.")
+    default_log_level: str | None = Field(
+        None,
+        description="Log level used before a legacy client calls logging/setLevel "
+        "(unset: no log notifications until it does).",
+    )
+    notification_buffer: int = Field(
+        64, ge=0, description="Notifications kept for a session while it has no GET stream."
+    )
+
+    @field_validator("default_log_level")
+    @classmethod
+    def _level(cls, value: str | None) -> str | None:
+        if value is not None and value not in LOG_LEVELS:
+            raise ValueError(f"expected one of {', '.join(LOG_LEVELS)}")
+        return value
+
+
+class InputConfig(_Section):
+    max_rounds: int = Field(10, gt=0, description="Multi round-trip rounds allowed per request.")
+    round_timeout_s: float = Field(300.0, gt=0, description="Time a client has to answer one round of input requests.")
+    initialized_wait_s: float = Field(
+        2.0, ge=0, description="How long to hold input requests until notifications/initialized."
+    )
+
+
+class StreamsConfig(_Section):
+    keepalive_s: float = Field(15.0, gt=0, description="SSE comment interval on quiet streams.")
+    listen_retry_max_s: float = Field(
+        30.0, gt=0, description="Backoff ceiling for reopening a lost upstream listen stream."
+    )
+
+
+class ReadinessConfig(_Section):
+    window_s: float = Field(30.0, gt=0, description="Ready while the upstream answered within this window.")
+    probe_timeout_s: float = Field(3.0, gt=0)
+
+
+class LoggingConfig(_Section):
+    level: Literal["debug", "info", "warning", "error"] = "info"
+    format: Literal["json", "console"] = "json"
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(
+        env_prefix=ENV_PREFIX,
+        env_nested_delimiter="__",
+        extra="forbid",
+        frozen=True,
+    )
+
+    listen: str = Field("127.0.0.1:8080", description="Address of the MCP endpoint.")
+    path: str = Field("/mcp", description="Path of the MCP endpoint.")
+    admin_listen: str | None = Field(
+        None, description="Separate address for /metrics, /healthz, /readyz (default: same)."
+    )
+    upstream: UpstreamConfig
+    security: SecurityConfig = SecurityConfig()
+    sessions: SessionsConfig = SessionsConfig()
+    input: InputConfig = InputConfig()
+    streams: StreamsConfig = StreamsConfig()
+    readiness: ReadinessConfig = ReadinessConfig()
+    logging: LoggingConfig = LoggingConfig()
+
+    @field_validator("listen", "admin_listen")
+    @classmethod
+    def _address(cls, value: str | None) -> str | None:
+        if value is not None:
+            parse_listen(value)
+        return value
+
+    @field_validator("path")
+    @classmethod
+    def _path(cls, value: str) -> str:
+        if not value.startswith("/"):
+            raise ValueError("must start with '/'")
+        return value
+
+    @model_validator(mode="after")
+    def _distinct_listeners(self) -> Settings:
+        if self.admin_listen is not None and parse_listen(self.admin_listen) == parse_listen(self.listen):
+            raise ValueError("admin_listen must differ from listen")
+        return self
+
+    @property
+    def listen_address(self) -> tuple[str, int]:
+        return parse_listen(self.listen)
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        # The YAML source reads `yaml_file` from model_config: set per load, see load_settings.
+        return (init_settings, env_settings, YamlConfigSettingsSource(settings_cls))
+
+
+def load_settings(config_file: str | Path | None = None, **overrides: Any) -> Settings:
+    """Build Settings from flags (`overrides`, dotted keys allowed), env and the YAML file."""
+    settings_cls: type[Settings] = Settings
+    if config_file is not None:
+        path = Path(config_file)
+        if not path.is_file():
+            raise ConfigError(f"config file not found: {path}")
+
+        class FileSettings(Settings):
+            model_config = SettingsConfigDict(yaml_file=path)
+
+        settings_cls = FileSettings
+    nested: dict[str, Any] = {}
+    for key, value in overrides.items():
+        if value is None:
+            continue
+        target = nested
+        *parents, leaf = key.split(".")
+        for parent in parents:
+            target = target.setdefault(parent, {})
+        target[leaf] = value
+    try:
+        return settings_cls(**nested)
+    except ValidationError as exc:
+        lines = []
+        for error in exc.errors():
+            where = ".".join(str(p) for p in error["loc"]) or "config"
+            lines.append(f"  {where}: {error['msg']}")
+        raise ConfigError("invalid configuration:\n" + "\n".join(lines)) from None
+
+
+class ConfigError(ValueError):
+    """A configuration problem, with a message meant for the operator."""
+
+
+__all__ = ["ConfigError", "Settings", "is_loopback_host", "load_settings", "parse_listen"]

@@ -1,0 +1,1 @@
+"""Downstream side: what MCP clients connect to."""

@@ -1,0 +1,59 @@
+"""Operational endpoints: /healthz (process alive), /readyz (upstream answered recently), /metrics."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from ..config import Settings
+from ..metrics import Metrics
+from ..upstream.http import HttpUpstream
+from .sse import json_response
+
+
+class Admin:
+    def __init__(
+        self,
+        settings: Settings,
+        upstream: HttpUpstream,
+        metrics: Metrics,
+        probe: Callable[[], Awaitable[object]],
+        upstream_era: Callable[[], str],
+    ) -> None:
+        self._settings = settings
+        self._upstream = upstream
+        self._metrics = metrics
+        self._probe = probe
+        self._upstream_era = upstream_era
+        self.draining = False
+
+    async def healthz(self, request: web.Request) -> web.Response:
+        return json_response({"status": "ok"})
+
+    async def readyz(self, request: web.Request) -> web.Response:
+        window = self._settings.readiness.window_s
+        last = self._upstream.last_ok
+        fresh = last is not None and time.monotonic() - last < window
+        error = None
+        if not fresh and not self.draining:
+            try:
+                async with asyncio.timeout(self._settings.readiness.probe_timeout_s):
+                    await self._probe()
+                fresh = True
+            except Exception as exc:
+                error = str(exc) or exc.__class__.__name__
+        ready = fresh and not self.draining
+        body = {"ready": ready, "upstream": self._upstream.name, "upstream_era": self._upstream_era()}
+        if error:
+            body["error"] = error
+        if self.draining:
+            body["draining"] = True
+        return json_response(body, 200 if ready else 503)
+
+    async def metrics(self, request: web.Request) -> web.Response:
+        body = generate_latest(self._metrics.registry)
+        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})

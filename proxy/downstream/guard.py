@@ -1,0 +1,76 @@
+"""Middlewares at the edge: DNS-rebinding guard (Origin, Host) and JSON-only error bodies."""
+
+from __future__ import annotations
+
+from urllib.parse import urlsplit
+
+import structlog
+from aiohttp import web
+from aiohttp.typedefs import Handler
+
+from ..config import Settings, is_loopback_host
+from ..protocol import jsonrpc
+from .sse import json_response
+
+log = structlog.get_logger("mcp_era_proxy.http")
+
+
+def _hostname(host_header: str) -> str:
+    return (urlsplit("//" + host_header).hostname or "").lower()
+
+
+class Guard:
+    def __init__(self, settings: Settings, protected_path: str) -> None:
+        security = settings.security
+        self._origins = {o.rstrip("/").lower() for o in security.allowed_origins}
+        self._hosts = {h.lower() for h in security.allowed_hosts}
+        self._loopback_only = not self._hosts and is_loopback_host(settings.listen_address[0])
+        self._path = protected_path
+
+    def origin_allowed(self, origin: str) -> bool:
+        if self._origins:
+            return "*" in self._origins or origin.rstrip("/").lower() in self._origins
+        return is_loopback_host(_hostname(urlsplit(origin).netloc or ""))
+
+    def host_allowed(self, host: str | None) -> bool:
+        if self._hosts:
+            if host is None:
+                return False
+            return "*" in self._hosts or host.lower() in self._hosts or _hostname(host) in self._hosts
+        if self._loopback_only:
+            return host is not None and is_loopback_host(_hostname(host))
+        return True
+
+    @web.middleware
+    async def middleware(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        if request.path == self._path:
+            origin = request.headers.get("Origin")
+            if origin is not None and not self.origin_allowed(origin):
+                log.warning("origin_rejected", origin=origin[:200])
+                return _error(403, "Forbidden: Origin not allowed")
+            if not self.host_allowed(request.headers.get("Host")):
+                log.warning("host_rejected", host=(request.headers.get("Host") or "")[:200])
+                return _error(421, "Misdirected request: Host not allowed")
+        return await handler(request)
+
+
+def _error(status: int, message: str, code: int = jsonrpc.INVALID_REQUEST) -> web.Response:
+    return json_response(jsonrpc.error_response(None, code, message), status)
+
+
+@web.middleware
+async def json_errors(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Whatever goes wrong, the client gets a JSON-RPC error body, never HTML or a traceback."""
+    try:
+        return await handler(request)
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        response = _error(exc.status, exc.reason)
+        for name in ("Allow", "WWW-Authenticate"):
+            if name in exc.headers:
+                response.headers[name] = exc.headers[name]
+        return response
+    except Exception:
+        log.exception("unhandled_error", path=request.path, method=request.method)
+        return _error(500, "Internal error", jsonrpc.INTERNAL_ERROR)

@@ -1,0 +1,314 @@
+"""The MCP endpoint over Streamable HTTP: POST, GET and DELETE on one path.
+
+Each POST is classified by era (protocol.classify), then handed to the relay for that pairing.
+Everything the client gets back is JSON-RPC: never a traceback or an HTML page.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from typing import Any
+
+import structlog
+from aiohttp import web
+
+from ..config import Settings
+from ..errors import ProxyError, session_not_found
+from ..metrics import Metrics, method_label
+from ..protocol import jsonrpc
+from ..protocol.classify import Rejection, Route, classify_post
+from ..protocol.headers import PROTOCOL_VERSION_HEADER, SESSION_HEADER
+from ..protocol.versions import LEGACY_VERSIONS
+from ..relay.legacy_to_modern import LegacyToModern, upstream_error
+from ..sessions import LegacySession, principal_of, short_hash
+from ..upstream.errors import UpstreamError
+from ..upstream.http import HttpUpstream
+from .sse import SSE_HEADERS, RequestReply, SseStream, json_response
+
+log = structlog.get_logger("mcp_era_proxy.http")
+
+# Headers carried from the client to the upstream, beside the ones the proxy computes.
+_TRACE_HEADERS = ("traceparent", "tracestate", "baggage")
+_PASSTHROUGH_PREFIXES = ("mcp-",)
+
+
+def error_reply(exc: ProxyError, request_id: Any = None) -> web.Response:
+    return json_response(exc.reply(request_id), exc.status, exc.headers or None)
+
+
+class McpEndpoint:
+    def __init__(self, settings: Settings, relay: LegacyToModern, upstream: HttpUpstream, metrics: Metrics) -> None:
+        self._settings = settings
+        self._relay = relay
+        self._upstream = upstream
+        self._metrics = metrics
+        self._upstream_era = "modern"
+        self._keepalive_s = settings.streams.keepalive_s
+
+    # ------------------------------------------------------------ caller context
+
+    def _auth_headers(self, request: web.BaseRequest) -> dict[str, str]:
+        headers: dict[str, str] = {}
+        if self._settings.upstream.forward_authorization and "Authorization" in request.headers:
+            headers["Authorization"] = request.headers["Authorization"]
+        for name in _TRACE_HEADERS:
+            if name in request.headers:
+                headers[name] = request.headers[name]
+        return headers
+
+    def _principal(self, request: web.BaseRequest) -> str:
+        header = self._settings.security.identity_header or "Authorization"
+        return principal_of(request.headers.get(header))
+
+    # ------------------------------------------------------------ POST
+
+    async def post(self, request: web.Request) -> web.StreamResponse:
+        started = time.perf_counter()
+        record = _Record()
+        try:
+            response = await self._post(request, record)
+        except ProxyError as exc:
+            record.outcome = exc.outcome if exc.outcome != "error" else "rejected"
+            response = error_reply(exc, record.request_id)
+        except asyncio.CancelledError:
+            record.outcome = "cancelled"
+            record.status = 499  # client closed the connection
+            self._observe(record, started)
+            raise
+        record.status = response.status
+        self._observe(record, started)
+        return response
+
+    async def _post(self, request: web.Request, record: _Record) -> web.StreamResponse:
+        try:
+            raw = await request.read()
+        except web.HTTPRequestEntityTooLarge:
+            raise ProxyError(jsonrpc.INVALID_REQUEST, "request body too large", status=413) from None
+        try:
+            body = jsonrpc.decode(raw)
+        except jsonrpc.DecodeError:
+            raise ProxyError(jsonrpc.PARSE_ERROR, "Parse error: body is not valid JSON", status=400) from None
+        record.request_id = jsonrpc.id_of(body)
+        session_id = request.headers.get(SESSION_HEADER)
+        route = classify_post(body, session_id, request.headers.get(PROTOCOL_VERSION_HEADER))
+        if isinstance(route, Rejection):
+            raise ProxyError(route.code, route.message, status=route.status)
+        if route is Route.LEGACY_INITIALIZE:
+            return await self._initialize(request, body, record)
+        if route is Route.MODERN:
+            record.downstream_era = "modern"
+            record.method = body.get("method")
+            return await self._forward_modern(request, raw, record)
+        assert session_id is not None
+        session = await self._session(request, session_id)
+        record.session = session.id
+        if route is Route.LEGACY_BATCH:
+            return await self._batch(request, session, body, record)
+        return await self._legacy_message(request, session, body, record)
+
+    async def _initialize(self, request: web.Request, body: dict[str, Any], record: _Record) -> web.StreamResponse:
+        record.method = "initialize"
+        if jsonrpc.kind(body) != "request":
+            raise ProxyError(jsonrpc.INVALID_REQUEST, "initialize must be a JSON-RPC request", status=400)
+        try:
+            result, session_id = await self._relay.initialize(
+                body, self._principal(request), self._auth_headers(request)
+            )
+        except ProxyError as exc:
+            record.outcome = exc.outcome
+            return error_reply(exc, body["id"])
+        record.session = session_id
+        return json_response(jsonrpc.result_response(body["id"], result), headers={SESSION_HEADER: session_id})
+
+    async def _session(self, request: web.BaseRequest, session_id: str) -> LegacySession:
+        session = await self._relay.resolve(session_id, self._principal(request))
+        if session is None:
+            raise session_not_found()
+        version = request.headers.get(PROTOCOL_VERSION_HEADER)
+        if version is not None and version not in LEGACY_VERSIONS:
+            raise ProxyError(
+                jsonrpc.INVALID_REQUEST, f"unsupported MCP-Protocol-Version {version!r} for this session", status=400
+            )
+        return session
+
+    async def _legacy_message(
+        self, request: web.Request, session: LegacySession, body: dict[str, Any], record: _Record
+    ) -> web.StreamResponse:
+        kind = jsonrpc.kind(body)
+        record.method = body.get("method") if kind != "response" else "response"
+        if kind == "invalid":
+            raise ProxyError(jsonrpc.INVALID_REQUEST, "not a valid JSON-RPC 2.0 message", status=400)
+        if kind == "notification":
+            await self._relay.handle_notification(session, body)
+            return web.Response(status=202)
+        if kind == "response":
+            if not self._relay.handle_response(session, body):
+                log.info("unexpected_response", session=short_hash(session.id), id=body.get("id"))
+            return web.Response(status=202)
+        reply = RequestReply(request, self._keepalive_s)
+        message = await self._run(request, session, body, reply, record)
+        return await reply.finish(message)
+
+    async def _run(
+        self, request: web.Request, session: LegacySession, body: dict[str, Any], reply: RequestReply, record: _Record
+    ) -> dict[str, Any] | None:
+        """One legacy request; returns the final message (None: the client cancelled it)."""
+        try:
+            message = await self._relay.handle_request(session, body, reply, self._auth_headers(request))
+        except ProxyError as exc:
+            record.outcome = exc.outcome
+            return exc.reply(body["id"])
+        if message is None:
+            record.outcome = "cancelled"
+        elif "error" in message:
+            record.outcome = "error"
+        return message
+
+    async def _batch(
+        self, request: web.Request, session: LegacySession, body: list[Any], record: _Record
+    ) -> web.StreamResponse:
+        """JSON-RPC batches exist only in 2025-03-26 (reference §7.1)."""
+        record.method = "batch"
+        if session.legacy_version != "2025-03-26":
+            raise ProxyError(
+                jsonrpc.INVALID_REQUEST, f"batches are not part of protocol {session.legacy_version}", status=400
+            )
+        requests: list[dict[str, Any]] = []
+        for item in body:
+            kind = jsonrpc.kind(item)
+            if kind == "request" and item["method"] == "initialize":
+                raise ProxyError(jsonrpc.INVALID_REQUEST, "initialize cannot be batched", status=400)
+            if kind == "invalid":
+                raise ProxyError(jsonrpc.INVALID_REQUEST, "batch holds an invalid JSON-RPC message", status=400)
+            if kind == "notification":
+                await self._relay.handle_notification(session, item)
+            elif kind == "response":
+                self._relay.handle_response(session, item)
+            else:
+                requests.append(item)
+        if not requests:
+            return web.Response(status=202)
+        reply = RequestReply(request, self._keepalive_s)
+        results = await asyncio.gather(*(self._run(request, session, item, reply, _Record()) for item in requests))
+        finals = [r for r in results if r is not None]
+        if not reply.stream.started:
+            return json_response(finals)
+        for final in finals:
+            await reply.send(final)
+        return await reply.stream.close()
+
+    # ------------------------------------------------------------ modern pass-through
+
+    async def _forward_modern(self, request: web.Request, raw: bytes, record: _Record) -> web.StreamResponse:
+        """Same era on both sides: relay bytes unchanged, streaming as they arrive."""
+        headers = self._auth_headers(request)
+        for name, value in request.headers.items():
+            if name.lower().startswith(_PASSTHROUGH_PREFIXES) and name.lower() != SESSION_HEADER.lower():
+                headers[name] = value
+        try:
+            async with asyncio.timeout(self._settings.upstream.request_timeout_s):
+                async with self._upstream.forward(raw, headers) as upstream:
+                    content_type = upstream.headers.get("Content-Type", "application/json")
+                    out_headers = {"Content-Type": content_type}
+                    if "WWW-Authenticate" in upstream.headers:
+                        out_headers["WWW-Authenticate"] = upstream.headers["WWW-Authenticate"]
+                    record.outcome = "ok" if upstream.status < 400 else "error"
+                    if content_type.startswith("text/event-stream"):
+                        out_headers.update(SSE_HEADERS)
+                    response = web.StreamResponse(status=upstream.status, headers=out_headers)
+                    await response.prepare(request)
+                    async for chunk in upstream.content.iter_any():
+                        await response.write(chunk)
+                    await response.write_eof()
+                    return response
+        except UpstreamError as exc:
+            self._metrics.upstream_errors.labels(self._upstream.name, exc.kind).inc()
+            raise upstream_error(exc) from None
+        except TimeoutError:
+            raise ProxyError(
+                jsonrpc.UPSTREAM_TIMEOUT, f"upstream {self._upstream.name!r} timed out", outcome="upstream_error"
+            ) from None
+
+    # ------------------------------------------------------------ GET / DELETE
+
+    async def get(self, request: web.Request) -> web.StreamResponse:
+        session_id = request.headers.get(SESSION_HEADER)
+        if session_id is None:
+            return _method_not_allowed()
+        try:
+            session = await self._session(request, session_id)
+            stream_handle = self._relay.open_get_stream(session)
+        except ProxyError as exc:
+            return error_reply(exc)
+        sse = SseStream(request, self._keepalive_s)
+        gauge = self._metrics.streams_open.labels("downstream_get")
+        gauge.inc()
+        try:
+            await sse.start()
+            while True:
+                message = await stream_handle.queue.get()
+                if message is None:
+                    break
+                await sse.send(message)
+        except (ConnectionError, RuntimeError):
+            pass  # the client went away
+        finally:
+            gauge.dec()
+            self._relay.close_get_stream(session.id, stream_handle)
+            sse.abort()
+        with contextlib.suppress(ConnectionError, RuntimeError):
+            await sse.close()
+        return sse.response or web.Response(status=204)
+
+    async def delete(self, request: web.Request) -> web.StreamResponse:
+        session_id = request.headers.get(SESSION_HEADER)
+        if session_id is None:
+            return _method_not_allowed()
+        session = await self._relay.resolve(session_id, self._principal(request))
+        if session is None:
+            return error_reply(session_not_found())
+        await self._relay.close(session.id, reason="deleted")
+        return web.Response(status=200)
+
+    # ------------------------------------------------------------ observability
+
+    def _observe(self, record: _Record, started: float) -> None:
+        elapsed = time.perf_counter() - started
+        labels = (method_label(record.method), record.downstream_era, self._upstream_era)
+        self._metrics.requests.labels(*labels, record.outcome).inc()
+        self._metrics.request_duration.labels(*labels).observe(elapsed)
+        log.info(
+            "request",
+            method=record.method if isinstance(record.method, str) else None,
+            downstream_era=record.downstream_era,
+            upstream_era=self._upstream_era,
+            outcome=record.outcome,
+            status=record.status,
+            latency_ms=round(elapsed * 1000, 3),
+            session=short_hash(record.session) if record.session else None,
+        )
+
+
+class _Record:
+    """What the access log and metrics say about one POST."""
+
+    __slots__ = ("downstream_era", "method", "outcome", "request_id", "session", "status")
+
+    def __init__(self) -> None:
+        self.method: Any = None
+        self.downstream_era = "legacy"
+        self.outcome = "ok"
+        self.status = 200
+        self.session: str | None = None
+        self.request_id: Any = None
+
+
+def _method_not_allowed() -> web.Response:
+    return json_response(
+        jsonrpc.error_response(None, jsonrpc.INVALID_REQUEST, "Method not allowed"), 405, {"Allow": "POST"}
+    )
+
+
+__all__ = ["McpEndpoint", "UpstreamError"]

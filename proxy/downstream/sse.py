@@ -1,0 +1,110 @@
+"""Writing JSON-RPC messages to an aiohttp response as JSON or as an SSE stream."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from typing import Any
+
+from aiohttp import web
+
+from ..protocol import jsonrpc
+from ..protocol.sse import KEEPALIVE, encode_event
+
+SSE_HEADERS = {
+    "Content-Type": "text/event-stream",
+    "Cache-Control": "no-cache",
+    "X-Accel-Buffering": "no",  # tell nginx-style intermediaries not to buffer the stream
+}
+
+
+def accepts_sse(request: web.BaseRequest) -> bool:
+    accept = request.headers.get("Accept", "*/*")
+    return "text/event-stream" in accept or "*/*" in accept
+
+
+def json_response(message: Any, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
+    return web.Response(body=jsonrpc.encode(message), status=status, content_type="application/json", headers=headers)
+
+
+class SseStream:
+    """An SSE response opened on first use, with keep-alive comments while it is quiet."""
+
+    def __init__(self, request: web.BaseRequest, keepalive_s: float, headers: dict[str, str] | None = None) -> None:
+        self._request = request
+        self._keepalive_s = keepalive_s
+        self._headers = headers or {}
+        self.response: web.StreamResponse | None = None
+        self._keepalive: asyncio.Task[None] | None = None
+        self._last_write = 0.0
+        self._lock = asyncio.Lock()
+
+    @property
+    def started(self) -> bool:
+        return self.response is not None
+
+    async def start(self) -> web.StreamResponse:
+        if self.response is None:
+            response = web.StreamResponse(status=200, headers={**SSE_HEADERS, **self._headers})
+            await response.prepare(self._request)
+            self.response = response
+            self._last_write = time.monotonic()
+            self._keepalive = asyncio.create_task(self._keep_alive())
+        return self.response
+
+    async def send(self, message: Any) -> None:
+        await self.write(encode_event(jsonrpc.encode(message)))
+
+    async def write(self, data: bytes) -> None:
+        response = await self.start()
+        async with self._lock:
+            await response.write(data)
+            self._last_write = time.monotonic()
+
+    async def _keep_alive(self) -> None:
+        with contextlib.suppress(ConnectionError, RuntimeError):
+            while True:
+                wait = self._last_write + self._keepalive_s - time.monotonic()
+                if wait > 0:
+                    await asyncio.sleep(wait)
+                    continue
+                async with self._lock:
+                    assert self.response is not None
+                    await self.response.write(KEEPALIVE)
+                    self._last_write = time.monotonic()
+
+    async def close(self) -> web.StreamResponse:
+        response = await self.start()
+        if self._keepalive is not None:
+            self._keepalive.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._keepalive
+        with contextlib.suppress(ConnectionError, RuntimeError):
+            await response.write_eof()
+        return response
+
+    def abort(self) -> None:
+        if self._keepalive is not None:
+            self._keepalive.cancel()
+
+
+class RequestReply:
+    """The reply to one downstream request: JSON unless something must precede the result."""
+
+    def __init__(self, request: web.BaseRequest, keepalive_s: float) -> None:
+        self.can_stream = accepts_sse(request)
+        self.stream = SseStream(request, keepalive_s)
+
+    async def send(self, message: Any) -> None:
+        await self.stream.send(message)
+
+    async def finish(
+        self, message: Any | None, status: int = 200, headers: dict[str, str] | None = None
+    ) -> web.StreamResponse:
+        if not self.stream.started and message is not None:
+            return json_response(message, status, headers)
+        if message is not None:
+            with contextlib.suppress(ConnectionError, RuntimeError):
+                await self.stream.send(message)
+        return await self.stream.close()

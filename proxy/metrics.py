@@ -1,0 +1,88 @@
+"""Prometheus metrics on an injected registry, with bounded label values."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+PREFIX = "mcp_era_proxy_"
+
+# Every method either era defines; anything else is reported as "other".
+KNOWN_METHODS = frozenset(
+    {
+        "initialize",
+        "ping",
+        "server/discover",
+        "tools/list",
+        "tools/call",
+        "prompts/list",
+        "prompts/get",
+        "resources/list",
+        "resources/templates/list",
+        "resources/read",
+        "resources/subscribe",
+        "resources/unsubscribe",
+        "subscriptions/listen",
+        "logging/setLevel",
+        "completion/complete",
+        "tasks/get",
+        "tasks/result",
+        "tasks/cancel",
+        "tasks/list",
+        "tasks/update",
+        "notifications/initialized",
+        "notifications/cancelled",
+        "notifications/progress",
+        "notifications/roots/list_changed",
+        "sampling/createMessage",
+        "elicitation/create",
+        "roots/list",
+        # Not methods: a client's reply to a server request, and a 2025-03-26 batch.
+        "response",
+        "batch",
+    }
+)
+OUTCOMES = ("ok", "error", "rejected", "cancelled", "upstream_error")
+
+
+def method_label(method: object) -> str:
+    return method if isinstance(method, str) and method in KNOWN_METHODS else "other"
+
+
+class Metrics:
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry if registry is not None else CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.requests = Counter(
+            PREFIX + "requests_total",
+            "Downstream JSON-RPC messages handled, by outcome.",
+            ["method", "downstream_era", "upstream_era", "outcome"],
+            registry=r,
+        )
+        self.request_duration = Histogram(
+            PREFIX + "request_duration_seconds",
+            "Time from receiving a downstream message to the end of its reply.",
+            ["method", "downstream_era", "upstream_era"],
+            registry=r,
+            buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60),
+        )
+        self.sessions_open = Gauge(
+            PREFIX + "sessions_open", "Legacy sessions currently held by the proxy.", ["downstream_era"], registry=r
+        )
+        self.sessions_expired = Counter(
+            PREFIX + "sessions_expired_total", "Legacy sessions closed for being idle too long.", registry=r
+        )
+        self.streams_open = Gauge(
+            PREFIX + "streams_open", "Long-lived streams currently open, by kind.", ["kind"], registry=r
+        )
+        self.upstream_errors = Counter(
+            PREFIX + "upstream_errors_total",
+            "Failures talking to the upstream, by kind.",
+            ["upstream", "kind"],
+            registry=r,
+        )
+        self.input_rounds = Counter(
+            PREFIX + "input_rounds_total", "Multi round-trip input rounds relayed.", ["direction", "method"], registry=r
+        )
+        for kind in ("downstream_get", "downstream_request_sse", "upstream_listen"):
+            self.streams_open.labels(kind)
+        self.sessions_open.labels("legacy")

@@ -1,0 +1,74 @@
+"""Live, per-replica state of one legacy session: streams, waiters, in-flight calls.
+
+Created on first need and dropped with the session; never persisted (it holds futures and
+tasks). What must survive a request lives in sessions.LegacySession instead.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections import deque
+from typing import Any
+
+JSONDict = dict[str, Any]
+_CLOSED = None  # queue sentinel: the stream must end
+
+
+class GetStream:
+    """One open legacy GET stream: a queue the HTTP handler drains."""
+
+    def __init__(self) -> None:
+        self.queue: asyncio.Queue[JSONDict | None] = asyncio.Queue()
+
+    def put(self, message: JSONDict) -> None:
+        self.queue.put_nowait(message)
+
+    def close(self) -> None:
+        self.queue.put_nowait(_CLOSED)
+
+
+class SessionRuntime:
+    def __init__(self, backlog_size: int) -> None:
+        self.initialized = asyncio.Event()
+        self.server_request_ids = itertools.count(1)  # never reused within the session
+        self.pending: dict[int, asyncio.Future[JSONDict]] = {}
+        self.inflight: dict[Any, asyncio.Task[Any]] = {}
+        self.get_streams: list[GetStream] = []
+        self.backlog: deque[JSONDict] = deque(maxlen=backlog_size)
+        self.list_changes = False  # the session wants list_changed (it opened a GET stream)
+        self.listener: Any = None  # relay.listen.SessionListener, created on demand
+        self.auth_headers: dict[str, str] = {}  # the caller's credentials, for background calls
+        self.closed = False
+
+    def deliver(self, message: JSONDict) -> None:
+        """Hand an unsolicited notification to exactly one GET stream (legacy forbids fan-out)."""
+        if self.get_streams:
+            self.get_streams[-1].put(message)
+        else:
+            self.backlog.append(message)
+
+    def attach(self, stream: GetStream) -> None:
+        self.get_streams.append(stream)
+        while self.backlog:
+            stream.put(self.backlog.popleft())
+
+    def detach(self, stream: GetStream) -> None:
+        if stream in self.get_streams:
+            self.get_streams.remove(stream)
+
+    @property
+    def busy(self) -> bool:
+        return bool(self.get_streams or self.inflight)
+
+    def close(self) -> None:
+        self.closed = True
+        for stream in self.get_streams:
+            stream.close()
+        self.get_streams.clear()
+        for task in list(self.inflight.values()):
+            task.cancel()
+        for future in self.pending.values():
+            if not future.done():
+                future.cancel()
+        self.pending.clear()

@@ -1,0 +1,1 @@
+"""Upstream side: clients that talk to the MCP server behind the proxy."""

@@ -1,0 +1,144 @@
+"""Streamable HTTP upstream client on one shared aiohttp ClientSession.
+
+`exchange()` POSTs one JSON-RPC message and yields what comes back, whether the server chose a
+JSON body or an SSE stream, as messages arrive. Leaving the context closes the response, which
+is how a 2026-07-28 server learns that a request was cancelled.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from typing import Any
+
+import aiohttp
+
+from .. import __version__
+from ..config import UpstreamConfig
+from ..protocol import jsonrpc
+from ..protocol.sse import Decoder
+from .errors import (
+    UpstreamError,
+    UpstreamHTTPError,
+    UpstreamProtocolError,
+    UpstreamTimeout,
+    UpstreamUnavailable,
+)
+
+JSONDict = dict[str, Any]
+_ERROR_BODY_LIMIT = 64 * 1024
+_BASE_HEADERS = {
+    "Content-Type": "application/json",
+    "Accept": "application/json, text/event-stream",
+    "User-Agent": f"mcp-era-proxy/{__version__}",
+}
+
+
+class HttpUpstream:
+    transport = "http"
+
+    def __init__(self, config: UpstreamConfig, session: aiohttp.ClientSession, clock: Any = time.monotonic) -> None:
+        self.name = config.name
+        self.url = config.url
+        self._session = session
+        self._static_headers = {**_BASE_HEADERS, **config.headers}
+        self._clock = clock
+        self.last_ok: float | None = None  # when the upstream last answered sanely
+
+    @staticmethod
+    def client_session(config: UpstreamConfig) -> aiohttp.ClientSession:
+        connector = aiohttp.TCPConnector(limit=config.max_connections, limit_per_host=0, enable_cleanup_closed=True)
+        timeout = aiohttp.ClientTimeout(total=None, sock_connect=config.connect_timeout_s)
+        # auto_decompress stays on; responses are never re-compressed toward the client.
+        return aiohttp.ClientSession(connector=connector, timeout=timeout, trust_env=False)
+
+    def _headers(self, extra: Mapping[str, str]) -> dict[str, str]:
+        return {**self._static_headers, **extra}
+
+    @asynccontextmanager
+    async def exchange(self, message: JSONDict, headers: Mapping[str, str]) -> AsyncIterator[AsyncIterator[JSONDict]]:
+        """POST `message`; yield an iterator over the upstream's reply messages."""
+        try:
+            response = await self._session.post(self.url, data=jsonrpc.encode(message), headers=self._headers(headers))
+        except TimeoutError:
+            raise UpstreamTimeout(self.name, "did not accept the connection in time") from None
+        except aiohttp.ClientError as exc:
+            raise UpstreamUnavailable(self.name, f"is unreachable ({exc.__class__.__name__}: {exc})") from None
+        try:
+            yield self._messages(response)
+        finally:
+            response.close()
+
+    async def _messages(self, response: aiohttp.ClientResponse) -> AsyncIterator[JSONDict]:
+        status = response.status
+        content_type = response.headers.get("Content-Type", "").split(";")[0].strip().lower()
+        if status in (401, 403):
+            body = await self._read_limited(response)
+            raise UpstreamHTTPError(self.name, status, body, response.headers.get("WWW-Authenticate"))
+        if status in (202, 204):
+            self.last_ok = self._clock()
+            return
+        if content_type == "text/event-stream" and status < 300:
+            self.last_ok = self._clock()
+            decoder = Decoder()
+            try:
+                async for chunk in response.content.iter_any():
+                    for event in decoder.feed(chunk):
+                        if event.data.strip():
+                            for message in self._decode(event.data):
+                                yield message
+            except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError) as exc:
+                raise UpstreamUnavailable(self.name, f"dropped the stream ({exc.__class__.__name__})") from None
+            return
+        body = await self._read_limited(response)
+        if content_type == "application/json" or body[:1] in ("{", "["):
+            try:
+                messages = self._decode(body)
+            except UpstreamProtocolError:
+                if status >= 300:
+                    raise UpstreamHTTPError(self.name, status, body, None) from None
+                raise
+            if status < 500:
+                self.last_ok = self._clock()
+            for message in messages:
+                yield message
+            return
+        raise UpstreamHTTPError(self.name, status, body, None)
+
+    async def _read_limited(self, response: aiohttp.ClientResponse) -> str:
+        try:
+            raw = await response.content.read(_ERROR_BODY_LIMIT)
+        except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError) as exc:
+            raise UpstreamUnavailable(self.name, f"dropped the response ({exc.__class__.__name__})") from None
+        return raw.decode("utf-8", errors="replace")
+
+    def _decode(self, text: str) -> list[JSONDict]:
+        try:
+            value = jsonrpc.decode(text)
+        except jsonrpc.DecodeError:
+            raise UpstreamProtocolError(self.name, f"sent a body that is not JSON: {text[:120]!r}") from None
+        values = value if isinstance(value, list) else [value]
+        for item in values:
+            if jsonrpc.kind(item) == "invalid":
+                raise UpstreamProtocolError(self.name, f"sent a message that is not JSON-RPC: {str(item)[:120]}")
+        return values
+
+    @asynccontextmanager
+    async def forward(self, body: bytes, headers: Mapping[str, str]) -> AsyncIterator[aiohttp.ClientResponse]:
+        """Raw pass-through for same-era traffic: the caller streams the response bytes."""
+        try:
+            response = await self._session.post(self.url, data=body, headers=self._headers(headers))
+        except TimeoutError:
+            raise UpstreamTimeout(self.name, "did not accept the connection in time") from None
+        except aiohttp.ClientError as exc:
+            raise UpstreamUnavailable(self.name, f"is unreachable ({exc.__class__.__name__}: {exc})") from None
+        try:
+            if response.status < 500:
+                self.last_ok = self._clock()
+            yield response
+        finally:
+            response.close()
+
+
+__all__ = ["HttpUpstream", "UpstreamError"]
