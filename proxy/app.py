@@ -63,7 +63,7 @@ def create_app(
     admin_app.router.add_get("/metrics", admin.metrics)
 
     async def lifecycle(app: web.Application) -> AsyncIterator[None]:
-        reaper = asyncio.create_task(_reap(relay, settings.sessions.idle_timeout_s))
+        reaper = asyncio.create_task(_reap(relay, settings))
         yield
         reaper.cancel()
         with contextlib.suppress(asyncio.CancelledError):
@@ -76,8 +76,9 @@ def create_app(
     return app, (None if admin_app is app else admin_app)
 
 
-async def _reap(relay: LegacyToModern, idle_timeout_s: float) -> None:
-    interval = min(max(idle_timeout_s / 4, 0.5), 30.0)
+async def _reap(relay: LegacyToModern, settings: Settings) -> None:
+    sessions = settings.sessions
+    interval = max(min(sessions.idle_timeout_s / 4, sessions.max_lifetime_s / 4, 30.0), 0.25)
     while True:
         await asyncio.sleep(interval)
         try:

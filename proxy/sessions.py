@@ -107,6 +107,7 @@ class SessionStore(Protocol):
     async def remove(self, session_id: str) -> LegacySession | None: ...
     async def count(self) -> int: ...
     async def idle_since(self, cutoff: float) -> list[str]: ...
+    async def created_before(self, cutoff: float) -> list[str]: ...
 
 
 class InMemorySessionStore:
@@ -132,3 +133,6 @@ class InMemorySessionStore:
 
     async def idle_since(self, cutoff: float) -> list[str]:
         return [sid for sid, s in self._sessions.items() if s.last_seen < cutoff]
+
+    async def created_before(self, cutoff: float) -> list[str]:
+        return [sid for sid, s in self._sessions.items() if s.created_at < cutoff]

@@ -180,9 +180,11 @@ class LegacyToModern:
         return True
 
     async def reap(self) -> int:
-        """Expire idle sessions; returns how many were closed."""
+        """Close sessions past their lifetime, and idle ones (no open stream, nothing in flight)."""
         now = self._clock()
         closed = 0
+        for session_id in await self._store.created_before(now - self._settings.sessions.max_lifetime_s):
+            closed += await self.close(session_id, reason="expired")
         for session_id in await self._store.idle_since(now - self._settings.sessions.idle_timeout_s):
             if self._busy(session_id):
                 session = await self._store.get(session_id)

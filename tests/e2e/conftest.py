@@ -1,0 +1,128 @@
+"""Real peers for end-to-end tests: npm fixtures, Python SDK servers and clients, the proxy CLI.
+
+Peers are started once per test session; proxies with special settings per test. Nothing
+listens anywhere but 127.0.0.1, and every process is stopped at teardown.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support import peers
+from tests.support.procs import free_port, listening
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture(scope="session")
+def logs_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("e2e-logs")
+
+
+@pytest.fixture(scope="session")
+def fixture_modern(logs_dir: Path) -> Iterator[str]:
+    """The conformance fixture server in modern-only mode (2026-07-28)."""
+    port = free_port()
+    with listening(["bash", str(peers.peer_sh()), "fixture-modern", str(port)], port, logs_dir / "fixture-modern.log"):
+        yield f"http://127.0.0.1:{port}/mcp"
+
+
+@pytest.fixture(scope="session")
+def modern_server(logs_dir: Path) -> Iterator[str]:
+    """A modern-only server built on mcp==2.3.0 (legacy requests rejected in front of it)."""
+    port = free_port()
+    argv = [str(peers.mcp2_python()), str(peers.PEER_SCRIPTS / "modern_server.py"), "--port", str(port)]
+    with listening(argv, port, logs_dir / "modern-server.log"):
+        yield f"http://127.0.0.1:{port}/mcp"
+
+
+ProxyFactory = Callable[..., AbstractContextManager[str]]
+
+
+@pytest.fixture(scope="session")
+def start_proxy(logs_dir: Path) -> ProxyFactory:
+    """Start the proxy CLI in front of an upstream; extra settings come as environment."""
+    counter = iter(range(1_000_000))
+
+    @contextmanager
+    def start(upstream: str, **env: str) -> Iterator[str]:
+        port = free_port()
+        argv = [sys.executable, "-m", "proxy", "--upstream", upstream, "--listen", f"127.0.0.1:{port}"]
+        environment = {f"MCP_ERA_PROXY_{k.upper()}": v for k, v in env.items()}
+        with listening(argv, port, logs_dir / f"proxy-{next(counter)}.log", env=environment):
+            yield f"http://127.0.0.1:{port}/mcp"
+
+    return start
+
+
+@pytest.fixture(scope="session")
+def proxy_to_modern_server(start_proxy: ProxyFactory, modern_server: str) -> Iterator[str]:
+    with start_proxy(modern_server) as url:
+        yield url
+
+
+@pytest.fixture(scope="session")
+def proxy_to_fixture_modern(start_proxy: ProxyFactory, fixture_modern: str) -> Iterator[str]:
+    with start_proxy(fixture_modern) as url:
+        yield url
+
+
+@pytest.fixture(scope="session")
+def tap_factory(logs_dir: Path) -> Callable[[str], AbstractContextManager[tuple[str, Path]]]:
+    """A recording tap in front of a URL: (tap url, record file)."""
+    counter = iter(range(1_000_000))
+
+    @contextmanager
+    def start(target: str) -> Iterator[tuple[str, Path]]:
+        port = free_port()
+        n = next(counter)
+        record = logs_dir / f"tap-{n}.jsonl"
+        argv = [
+            sys.executable,
+            "-m",
+            "tests.support.tap",
+            "--port",
+            str(port),
+            "--target",
+            target,
+            "--record",
+            str(record),
+        ]
+        with listening(argv, port, logs_dir / f"tap-{n}.log", cwd=peers.REPO):
+            yield f"http://127.0.0.1:{port}/mcp", record
+
+    return start
+
+
+def run_legacy_client(
+    url: str, scenario: str, args: dict[str, Any] | None = None, timeout: float = 30.0
+) -> dict[str, Any]:
+    """Run one scenario of the mcp==1.30.0 driver; returns its observations (or its error)."""
+    argv = [
+        str(peers.mcp1_python()),
+        str(peers.PEER_SCRIPTS / "legacy_client.py"),
+        "--url",
+        url,
+        "--scenario",
+        scenario,
+        "--timeout",
+        str(timeout),
+        "--args",
+        json.dumps(args or {}),
+    ]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout + 15, check=False)
+    lines = [line for line in done.stdout.splitlines() if line.strip()]
+    if not lines:
+        raise AssertionError(f"driver printed nothing (exit {done.returncode}); stderr:\n{done.stderr[-3000:]}")
+    observed = json.loads(lines[-1])
+    observed["_exit"] = done.returncode
+    observed["_stderr"] = done.stderr[-3000:]
+    return observed

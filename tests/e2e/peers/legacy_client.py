@@ -1,0 +1,505 @@
+#!/usr/bin/env python3
+"""Legacy-era MCP test client: a scenario driver built on the PyPI package ``mcp==1.30.0``.
+
+That SDK speaks the 2025-era protocol only (``initialize`` + ``Mcp-Session-Id``, latest
+protocol version 2025-11-25). This driver connects with its Streamable HTTP client, runs
+``initialize`` with a ``ClientSession`` that declares sampling, elicitation and roots
+capabilities (via callbacks), runs ONE scenario and prints ONE JSON object with the raw
+observations on the last line of stdout. It does not judge pass/fail.
+
+    legacy_client.py --url URL --scenario NAME [--timeout SECONDS] [--args JSON]
+
+Exit status 0 after printing the observations; on any exception it prints
+``{"error": "<type>: <message>", "phase": ..., "observed": {...}}`` and exits 1.
+
+Every output object also carries these generic observations:
+  scenario, sessionId, protocolVersion (from the initialize result),
+  callbacks      every client callback invocation in order (sampling, elicitation,
+                 list_roots, logging, progress),
+  notifications  every server notification / unexpected message seen by message_handler,
+  http           every HTTP exchange (method, JSON-RPC payload summary, status,
+                 response content type, session/protocol headers), in response order;
+                 includes the GET stream and the closing DELETE.
+
+Run with the interpreter that has mcp 1.30.0 installed (e.g. /tmp/venv-mcp1/bin/python).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import anyio
+import httpx
+import mcp.types as types
+from mcp import ClientSession
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.context import RequestContext
+from mcp.shared.exceptions import McpError
+from mcp.shared.session import RequestResponder
+from pydantic import AnyUrl
+
+DEFAULT_TIMEOUT = 20.0
+DEFAULT_WAIT = 5.0  # bounded wait for an expected notification (also capped by --timeout)
+ROOTS = ["file:///tmp/root-a", "file:///tmp/root-b"]
+
+
+def dump(model: Any) -> Any:
+    """JSON-able form of a pydantic model (or pass through plain data)."""
+    if model is None:
+        return None
+    if hasattr(model, "model_dump"):
+        return model.model_dump(mode="json", by_alias=True, exclude_none=True)
+    return model
+
+
+def tool_result(result: types.CallToolResult) -> dict[str, Any]:
+    return {
+        "content": [dump(c) for c in result.content],
+        "isError": bool(result.isError),
+        "structuredContent": result.structuredContent,
+    }
+
+
+def describe_exc(exc: BaseException) -> str:
+    if isinstance(exc, McpError):
+        return f"McpError: [{exc.error.code}] {exc.error.message}"
+    return f"{type(exc).__name__}: {exc}"
+
+
+def leaf_exception(exc: BaseException) -> BaseException:
+    """First non-group exception inside (possibly nested) exception groups."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    return exc
+
+
+class Observer:
+    """Collects everything the client sees; lets scenarios wait (bounded) for conditions."""
+
+    def __init__(self, args: dict[str, Any]) -> None:
+        self.args = args
+        self.callbacks: list[dict[str, Any]] = []
+        self.notifications: list[dict[str, Any]] = []
+        self.http: list[dict[str, Any]] = []
+        self.phase = "connect"
+        self._changed = anyio.Event()
+
+    # ---- change signalling -------------------------------------------------
+    def _bump(self) -> None:
+        self._changed.set()
+        self._changed = anyio.Event()
+
+    async def wait_for(self, predicate: Callable[[], bool], timeout: float) -> bool:
+        """Wait until predicate() is true or timeout seconds pass; return predicate()."""
+        with anyio.move_on_after(timeout):
+            while True:
+                changed = self._changed
+                if predicate():
+                    return True
+                await changed.wait()
+        return predicate()
+
+    # ---- ClientSession callbacks ------------------------------------------
+    async def sampling(
+        self, context: RequestContext[ClientSession, Any], params: types.CreateMessageRequestParams
+    ) -> types.CreateMessageResult:
+        self.callbacks.append({"type": "sampling", "requestId": context.request_id, "params": dump(params)})
+        self._bump()
+        return types.CreateMessageResult(
+            role="assistant",
+            content=types.TextContent(type="text", text=self.args.get("sample_text", "sampled-by-client")),
+            model="test-model",
+            stopReason="endTurn",
+        )
+
+    async def elicitation(
+        self, context: RequestContext[ClientSession, Any], params: types.ElicitRequestParams
+    ) -> types.ElicitResult:
+        self.callbacks.append({"type": "elicitation", "requestId": context.request_id, "params": dump(params)})
+        self._bump()
+        action = self.args.get("elicit_action", "accept")
+        if action == "accept":
+            return types.ElicitResult(action="accept", content=self.args.get("elicit_content", {"name": "Ada"}))
+        return types.ElicitResult(action=action)
+
+    async def list_roots(self, context: RequestContext[ClientSession, Any]) -> types.ListRootsResult:
+        self.callbacks.append({"type": "list_roots", "requestId": context.request_id})
+        self._bump()
+        return types.ListRootsResult(roots=[types.Root(uri=uri) for uri in ROOTS])  # type: ignore[arg-type]
+
+    async def logging(self, params: types.LoggingMessageNotificationParams) -> None:
+        self.callbacks.append({"type": "logging", "level": params.level, "logger": params.logger, "data": params.data})
+        self._bump()
+
+    async def progress(self, progress: float, total: float | None, message: str | None) -> None:
+        self.callbacks.append({"type": "progress", "progress": progress, "total": total, "message": message})
+        self._bump()
+
+    async def message_handler(
+        self,
+        message: RequestResponder[types.ServerRequest, types.ClientResult] | types.ServerNotification | Exception,
+    ) -> None:
+        if isinstance(message, Exception):
+            self.notifications.append({"exception": describe_exc(message)})
+        elif isinstance(message, types.ServerNotification):
+            root = message.root
+            self.notifications.append({"method": root.method, "params": dump(root.params)})
+        else:  # a server request the session did not answer itself
+            self.notifications.append({"unhandledRequest": message.request.root.method})
+        self._bump()
+
+    # ---- HTTP tracing (httpx event hooks) ---------------------------------
+    # One entry per HTTP request, in the order requests were sent; the response hook
+    # fills in status/headers when the response headers arrive (a long-lived GET stream
+    # may stay at status None until the server sends its first byte).
+    async def on_request(self, request: httpx.Request) -> None:
+        entry: dict[str, Any] = {
+            "method": request.method,
+            "status": None,
+            "accept": request.headers.get("accept"),
+            "reqSessionId": request.headers.get("mcp-session-id"),
+            "reqProtocolVersion": request.headers.get("mcp-protocol-version"),
+        }
+        if request.headers.get("last-event-id"):
+            entry["lastEventId"] = request.headers.get("last-event-id")
+        if request.method == "POST":
+            try:
+                body = json.loads(request.content)
+                if "method" in body:
+                    entry["rpc"] = body["method"]
+                    if "id" in body:
+                        entry["rpcId"] = body["id"]
+                else:
+                    entry["rpc"] = "error" if "error" in body else "result"
+                    entry["rpcId"] = body.get("id")
+            except Exception:
+                entry["rpc"] = "?"
+        request.extensions["legacy_client_trace"] = entry
+        self.http.append(entry)
+
+    async def on_response(self, response: httpx.Response) -> None:
+        entry = response.request.extensions.get("legacy_client_trace")
+        if entry is None:
+            return
+        entry["status"] = response.status_code
+        entry["contentType"] = response.headers.get("content-type")
+        if response.headers.get("mcp-session-id"):
+            entry["respSessionId"] = response.headers.get("mcp-session-id")
+        self._bump()
+
+    def common(self) -> dict[str, Any]:
+        return {"callbacks": self.callbacks, "notifications": self.notifications, "http": self.http}
+
+
+# ----------------------------------------------------------------------------- scenarios
+Scenario = Callable[[ClientSession, Observer, dict[str, Any], float], Awaitable[dict[str, Any]]]
+
+
+async def call(session: ClientSession, obs: Observer, name: str, arguments: dict[str, Any] | None, **kw: Any):
+    obs.phase = f"tools/call {name}"
+    return await session.call_tool(name, arguments, **kw)
+
+
+async def sc_initialize(session, obs, args, wait):  # the initialize result is recorded by run()
+    return {}
+
+
+async def sc_tools(session, obs, args, wait):
+    obs.phase = "tools/list"
+    tools = await session.list_tools()
+    result = await call(session, obs, args.get("tool", "echo"), args.get("arguments", {"text": "hi"}))
+    return {"tools": [t.name for t in tools.tools], "result": tool_result(result)}
+
+
+async def sc_progress(session, obs, args, wait):
+    result = await call(
+        session, obs, args.get("tool", "progress"), args.get("arguments"), progress_callback=obs.progress
+    )
+    expect = int(args.get("expect_progress", 0))
+    if expect:
+        await obs.wait_for(lambda: sum(c["type"] == "progress" for c in obs.callbacks) >= expect, wait)
+    progress = [[c["progress"], c["total"], c["message"]] for c in obs.callbacks if c["type"] == "progress"]
+    return {"progress": progress, "result": tool_result(result)}
+
+
+async def sc_elicitation(session, obs, args, wait):
+    result = await call(session, obs, args.get("tool", "elicit"), args.get("arguments", {"message": "who?"}))
+    seen = [c["params"] for c in obs.callbacks if c["type"] == "elicitation"]
+    return {"elicitAction": args.get("elicit_action", "accept"), "elicitations": seen, "result": tool_result(result)}
+
+
+async def sc_sampling(session, obs, args, wait):
+    result = await call(session, obs, args.get("tool", "sample"), args.get("arguments", {"prompt": "hello"}))
+    seen = [c["params"] for c in obs.callbacks if c["type"] == "sampling"]
+    return {"samplings": seen, "result": tool_result(result)}
+
+
+async def sc_roots(session, obs, args, wait):
+    result = await call(session, obs, args.get("tool", "roots"), args.get("arguments"))
+    calls = sum(c["type"] == "list_roots" for c in obs.callbacks)
+    return {"listRootsCalls": calls, "result": tool_result(result)}
+
+
+async def sc_multi(session, obs, args, wait):
+    result = await call(session, obs, args.get("tool", "multi"), args.get("arguments"))
+    return {"callbackTypes": [c["type"] for c in obs.callbacks], "result": tool_result(result)}
+
+
+async def sc_logging(session, obs, args, wait):
+    level = args.get("level", "warning")
+    obs.phase = f"logging/setLevel {level}"
+    set_level = await session.set_logging_level(level)
+    result = await call(session, obs, args.get("tool", "log"), args.get("arguments"))
+    expect = int(args.get("expect_logs", 0))
+    if expect:
+        await obs.wait_for(lambda: sum(c["type"] == "logging" for c in obs.callbacks) >= expect, wait)
+    logs = [[c["level"], c["logger"], c["data"]] for c in obs.callbacks if c["type"] == "logging"]
+    return {"level": level, "setLevelResult": dump(set_level), "logs": logs, "result": tool_result(result)}
+
+
+async def sc_subscribe(session, obs, args, wait):
+    uri = str(AnyUrl(args.get("uri", "test://watched")))
+    trigger = args.get("trigger_tool", "touch")  # null -> only subscribe/unsubscribe
+    trigger_args = args.get("trigger_arguments", {"uri": uri})
+    quiet = float(args.get("quiet_window", 1.0))
+
+    def updates() -> list[dict[str, Any]]:
+        return [
+            n
+            for n in obs.notifications
+            if n.get("method") == "notifications/resources/updated" and (n.get("params") or {}).get("uri") == uri
+        ]
+
+    out: dict[str, Any] = {"uri": uri, "triggerTool": trigger}
+    obs.phase = "resources/subscribe"
+    out["subscribeResult"] = dump(await session.subscribe_resource(AnyUrl(uri)))
+    if trigger:
+        out["triggerResult"] = tool_result(await call(session, obs, trigger, trigger_args))
+        obs.phase = "wait notifications/resources/updated"
+        out["updateArrived"] = await obs.wait_for(lambda: len(updates()) >= 1, wait)
+    out["updates"] = [n["params"] for n in updates()]
+    obs.phase = "resources/unsubscribe"
+    out["unsubscribeResult"] = dump(await session.unsubscribe_resource(AnyUrl(uri)))
+    if trigger:
+        before = len(updates())
+        out["secondTriggerResult"] = tool_result(await call(session, obs, trigger, trigger_args))
+        obs.phase = f"quiet window {quiet}s after unsubscribe"
+        await anyio.sleep(quiet)  # observation window, not synchronisation
+        out["updateAfterUnsubscribe"] = len(updates()) > before
+    else:
+        out["updateArrived"] = None
+        out["updateAfterUnsubscribe"] = None
+    return out
+
+
+async def sc_list_changed(session, obs, args, wait):
+    trigger = args.get("trigger_tool", "add_tool")
+
+    def changed() -> int:
+        return sum(n.get("method") == "notifications/tools/list_changed" for n in obs.notifications)
+
+    obs.phase = "tools/list (before)"
+    before = [t.name for t in (await session.list_tools()).tools]
+    out: dict[str, Any] = {"triggerTool": trigger, "toolsBefore": before}
+    if trigger:
+        out["triggerResult"] = tool_result(await call(session, obs, trigger, args.get("trigger_arguments", {})))
+        obs.phase = "wait notifications/tools/list_changed"
+        out["listChangedArrived"] = await obs.wait_for(lambda: changed() >= 1, wait)
+    else:
+        out["listChangedArrived"] = None
+    out["listChangedCount"] = changed()
+    obs.phase = "tools/list (after)"
+    out["toolsAfter"] = [t.name for t in (await session.list_tools()).tools]
+    return out
+
+
+async def sc_prompts(session, obs, args, wait):
+    obs.phase = "prompts/list"
+    prompts = await session.list_prompts()
+    name = args.get("prompt", "greet")
+    obs.phase = f"prompts/get {name}"
+    got = await session.get_prompt(name, args.get("prompt_arguments", {"name": "alice"}))
+    return {
+        "prompts": [p.name for p in prompts.prompts],
+        "description": got.description,
+        "messages": [dump(m) for m in got.messages],
+    }
+
+
+async def sc_completion(session, obs, args, wait):
+    if args.get("resource_uri"):
+        ref: Any = types.ResourceTemplateReference(type="ref/resource", uri=args["resource_uri"])
+    else:
+        ref = types.PromptReference(type="ref/prompt", name=args.get("prompt", "greet"))
+    argument = args.get("argument", {"name": "name", "value": "al"})
+    obs.phase = "completion/complete"
+    res = await session.complete(ref, argument, args.get("context_arguments"))
+    return {
+        "ref": dump(ref),
+        "argument": argument,
+        "values": res.completion.values,
+        "total": res.completion.total,
+        "hasMore": res.completion.hasMore,
+    }
+
+
+async def sc_ping(session, obs, args, wait):
+    results = []
+    for i in range(2):
+        obs.phase = f"ping #{i + 1}"
+        results.append(dump(await session.send_ping()))
+    return {"pings": results}
+
+
+async def sc_session_end(session, obs, args, wait):
+    return {}  # run() records the session id, exits the contexts, then reports the DELETE
+
+
+async def sc_expiry(session, obs, args, wait):
+    """Ping until the session is gone (the proxy expired it) or `args.deadline` seconds pass."""
+    deadline = float(args.get("deadline", 10.0))
+    ok = 0
+    error = None
+    with anyio.move_on_after(deadline):
+        while True:
+            obs.phase = f"ping #{ok + 1} (waiting for expiry)"
+            try:
+                await session.send_ping()
+            except McpError as exc:
+                error = describe_exc(exc)
+                break
+            ok += 1
+            await anyio.sleep(float(args.get("interval", 0.2)))  # polling cadence, bounded by deadline
+    return {"pingsBeforeExpiry": ok, "expiryError": error}
+
+
+async def sc_resources(session, obs, args, wait):
+    obs.phase = "resources/list"
+    resources = await session.list_resources()
+    obs.phase = "resources/templates/list"
+    templates = await session.list_resource_templates()
+    uri = args.get("uri", "test://static")
+    obs.phase = f"resources/read {uri}"
+    read = await session.read_resource(AnyUrl(uri))
+    return {
+        "resources": [str(r.uri) for r in resources.resources],
+        "resourceTemplates": [t.uriTemplate for t in templates.resourceTemplates],
+        "uri": uri,
+        "contents": [dump(c) for c in read.contents],
+    }
+
+
+SCENARIOS: dict[str, Scenario] = {
+    "initialize": sc_initialize,
+    "tools": sc_tools,
+    "progress": sc_progress,
+    "elicitation": sc_elicitation,
+    "sampling": sc_sampling,
+    "roots": sc_roots,
+    "multi": sc_multi,
+    "logging": sc_logging,
+    "subscribe": sc_subscribe,
+    "list_changed": sc_list_changed,
+    "prompts": sc_prompts,
+    "completion": sc_completion,
+    "ping": sc_ping,
+    "session_end": sc_session_end,
+    "resources": sc_resources,
+    "expiry": sc_expiry,
+}
+
+
+# ----------------------------------------------------------------------------- driver
+async def run(url: str, scenario: str, args: dict[str, Any], timeout: float, obs: Observer, out: dict[str, Any]):
+    wait = min(float(args.get("wait", DEFAULT_WAIT)), timeout)
+    with anyio.fail_after(timeout):
+        http_client = httpx.AsyncClient(
+            timeout=httpx.Timeout(30.0, read=300.0),  # the SDK's defaults; --timeout bounds the run
+            event_hooks={"request": [obs.on_request], "response": [obs.on_response]},
+        )
+        async with http_client:
+            async with streamable_http_client(url, http_client=http_client) as (read, write, get_session_id):
+                async with ClientSession(
+                    read,
+                    write,
+                    sampling_callback=obs.sampling,
+                    elicitation_callback=obs.elicitation,
+                    list_roots_callback=obs.list_roots,
+                    logging_callback=obs.logging,
+                    message_handler=obs.message_handler,
+                    client_info=types.Implementation(name="legacy-client-peer", version="1.30.0"),
+                ) as session:
+                    obs.phase = "initialize"
+                    init = await session.initialize()
+                    out["sessionId"] = get_session_id()
+                    out["protocolVersion"] = init.protocolVersion
+                    if scenario == "initialize":
+                        out["serverInfo"] = dump(init.serverInfo)
+                        out["capabilities"] = dump(init.capabilities)
+                        out["instructions"] = init.instructions
+                    out.update(await SCENARIOS[scenario](session, obs, args, wait))
+                    obs.phase = "closing session"
+                obs.phase = "closing transport (DELETE)"
+            obs.phase = "closed"
+
+        # After a clean exit the transport has sent DELETE (if it had a session id).
+        deletes = [h for h in obs.http if h["method"] == "DELETE"]
+        out["deleteStatus"] = deletes[-1]["status"] if deletes else None
+        if scenario == "session_end" and args.get("probe") and out.get("sessionId"):
+            obs.phase = "probe old session"
+            async with httpx.AsyncClient(timeout=httpx.Timeout(10.0)) as probe_client:
+                resp = await probe_client.post(
+                    url,
+                    json={"jsonrpc": "2.0", "id": "probe", "method": "ping"},
+                    headers={
+                        "accept": "application/json, text/event-stream",
+                        "mcp-session-id": out["sessionId"],
+                        "mcp-protocol-version": out["protocolVersion"],
+                    },
+                )
+                out["probeAfterDelete"] = {"status": resp.status_code, "body": resp.text[:500]}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--url", required=True, help="Streamable HTTP endpoint, e.g. http://127.0.0.1:3410/mcp")
+    parser.add_argument("--scenario", required=True, choices=sorted(SCENARIOS))
+    parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, help="overall bound in seconds")
+    parser.add_argument("--args", default="{}", help="JSON object of scenario arguments")
+    ns = parser.parse_args()
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+
+    out: dict[str, Any] = {"scenario": ns.scenario}
+    obs: Observer | None = None
+    try:
+        args = json.loads(ns.args)
+        if not isinstance(args, dict):
+            raise ValueError("--args must be a JSON object")
+        obs = Observer(args)
+        anyio.run(run, ns.url, ns.scenario, args, ns.timeout, obs, out)
+    except BaseException as exc:
+        leaf = leaf_exception(exc)
+        if isinstance(leaf, TimeoutError) and not str(leaf):
+            message = f"TimeoutError: overall timeout {ns.timeout}s exceeded"
+        else:
+            message = describe_exc(leaf)
+        report: dict[str, Any] = {"error": message}
+        if obs is not None:
+            report["phase"] = obs.phase
+            report["observed"] = {**out, **obs.common()}
+        sys.stdout.write("\n" + json.dumps(report, default=str) + "\n")
+        sys.stdout.flush()
+        return 1
+    out.update(obs.common())
+    sys.stdout.write(json.dumps(out, default=str) + "\n")
+    sys.stdout.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,104 @@
+"""Validate wire messages against the official MCP JSON schemas of one revision.
+
+Schemas are read from the shared spec folder (`MCP_SPEC_DIR`, default ../shared/spec next to
+the repository) or from tests/schemas when vendored there.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from jsonschema import Draft7Validator, Draft202012Validator
+
+REPO = Path(__file__).resolve().parents[2]
+_CANDIDATES = [
+    Path(os.environ["MCP_SPEC_DIR"]) if "MCP_SPEC_DIR" in os.environ else None,
+    REPO / "tests" / "schemas",
+    REPO.parent / "shared" / "spec",
+]
+
+RESULT_TYPES = {
+    "initialize": "InitializeResult",
+    "ping": "EmptyResult",
+    "logging/setLevel": "EmptyResult",
+    "resources/subscribe": "EmptyResult",
+    "resources/unsubscribe": "EmptyResult",
+    "server/discover": "DiscoverResult",
+    "tools/list": "ListToolsResult",
+    "tools/call": "CallToolResult",
+    "prompts/list": "ListPromptsResult",
+    "prompts/get": "GetPromptResult",
+    "resources/list": "ListResourcesResult",
+    "resources/templates/list": "ListResourceTemplatesResult",
+    "resources/read": "ReadResourceResult",
+    "completion/complete": "CompleteResult",
+    "subscriptions/listen": "SubscriptionsListenResult",
+}
+SERVER_REQUEST_TYPES = {
+    "elicitation/create": "ElicitRequest",
+    "sampling/createMessage": "CreateMessageRequest",
+    "roots/list": "ListRootsRequest",
+    "ping": "PingRequest",
+}
+
+
+def schema_path(revision: str) -> Path:
+    for base in _CANDIDATES:
+        if base is not None and (base / f"schema-{revision}.json").is_file():
+            return base / f"schema-{revision}.json"
+    raise FileNotFoundError(f"schema-{revision}.json not found in any of {[str(c) for c in _CANDIDATES if c]}")
+
+
+@cache
+def _schema(revision: str) -> dict[str, Any]:
+    return json.loads(schema_path(revision).read_text())
+
+
+@cache
+def _validator(revision: str, definition: str) -> Draft7Validator | Draft202012Validator:
+    schema = _schema(revision)
+    if "$defs" in schema:
+        return Draft202012Validator({"$ref": f"#/$defs/{definition}", "$defs": schema["$defs"]})
+    return Draft7Validator({"$ref": f"#/definitions/{definition}", "definitions": schema["definitions"]})
+
+
+def has_definition(revision: str, definition: str) -> bool:
+    schema = _schema(revision)
+    return definition in schema.get("$defs", schema.get("definitions", {}))
+
+
+def errors(revision: str, definition: str, value: Any) -> list[str]:
+    """Schema violations of `value` as `definition` in `revision` (empty when valid)."""
+    return [
+        f"{definition} at /{'/'.join(map(str, e.absolute_path))}: {e.message}"
+        for e in _validator(revision, definition).iter_errors(value)
+    ]
+
+
+def server_message_errors(revision: str, message: dict[str, Any], request_method: str | None = None) -> list[str]:
+    """Check one message a server (or the proxy acting as one) sent, as precisely as possible.
+
+    The envelope is checked as a JSONRPCMessage; a result is also checked against the result
+    type of the request it answers, a notification or request against its own definition.
+    """
+    problems = errors(revision, "JSONRPCMessage", message)
+    modern = revision == "2026-07-28"
+    if "result" in message and request_method in RESULT_TYPES:
+        result = message["result"]
+        definition = RESULT_TYPES[request_method]
+        if modern and isinstance(result, dict) and result.get("resultType") == "input_required":
+            definition = "InputRequiredResult"
+        if has_definition(revision, definition):
+            problems += errors(revision, definition, result)
+    elif "method" in message and "id" in message:
+        problems += errors(revision, "ServerRequest", message) if has_definition(revision, "ServerRequest") else []
+        definition = SERVER_REQUEST_TYPES.get(message["method"])
+        if definition and not modern:
+            problems += errors(revision, definition, message)
+    elif "method" in message:
+        problems += errors(revision, "ServerNotification", message)
+    return problems
