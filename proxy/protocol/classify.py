@@ -36,21 +36,27 @@ def classify_post(body: object, session_id: str | None, protocol_version_header:
         return Route.LEGACY_BATCH
     if not isinstance(body, dict):
         return Rejection(400, jsonrpc.INVALID_REQUEST, "body is not a JSON-RPC message")
-    if body.get("method") == "initialize":
-        return Route.LEGACY_INITIALIZE
+    # The reserved protocolVersion key marks a modern request even for `initialize` (a removed
+    # method a modern server answers with -32601); legacy clients never set it.
     request_meta = meta.meta_of(body.get("params"))
     if request_meta is not None and meta.PROTOCOL_VERSION in request_meta:
         return Route.MODERN
+    if body.get("method") == "initialize":
+        if protocol_version_header in MODERN_VERSIONS:
+            return _missing_meta(protocol_version_header)
+        return Route.LEGACY_INITIALIZE
     if session_id is not None:
         return Route.LEGACY_SESSION
     if protocol_version_header in MODERN_VERSIONS:
-        return Rejection(
-            400,
-            jsonrpc.INVALID_PARAMS,
-            f"missing params._meta[{meta.PROTOCOL_VERSION!r}] required by {protocol_version_header}",
-        )
+        return _missing_meta(protocol_version_header)
     return Rejection(
         400,
         jsonrpc.INVALID_REQUEST,
         "no Mcp-Session-Id: send initialize first (legacy) or per-request _meta (2026-07-28)",
+    )
+
+
+def _missing_meta(version: str) -> Rejection:
+    return Rejection(
+        400, jsonrpc.INVALID_PARAMS, f"missing params._meta[{meta.PROTOCOL_VERSION!r}] required by {version}"
     )

@@ -1,0 +1,39 @@
+# Shared by the scripts in this folder: where things live, and the project virtualenv.
+# Sourced, not run.
+set -euo pipefail
+REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+CACHE="${MCP_ERA_PROXY_CACHE:-$HOME/.cache/mcp-era-proxy}"
+PYTHON="${PYTHON:-python3}"
+
+# The shared folder with the pinned npm peers and the official schemas.
+shared_dir() {
+  for d in "${MCP_SHARED_DIR:-}" "$REPO/../shared" /work/shared; do
+    if [ -n "$d" ] && [ -f "$d/peers/install.sh" ]; then (cd "$d" && pwd); return 0; fi
+  done
+  echo "cannot find the shared folder (peers/install.sh); set MCP_SHARED_DIR" >&2
+  return 1
+}
+
+# The project's own virtualenv (.venv), with the test extras; created on first use.
+project_venv() {
+  if [ ! -x "$REPO/.venv/bin/python" ]; then
+    "$PYTHON" -m venv "$REPO/.venv"
+    "$REPO/.venv/bin/pip" install -q --upgrade pip >&2
+  fi
+  if ! cmp -s "$REPO/pyproject.toml" "$REPO/.venv/.installed-pyproject" 2>/dev/null; then
+    "$REPO/.venv/bin/pip" install -q -e "$REPO[dev]" >&2
+    cp "$REPO/pyproject.toml" "$REPO/.venv/.installed-pyproject"
+  fi
+}
+
+# A test-only virtualenv holding one pinned PyPI package (never a project dependency).
+peer_venv() {  # name requirement
+  local dir="$CACHE/venvs/$1"
+  if [ ! -x "$dir/bin/python" ] || [ "$(cat "$dir/.requirement" 2>/dev/null)" != "$2" ]; then
+    rm -rf "$dir"
+    "$PYTHON" -m venv "$dir"
+    "$dir/bin/pip" install -q --upgrade pip >&2
+    "$dir/bin/pip" install -q "$2" >&2
+    echo "$2" > "$dir/.requirement"
+  fi
+}
