@@ -21,7 +21,7 @@ from ..protocol import jsonrpc
 from ..protocol.classify import Rejection, Route, classify_post
 from ..protocol.headers import PROTOCOL_VERSION_HEADER, SESSION_HEADER
 from ..protocol.versions import LEGACY_VERSIONS
-from ..relay.legacy_to_modern import LegacyToModern, upstream_error
+from ..relay.legacy_to_modern import LegacyToModern, upstream_error, upstream_timeout
 from ..sessions import LegacySession, principal_of, short_hash
 from ..upstream.errors import UpstreamError
 from ..upstream.http import HttpUpstream
@@ -159,6 +159,8 @@ class McpEndpoint:
             message = await self._relay.handle_request(session, body, reply, self._auth_headers(request))
         except ProxyError as exc:
             record.outcome = exc.outcome
+            if exc.status != 200 and not reply.stream.started:
+                raise  # e.g. an upstream 401: relayed with its status and WWW-Authenticate
             return exc.reply(body["id"])
         if message is None:
             record.outcome = "cancelled"
@@ -227,9 +229,7 @@ class McpEndpoint:
             self._metrics.upstream_errors.labels(self._upstream.name, exc.kind).inc()
             raise upstream_error(exc) from None
         except TimeoutError:
-            raise ProxyError(
-                jsonrpc.UPSTREAM_TIMEOUT, f"upstream {self._upstream.name!r} timed out", outcome="upstream_error"
-            ) from None
+            raise upstream_timeout(self._upstream.name) from None
 
     # ------------------------------------------------------------ GET / DELETE
 

@@ -58,6 +58,10 @@ def upstream_error(exc: UpstreamError) -> ProxyError:
     return ProxyError(exc.code, exc.client_message, outcome="upstream_error")
 
 
+def upstream_timeout(name: str) -> ProxyError:
+    return ProxyError(jsonrpc.UPSTREAM_TIMEOUT, f"upstream {name!r} timed out", outcome="upstream_error")
+
+
 class _ToolHeaders:
     """Per-caller registry of `x-mcp-header` annotations learnt from tools/list."""
 
@@ -351,6 +355,10 @@ class LegacyToModern:
                 self._metrics.upstream_errors.labels(self._upstream.name, exc.kind).inc()
                 log.warning("upstream_failed", upstream=self._upstream.name, method=method, error=str(exc))
                 raise upstream_error(exc) from None
+            except TimeoutError:
+                self._metrics.upstream_errors.labels(self._upstream.name, "timeout").inc()
+                log.warning("upstream_failed", upstream=self._upstream.name, method=method, error="timeout")
+                raise upstream_timeout(self._upstream.name) from None
             if "error" in final:
                 error = final["error"]
                 code = error.get("code")
@@ -541,19 +549,14 @@ class LegacyToModern:
                 runtime.pending[server_id] = future
                 waiting.append((key, method, server_id, future))
                 await channel.send(jsonrpc.request(server_id, method, params))
-            async with asyncio.timeout(self._settings.input.round_timeout_s):
-                await asyncio.gather(*(f for *_, f in waiting))
-        except TimeoutError:
-            raise ProxyError(jsonrpc.INTERNAL_ERROR, "the client did not answer the input requests in time") from None
+            # asyncio.wait, unlike gather, leaves the futures alone when this task is cancelled,
+            # so the unanswered ones can be withdrawn below.
+            _, unanswered = await asyncio.wait([f for *_, f in waiting], timeout=self._settings.input.round_timeout_s)
+            if unanswered:
+                await _withdraw(channel, waiting, "the client did not answer in time")
+                raise ProxyError(jsonrpc.INTERNAL_ERROR, "the client did not answer the input requests in time")
         except asyncio.CancelledError:
-            for _, _, server_id, future in waiting:
-                if not future.done() and channel.can_stream:
-                    with contextlib.suppress(ConnectionError, RuntimeError):
-                        await channel.send(
-                            jsonrpc.notification(
-                                "notifications/cancelled", {"requestId": server_id, "reason": "request cancelled"}
-                            )
-                        )
+            await _withdraw(channel, waiting, "request cancelled")
             raise
         finally:
             for _, _, server_id, _ in waiting:
@@ -676,6 +679,18 @@ class LegacyToModern:
                 self._upstream.name, f"answered server/discover with {str(error or result)[:200]}"
             )
         raise UpstreamProtocolError(self._upstream.name, "supports no protocol version this proxy speaks")
+
+
+async def _withdraw(
+    channel: ReplyChannel, waiting: list[tuple[str, str, int, asyncio.Future[JSONDict]]], reason: str
+) -> None:
+    """Tell a legacy client to drop the requests we no longer wait for (cancellation §3.6.8)."""
+    for _, _, server_id, future in waiting:
+        if not future.done() and channel.can_stream:
+            with contextlib.suppress(ConnectionError, RuntimeError):
+                await channel.send(
+                    jsonrpc.notification("notifications/cancelled", {"requestId": server_id, "reason": reason})
+                )
 
 
 _BACKGROUND: set[asyncio.Task[Any]] = set()

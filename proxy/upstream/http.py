@@ -92,6 +92,10 @@ class HttpUpstream:
                 raise UpstreamUnavailable(self.name, f"dropped the stream ({exc.__class__.__name__})") from None
             return
         body = await self._read_limited(response)
+        if status < 300 and content_type != "application/json" and body[:1] not in ("{", "["):
+            raise UpstreamProtocolError(
+                self.name, f"sent a {content_type or 'untyped'} body that is not JSON-RPC: {body[:120]!r}"
+            )
         if content_type == "application/json" or body[:1] in ("{", "["):
             try:
                 messages = self._decode(body)

@@ -63,7 +63,17 @@ class Reply:
         return web.Response(status=self.status, body=body, headers={"Content-Type": self.content_type, **self.headers})
 
 
-Outcome = JSONDict | Reply | None
+@dataclass
+class RpcError:
+    """A JSON-RPC error response to the request, sent with `status` (or as an SSE event)."""
+
+    code: int
+    message: str
+    data: Any = None
+    status: int = 200
+
+
+Outcome = JSONDict | Reply | RpcError | None
 Handler = Callable[["Call"], Awaitable[Outcome]]
 
 
@@ -81,9 +91,8 @@ def input_required(input_requests: JSONDict | None = None, request_state: str | 
     return result
 
 
-def error(code: int, message: str, data: Any = None, *, status: int = 200, request_id: Any = None) -> Reply:
-    """A JSON-RPC error reply; `request_id` None means "the id of the request"."""
-    return Reply(status, {"_error": jsonrpc.error_object(code, message, data), "_id": request_id})
+def error(code: int, message: str, data: Any = None, *, status: int = 200) -> RpcError:
+    return RpcError(code, message, data, status)
 
 
 def notification(method: str, params: JSONDict | None = None) -> JSONDict:
@@ -159,14 +168,13 @@ class Call:
         return jsonrpc.result_response(self.id, outcome)
 
     async def finish(self, outcome: Outcome) -> web.StreamResponse:
+        if isinstance(outcome, RpcError):
+            message = jsonrpc.error_response(self.id, outcome.code, outcome.message, outcome.data)
+            if self.response is not None:
+                await self.send(message)
+                return await self._end()
+            return Reply(outcome.status, message).response()
         if isinstance(outcome, Reply):
-            if isinstance(outcome.body, dict) and "_error" in outcome.body:
-                request_id = outcome.body["_id"] if outcome.body["_id"] is not None else self.id
-                message = {"jsonrpc": "2.0", "id": request_id, "error": outcome.body["_error"]}
-                if self.response is not None:
-                    await self.send(message)
-                    return await self._end()
-                outcome = Reply(outcome.status, message, outcome.content_type, outcome.headers)
             if self.response is not None:
                 raise RuntimeError("cannot send a plain HTTP reply after the SSE stream started")
             return outcome.response()
@@ -232,13 +240,14 @@ class FakeModern:
         self.calls: list[Call] = []
         self._arrivals: defaultdict[str | None, asyncio.Queue[Call]] = defaultdict(asyncio.Queue)
         self.listens: list[Listen] = []
-        self._new_listens: asyncio.Queue[Listen] = asyncio.Queue()
+        self._listens_changed = asyncio.Condition()
         # Listen behaviour: what to acknowledge for a requested filter, and an optional gate the
         # acknowledgement waits for (a test holds it to observe the proxy before the ack).
         self.listen_ack: Callable[[JSONDict], JSONDict] = lambda requested: dict(requested)
         self.ack_gate: asyncio.Event | None = None
         self.app = web.Application()
         self.app.router.add_route("*", PATH, self._handle)
+        self.url: str | None = None  # set by whoever serves `app`
 
     # ------------------------------------------------------------ observing
 
@@ -249,11 +258,18 @@ class FakeModern:
         """The next not-yet-consumed request for `method` (waits for it to arrive)."""
         return await self._arrivals[method].get()
 
-    async def next_listen(self) -> Listen:
-        """The next `subscriptions/listen` stream, once acknowledged."""
-        listen = await self._new_listens.get()
-        await listen.acked.wait()
-        return listen
+    async def wait_listen(self, predicate: Callable[[Listen], bool] | None = None, *, acked: bool = True) -> Listen:
+        """The newest listen stream matching `predicate` (acknowledged, unless acked=False)."""
+        async with self._listens_changed:
+            while True:
+                for listen in reversed(self.listens):
+                    if (predicate is None or predicate(listen)) and (listen.acked.is_set() or not acked):
+                        return listen
+                await self._listens_changed.wait()
+
+    async def _listens_update(self) -> None:
+        async with self._listens_changed:
+            self._listens_changed.notify_all()
 
     def schema_problems(self) -> list[str]:
         """Every received request that is not a valid 2026-07-28 ClientRequest."""
@@ -277,7 +293,7 @@ class FakeModern:
         if request.method != "POST":
             return web.Response(status=405)
         if body is None:
-            return error(jsonrpc.PARSE_ERROR, "Parse error", status=400, request_id=None).response()
+            return Reply(400, jsonrpc.error_response(None, jsonrpc.PARSE_ERROR, "Parse error")).response()
         if call.id is None:
             return web.Response(status=202)  # a notification
         handler = self.handlers.get(call.method or "", self._method_not_found)
@@ -304,7 +320,7 @@ class FakeModern:
     async def _listen(self, call: Call) -> Outcome:
         listen = Listen(call)
         self.listens.append(listen)
-        self._new_listens.put_nowait(listen)
+        await self._listens_update()
         if self.ack_gate is not None:
             await self.ack_gate.wait()
         listen.ack = self.listen_ack(listen.filter)
@@ -312,6 +328,7 @@ class FakeModern:
             notification(ACKNOWLEDGED, {"_meta": {meta.SUBSCRIPTION_ID: call.id}, "notifications": listen.ack})
         )
         listen.acked.set()
+        await self._listens_update()
         while True:
             message = await listen._queue.get()
             if message is None:
@@ -332,7 +349,9 @@ __all__ = [
     "Call",
     "FakeModern",
     "Listen",
+    "Outcome",
     "Reply",
+    "RpcError",
     "complete",
     "discover_result",
     "error",
