@@ -7,6 +7,7 @@ with `__`, e.g. `MCP_ERA_PROXY_UPSTREAM__URL`), the YAML file given by `--config
 from __future__ import annotations
 
 import ipaddress
+import os
 from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
@@ -227,6 +228,7 @@ def load_settings(config_file: str | Path | None = None, **overrides: Any) -> Se
             model_config = SettingsConfigDict(yaml_file=path)
 
         settings_cls = FileSettings
+    _check_environment()
     nested: dict[str, Any] = {}
     for key, value in overrides.items():
         if value is None:
@@ -244,6 +246,16 @@ def load_settings(config_file: str | Path | None = None, **overrides: Any) -> Se
             where = ".".join(str(p) for p in error["loc"]) or "config"
             lines.append(f"  {where}: {error['msg']}")
         raise ConfigError("invalid configuration:\n" + "\n".join(lines)) from None
+
+
+def _check_environment() -> None:
+    """A misspelt MCP_ERA_PROXY_* variable is an error, not a silently ignored setting."""
+    fields = set(Settings.model_fields)
+    for name in os.environ:
+        if name.upper().startswith(ENV_PREFIX):
+            key = name[len(ENV_PREFIX) :].lower().split("__")[0]
+            if key not in fields:
+                raise ConfigError(f"unknown environment variable {name} (settings: {', '.join(sorted(fields))})")
 
 
 class ConfigError(ValueError):

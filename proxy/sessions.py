@@ -72,10 +72,14 @@ def _b64(raw: bytes) -> str:
 
 
 def _unb64(text: str) -> bytes:
+    """Strict base64url: any byte outside the alphabet, or a non-canonical form, is refused."""
     try:
-        return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+        raw = base64.b64decode(text + "=" * (-len(text) % 4), altchars=b"-_", validate=True)
     except (ValueError, TypeError) as exc:
         raise ValueError(str(exc)) from None
+    if _b64(raw) != text:
+        raise ValueError("non-canonical base64url")
+    return raw
 
 
 @dataclass(slots=True)

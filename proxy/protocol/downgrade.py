@@ -146,6 +146,24 @@ def elicitation_params(params: JSONDict, version: str) -> JSONDict:
     return out
 
 
+def elicitation_content(requested_schema: object, content: object, version: str) -> object:
+    """A 2025-06-18 answer to a downgraded form, in the shape the original schema asked for.
+
+    Multi-select fields were offered as a single choice (that revision has no arrays), so a
+    single answer is wrapped back into the list the upstream expects.
+    """
+    if legacy_at_least(version, "2025-11-25") or not isinstance(content, dict):
+        return content
+    properties = requested_schema.get("properties") if isinstance(requested_schema, dict) else None
+    if not isinstance(properties, dict):
+        return content
+    out = dict(content)
+    for name, prop in properties.items():
+        if isinstance(prop, dict) and prop.get("type") == "array" and name in out and not isinstance(out[name], list):
+            out[name] = [out[name]]
+    return out
+
+
 def sampling_params(params: JSONDict, version: str) -> JSONDict:
     if legacy_at_least(version, "2025-11-25"):
         return params

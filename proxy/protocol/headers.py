@@ -27,7 +27,7 @@ NAME_BEARING_METHODS: dict[str, str] = {
 
 _SENTINEL_PREFIX = "=?base64?"
 _SENTINEL_SUFFIX = "?="
-_TOKEN = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")
+_TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 _MAX_SAFE_INTEGER = 2**53 - 1
 
 
@@ -102,16 +102,14 @@ _SCHEMA_KEYWORDS = frozenset(
         "if",
         "then",
         "else",
-        "$defs",
-        "definitions",
-        "patternProperties",
         "additionalProperties",
-        "dependentSchemas",
         "propertyNames",
         "unevaluatedItems",
         "unevaluatedProperties",
     }
 )
+# Keywords holding a name -> subschema map.
+_SCHEMA_MAPS = frozenset({"$defs", "definitions", "patternProperties", "dependentSchemas"})
 
 
 def tool_param_headers(input_schema: object) -> tuple[ParamHeader, ...]:
@@ -144,7 +142,7 @@ def _walk(schema: object, path: tuple[str, ...], found: list[ParamHeader], reach
             raise InvalidToolHeaders("x-mcp-header on a property not reachable through properties")
         if not isinstance(value, str) or not value:
             raise InvalidToolHeaders("x-mcp-header must be a non-empty string")
-        if not _TOKEN.match(value):
+        if not _TOKEN.fullmatch(value):
             raise InvalidToolHeaders(f"x-mcp-header {value!r} is not an HTTP token")
         kind = schema.get("type")
         if kind not in ("string", "integer", "boolean"):
@@ -154,6 +152,9 @@ def _walk(schema: object, path: tuple[str, ...], found: list[ParamHeader], reach
         if key == "properties" and isinstance(sub, dict):
             for prop, prop_schema in sub.items():
                 _walk(prop_schema, (*path, prop), found, reachable)
+        elif key in _SCHEMA_MAPS and isinstance(sub, dict):
+            for member in sub.values():
+                _walk(member, path, found, reachable=False)
         elif key in _SCHEMA_KEYWORDS:
             _walk(sub, path, found, reachable=False)
 

@@ -5,6 +5,8 @@ Messages are plain dicts so that fields the proxy does not understand survive un
 
 from __future__ import annotations
 
+import json
+import re
 from typing import Any, Literal
 
 import orjson
@@ -37,15 +39,26 @@ class DecodeError(ValueError):
     """The bytes are not JSON."""
 
 
+# orjson reads integers beyond 64 bits as floats and refuses to write them; a run of 20 digits
+# (possibly inside a string: harmless) routes the message through the exact stdlib codec.
+_LONG_INTEGER = re.compile(rb"[0-9]{20}")
+
+
 def decode(data: bytes | str) -> Any:
+    raw = data.encode() if isinstance(data, str) else data
     try:
-        return orjson.loads(data)
-    except orjson.JSONDecodeError as exc:
+        if _LONG_INTEGER.search(raw):
+            return json.loads(raw)
+        return orjson.loads(raw)
+    except (orjson.JSONDecodeError, ValueError) as exc:
         raise DecodeError(str(exc)) from None
 
 
 def encode(message: Any) -> bytes:
-    return orjson.dumps(message)
+    try:
+        return orjson.dumps(message)
+    except TypeError:
+        return json.dumps(message, separators=(",", ":"), ensure_ascii=False).encode()
 
 
 def is_request_id(value: object) -> bool:
@@ -66,10 +79,11 @@ def kind(message: object) -> Kind:
         if "id" not in message:
             return "notification"
         return "request" if is_request_id(message["id"]) else "invalid"
-    if "id" in message and ("result" in message) != ("error" in message):
-        if "error" in message and not _is_error_object(message["error"]):
-            return "invalid"
-        return "response"
+    if "result" in message and "error" not in message:
+        return "response" if is_request_id(message.get("id")) else "invalid"
+    if "error" in message and "result" not in message and _is_error_object(message["error"]):
+        # An error reply may omit its id (or carry null) when the request's id was unreadable.
+        return "response" if message.get("id") is None or is_request_id(message["id"]) else "invalid"
     return "invalid"
 
 

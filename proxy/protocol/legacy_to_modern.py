@@ -264,14 +264,22 @@ def input_request_to_downstream(request: object, legacy_version: str, modern_cap
     return method, params
 
 
-def input_response_from_downstream(method: str, reply: JSONDict) -> JSONDict | None:
-    """A legacy client's JSON-RPC reply → `inputResponses` value; None means abort the call.
+def input_response_from_downstream(request: JSONDict, reply: JSONDict, legacy_version: str) -> JSONDict | None:
+    """A legacy client's JSON-RPC reply to `request` (the upstream's input request, as it was
+    before any downgrade) → the `inputResponses` value; None means abort the call.
 
     MRTR has no slot for a failed input request (reference §8.3). Policy: a failed elicitation
     reads as the user cancelling; a failed sampling or roots request aborts the call.
     """
-    if "result" in reply and isinstance(reply["result"], dict):
-        return reply["result"]
+    method = request.get("method")
+    result = reply.get("result")
+    if isinstance(result, dict):
+        if method == "elicitation/create" and "content" in result:
+            params = request.get("params") if isinstance(request.get("params"), dict) else {}
+            content = downgrade.elicitation_content(params.get("requestedSchema"), result["content"], legacy_version)
+            if content is not result["content"]:
+                return {**result, "content": content}
+        return result
     if method == "elicitation/create":
         return {"action": "cancel"}
     return None

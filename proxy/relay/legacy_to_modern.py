@@ -564,7 +564,7 @@ class LegacyToModern:
         answers: JSONDict = {}
         for key, method, _, future in waiting:
             reply = future.result()
-            value = l2m.input_response_from_downstream(method, reply)
+            value = l2m.input_response_from_downstream(input_requests[key], reply, session.legacy_version)
             if value is None:
                 error = reply.get("error") if isinstance(reply.get("error"), dict) else {}
                 raise ProxyError(

@@ -1,0 +1,88 @@
+"""Health, readiness, metrics and the access log, on the proxy's own listener."""
+
+from __future__ import annotations
+
+import structlog
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.support.fake_modern import FakeModern
+
+from .conftest import MakeProxy, Proxy, closed_port_url
+
+
+def samples(text: str, name: str) -> dict[tuple[tuple[str, str], ...], float]:
+    out = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == name:
+                out[tuple(sorted(sample.labels.items()))] = sample.value
+    return out
+
+
+async def test_healthz_answers_ok_while_the_process_runs(proxy: Proxy) -> None:
+    response = await proxy.client.get("/healthz")
+    assert response.status == 200
+    assert await response.json() == {"status": "ok"}
+
+
+async def test_readyz_is_ready_when_the_upstream_answers(proxy: Proxy, fake: FakeModern) -> None:
+    response = await proxy.client.get("/readyz")
+    assert response.status == 200
+    body = await response.json()
+    assert body["ready"] is True and body["upstream"] == proxy.settings.upstream.name
+    assert any(r.method == "server/discover" for r in fake.calls)
+
+
+async def test_readyz_reuses_a_recent_upstream_answer_instead_of_probing(proxy: Proxy, fake: FakeModern) -> None:
+    await proxy.client.get("/readyz")
+    probes = sum(r.method == "server/discover" for r in fake.calls)
+    assert (await proxy.client.get("/readyz")).status == 200
+    assert sum(r.method == "server/discover" for r in fake.calls) == probes
+
+
+async def test_readyz_is_503_with_the_reason_when_the_upstream_is_unreachable(make_proxy: MakeProxy) -> None:
+    proxy = await make_proxy(upstream_url=closed_port_url())
+    response = await proxy.client.get("/readyz")
+    assert response.status == 503
+    body = await response.json()
+    assert body["ready"] is False and "unreachable" in body["error"]
+
+
+async def test_metrics_count_requests_by_method_eras_and_outcome(proxy: Proxy) -> None:
+    peer = await proxy.connect()
+    await peer.request("ping")
+    await proxy.client.post("/mcp", data=b"{not json", headers={"Content-Type": "application/json"})
+    response = await proxy.client.get("/metrics")
+    assert response.status == 200
+    text = await response.text()
+    requests = samples(text, "mcp_era_proxy_requests_total")
+    ok_ping = (("downstream_era", "legacy"), ("method", "ping"), ("outcome", "ok"), ("upstream_era", "modern"))
+    assert requests[ok_ping] == 1
+    rejected = [labels for labels, value in requests.items() if ("outcome", "rejected") in labels and value]
+    assert rejected, requests
+    assert samples(text, "mcp_era_proxy_sessions_open")[(("downstream_era", "legacy"),)] == 1
+
+
+async def test_metric_method_labels_stay_bounded(proxy: Proxy, fake: FakeModern) -> None:
+    peer = await proxy.connect()
+    for n in range(3):
+        await peer.request(f"vendor/custom-{n}")
+    text = await (await proxy.client.get("/metrics")).text()
+    methods = {dict(labels)["method"] for labels in samples(text, "mcp_era_proxy_requests_total")}
+    assert "other" in methods
+    assert not any(m.startswith("vendor/") for m in methods)
+    # Vendor methods are forwarded, but by definition no schema describes them.
+    fake.calls[:] = [c for c in fake.calls if not (c.method or "").startswith("vendor/")]
+
+
+async def test_every_request_is_logged_once_with_eras_outcome_latency_and_a_hashed_session(proxy: Proxy) -> None:
+    peer = await proxy.connect()
+    with structlog.testing.capture_logs() as logs:
+        await peer.request("ping")
+    events = [e for e in logs if e["event"] == "request"]
+    assert len(events) == 1
+    event = events[0]
+    assert event["method"] == "ping" and event["outcome"] == "ok" and event["status"] == 200
+    assert event["downstream_era"] == "legacy" and event["upstream_era"] == "modern"
+    assert isinstance(event["latency_ms"], float)
+    assert event["session"] and event["session"] != peer.session_id and event["session"] not in peer.session_id

@@ -1,0 +1,168 @@
+"""Capability tables A and B of the translation reference (proxy/protocol/capabilities.py)."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from proxy.protocol.capabilities import (
+    elicitation_modes,
+    legacy_server_capabilities,
+    modern_client_capabilities,
+)
+from proxy.protocol.versions import LATEST_MODERN, LEGACY_VERSIONS
+from tests.support.schema import errors
+
+TASKS_EXTENSION = "io.modelcontextprotocol/tasks"
+
+MODERN_SERVER_CAPS = {
+    "tools": {"listChanged": True},
+    "prompts": {"listChanged": False},
+    "resources": {"subscribe": True, "listChanged": True},
+    "completions": {},
+    "logging": {},
+    "experimental": {"vendor.feature": {"level": 2}},
+    "extensions": {TASKS_EXTENSION: {}, "com.example/other": {"x": 1}},
+}
+
+LEGACY_CLIENT_CAPS = {
+    "roots": {"listChanged": True},
+    "sampling": {"context": {}, "tools": {}},
+    "elicitation": {"form": {}, "url": {}},
+    "tasks": {"requests": {"sampling": {"createMessage": {}}}},
+    "experimental": {"vendor.client": {"on": True}},
+}
+
+
+# ---------------------------------------------------------------- table A
+
+
+@pytest.mark.parametrize("version", LEGACY_VERSIONS)
+def test_table_a_result_validates_as_legacy_server_capabilities(version):
+    caps = legacy_server_capabilities(MODERN_SERVER_CAPS, version)
+    assert errors(version, "ServerCapabilities", caps) == []
+
+
+@pytest.mark.parametrize("version", LEGACY_VERSIONS)
+def test_table_a_copies_tools_prompts_resources_logging_and_experimental(version):
+    caps = legacy_server_capabilities(MODERN_SERVER_CAPS, version)
+    assert caps["tools"] == {"listChanged": True}
+    assert caps["prompts"] == {"listChanged": False}
+    assert caps["resources"] == {"subscribe": True, "listChanged": True}
+    assert caps["logging"] == {}
+    assert caps["experimental"] == {"vendor.feature": {"level": 2}}
+
+
+@pytest.mark.parametrize("version", LEGACY_VERSIONS)
+def test_table_a_drops_extensions_which_legacy_capabilities_lack_and_bridges_no_tasks(version):
+    caps = legacy_server_capabilities(MODERN_SERVER_CAPS, version)
+    assert "extensions" not in caps
+    assert "tasks" not in caps
+
+
+def test_table_a_omits_completions_only_for_2024_11_05():
+    assert "completions" not in legacy_server_capabilities(MODERN_SERVER_CAPS, "2024-11-05")
+    for version in ("2025-03-26", "2025-06-18", "2025-11-25"):
+        assert legacy_server_capabilities(MODERN_SERVER_CAPS, version)["completions"] == {}
+
+
+def test_table_a_declares_only_what_the_upstream_declares():
+    assert legacy_server_capabilities({"tools": {}}, "2025-11-25") == {"tools": {}}
+    assert legacy_server_capabilities({}, "2025-11-25") == {}
+    assert legacy_server_capabilities(None, "2025-11-25") == {}
+
+
+def test_table_a_withholds_list_changed_when_the_proxy_does_not_bridge_it():
+    caps = legacy_server_capabilities(MODERN_SERVER_CAPS, "2025-11-25", bridge_list_changed=False)
+    assert caps["tools"] == {}
+    assert caps["resources"] == {"subscribe": True}
+    assert caps["prompts"] == {}
+
+
+def test_table_a_keeps_unknown_members_of_known_capabilities_and_leaves_its_input_alone():
+    modern = {"tools": {"listChanged": True, "x-vendor": 1}, "resources": {"subscribe": True}}
+    snapshot = copy.deepcopy(modern)
+    caps = legacy_server_capabilities(modern, "2025-06-18", bridge_list_changed=False)
+    assert caps["tools"] == {"x-vendor": 1}
+    assert modern == snapshot
+
+
+# ---------------------------------------------------------------- table B
+
+
+@pytest.mark.parametrize("version", LEGACY_VERSIONS)
+def test_table_b_result_validates_as_modern_client_capabilities(version):
+    caps = modern_client_capabilities(LEGACY_CLIENT_CAPS, version)
+    assert errors(LATEST_MODERN, "ClientCapabilities", caps) == []
+
+
+@pytest.mark.parametrize("version", LEGACY_VERSIONS)
+def test_table_b_turns_roots_into_an_empty_object_and_drops_client_tasks(version):
+    caps = modern_client_capabilities(LEGACY_CLIENT_CAPS, version)
+    assert caps["roots"] == {}
+    assert "tasks" not in caps
+    assert caps["experimental"] == {"vendor.client": {"on": True}}
+
+
+def test_table_b_keeps_sampling_tools_only_for_2025_11_25():
+    assert modern_client_capabilities(LEGACY_CLIENT_CAPS, "2025-11-25")["sampling"] == {"context": {}, "tools": {}}
+    for version in ("2025-06-18", "2025-03-26", "2024-11-05"):
+        assert modern_client_capabilities(LEGACY_CLIENT_CAPS, version)["sampling"] == {"context": {}}
+
+
+def test_table_b_maps_2025_06_18_elicitation_to_form_only():
+    caps = modern_client_capabilities({"elicitation": {}}, "2025-06-18")
+    assert caps["elicitation"] == {"form": {}}
+    assert elicitation_modes(caps) == frozenset({"form"})
+
+
+def test_table_b_ignores_url_elicitation_before_2025_11_25():
+    caps = modern_client_capabilities({"elicitation": {"url": {}}}, "2025-06-18")
+    assert elicitation_modes(caps) == frozenset({"form"})
+
+
+def test_table_b_keeps_2025_11_25_elicitation_modes():
+    assert modern_client_capabilities({"elicitation": {"form": {}, "url": {}}}, "2025-11-25")["elicitation"] == {
+        "form": {},
+        "url": {},
+    }
+    assert elicitation_modes(modern_client_capabilities({"elicitation": {"url": {}}}, "2025-11-25")) == {"url"}
+    assert elicitation_modes(modern_client_capabilities({"elicitation": {}}, "2025-11-25")) == {"form"}
+
+
+@pytest.mark.parametrize("version", ["2025-03-26", "2024-11-05"])
+def test_table_b_ignores_elicitation_before_2025_06_18(version):
+    assert "elicitation" not in modern_client_capabilities({"elicitation": {}}, version)
+
+
+def test_table_b_declares_nothing_the_client_did_not_declare():
+    assert modern_client_capabilities({}, "2025-11-25") == {}
+    assert modern_client_capabilities(None, "2025-11-25") == {}
+    assert modern_client_capabilities({"roots": {}}, "2024-11-05") == {"roots": {}}
+
+
+def test_table_b_leaves_its_input_alone():
+    legacy = copy.deepcopy(LEGACY_CLIENT_CAPS)
+    modern_client_capabilities(legacy, "2025-06-18")
+    modern_client_capabilities(legacy, "2024-11-05")
+    assert legacy == LEGACY_CLIENT_CAPS
+
+
+# ---------------------------------------------------------------- elicitation modes
+
+
+@pytest.mark.parametrize(
+    ("caps", "modes"),
+    [
+        ({}, frozenset()),
+        (None, frozenset()),
+        ({"elicitation": {}}, frozenset({"form"})),
+        ({"elicitation": {"form": {}}}, frozenset({"form"})),
+        ({"elicitation": {"url": {}}}, frozenset({"url"})),
+        ({"elicitation": {"form": {}, "url": {}}}, frozenset({"form", "url"})),
+        ({"elicitation": {"other": {}}}, frozenset({"form"})),
+    ],
+)
+def test_elicitation_modes_treats_an_empty_object_as_form_only(caps, modes):
+    assert elicitation_modes(caps) == modes

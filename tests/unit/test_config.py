@@ -1,0 +1,257 @@
+"""Configuration sources, precedence and validation (proxy/config.py)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import yaml
+from pydantic import ValidationError
+
+from proxy.config import ENV_PREFIX, ConfigError, Settings, is_loopback_host, load_settings, parse_listen
+from proxy.protocol.meta import LOG_LEVELS
+
+REPO = Path(__file__).resolve().parents[2]
+URL = "http://127.0.0.1:3000/mcp"
+DEFAULT_LISTEN = Settings.model_fields["listen"].default
+
+
+@pytest.fixture(autouse=True)
+def _clean_environment(monkeypatch, tmp_path):
+    for name in list(os.environ):
+        if name.upper().startswith(ENV_PREFIX):
+            monkeypatch.delenv(name)
+    monkeypatch.chdir(tmp_path)  # no stray config or .env file from the working directory
+
+
+def _yaml(tmp_path: Path, data: object) -> Path:
+    path = tmp_path / "proxy.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def _env(monkeypatch, key: str, value: str) -> None:
+    monkeypatch.setenv(ENV_PREFIX + key.upper().replace(".", "__"), value)
+
+
+# ---------------------------------------------------------------- sources and precedence
+
+
+def test_defaults_apply_when_only_the_upstream_url_is_given():
+    settings = load_settings(**{"upstream.url": URL})
+    assert settings.upstream.url == URL
+    assert settings.listen == DEFAULT_LISTEN
+    assert settings.listen_address == parse_listen(DEFAULT_LISTEN)
+    assert settings.sessions.idle_timeout_s == Settings.model_fields["sessions"].default.idle_timeout_s
+
+
+@pytest.mark.parametrize(
+    ("yaml_value", "env_value", "flag_value", "expected"),
+    [
+        (None, None, None, DEFAULT_LISTEN),
+        ("127.0.0.1:9001", None, None, "127.0.0.1:9001"),
+        ("127.0.0.1:9001", "127.0.0.1:9002", None, "127.0.0.1:9002"),
+        ("127.0.0.1:9001", "127.0.0.1:9002", "127.0.0.1:9003", "127.0.0.1:9003"),
+        (None, "127.0.0.1:9002", "127.0.0.1:9003", "127.0.0.1:9003"),
+        ("127.0.0.1:9001", None, "127.0.0.1:9003", "127.0.0.1:9003"),
+    ],
+)
+def test_flags_override_env_which_overrides_the_file_which_overrides_defaults(
+    tmp_path, monkeypatch, yaml_value, env_value, flag_value, expected
+):
+    data: dict = {"upstream": {"url": URL}}
+    if yaml_value is not None:
+        data["listen"] = yaml_value
+    if env_value is not None:
+        _env(monkeypatch, "listen", env_value)
+    settings = load_settings(_yaml(tmp_path, data), listen=flag_value)
+    assert settings.listen == expected
+
+
+def test_precedence_holds_for_nested_keys_too(tmp_path, monkeypatch):
+    path = _yaml(tmp_path, {"upstream": {"url": URL}, "sessions": {"idle_timeout_s": 10}})
+    assert load_settings(path).sessions.idle_timeout_s == 10
+    _env(monkeypatch, "sessions.idle_timeout_s", "20")
+    assert load_settings(path).sessions.idle_timeout_s == 20
+    assert load_settings(path, **{"sessions.idle_timeout_s": 30}).sessions.idle_timeout_s == 30
+
+
+def test_sources_merge_key_by_key_inside_a_section(tmp_path, monkeypatch):
+    path = _yaml(tmp_path, {"upstream": {"url": "http://yaml.example/mcp", "name": "from-yaml"}})
+    _env(monkeypatch, "upstream.url", "http://env.example/mcp")
+    settings = load_settings(path, **{"upstream.request_timeout_s": 9.0})
+    assert settings.upstream.url == "http://env.example/mcp"
+    assert settings.upstream.name == "from-yaml"
+    assert settings.upstream.request_timeout_s == 9.0
+
+
+def test_flags_left_unset_do_not_hide_env_or_file_values(tmp_path, monkeypatch):
+    path = _yaml(tmp_path, {"upstream": {"url": URL}, "path": "/from-yaml"})
+    _env(monkeypatch, "listen", "127.0.0.1:9002")
+    settings = load_settings(path, listen=None, path=None, **{"sessions.max_sessions": None})
+    assert settings.listen == "127.0.0.1:9002"
+    assert settings.path == "/from-yaml"
+
+
+def test_the_upstream_url_can_come_from_the_environment_alone(monkeypatch):
+    _env(monkeypatch, "upstream.url", URL)
+    assert load_settings().upstream.url == URL
+
+
+def test_the_shipped_example_config_is_valid_and_documents_the_defaults():
+    example = REPO / "config" / "proxy.example.yaml"
+    from_file = load_settings(example)
+    defaults = load_settings(**{"upstream.url": from_file.upstream.url})
+    assert from_file.model_dump() == defaults.model_dump()
+
+
+def test_settings_are_frozen():
+    settings = load_settings(**{"upstream.url": URL})
+    with pytest.raises(ValidationError, match=r"(?i)frozen"):
+        settings.listen = "0.0.0.0:1"  # type: ignore[misc]
+
+
+# ---------------------------------------------------------------- errors
+
+
+@pytest.mark.parametrize(
+    ("overrides", "field"),
+    [
+        ({"upstream.url": "ftp://example.com/mcp"}, "upstream.url"),
+        ({"upstream.url": "not a url"}, "upstream.url"),
+        ({"upstream.name": "has space"}, "upstream.name"),
+        ({"upstream.era": "future"}, "upstream.era"),
+        ({"upstream.connect_timeout_s": 0}, "upstream.connect_timeout_s"),
+        ({"listen": "no-port"}, "listen"),
+        ({"listen": "127.0.0.1:70000"}, "listen"),
+        ({"path": "mcp"}, "path"),
+        ({"sessions.idle_timeout_s": -1}, "sessions.idle_timeout_s"),
+        ({"sessions.max_sessions": "many"}, "sessions.max_sessions"),
+        ({"sessions.default_log_level": "verbose"}, "sessions.default_log_level"),
+        ({"security.secret": "short"}, "security.secret"),
+        ({"logging.level": "trace"}, "logging.level"),
+        ({"input.max_rounds": 0}, "input.max_rounds"),
+    ],
+)
+def test_a_bad_flag_value_gives_a_readable_error_naming_the_field(overrides, field):
+    with pytest.raises(ConfigError) as info:
+        load_settings(**({"upstream.url": URL} | overrides))
+    message = str(info.value)
+    assert field in message
+    assert "errors.pydantic.dev" not in message
+    assert "Traceback" not in message
+
+
+def test_an_unknown_log_level_error_lists_the_known_levels():
+    with pytest.raises(ConfigError) as info:
+        load_settings(**{"upstream.url": URL, "sessions.default_log_level": "verbose"})
+    assert all(level in str(info.value) for level in LOG_LEVELS)
+
+
+def test_a_bad_value_in_the_file_names_the_field(tmp_path):
+    path = _yaml(tmp_path, {"upstream": {"url": URL}, "sessions": {"max_sessions": "many"}})
+    with pytest.raises(ConfigError, match=r"sessions\.max_sessions"):
+        load_settings(path)
+
+
+def test_a_bad_value_in_the_environment_names_the_field(monkeypatch):
+    _env(monkeypatch, "upstream.url", URL)
+    _env(monkeypatch, "streams.keepalive_s", "often")
+    with pytest.raises(ConfigError, match=r"streams\.keepalive_s"):
+        load_settings()
+
+
+def test_a_missing_upstream_url_is_reported():
+    with pytest.raises(ConfigError, match="upstream"):
+        load_settings()
+
+
+def test_admin_listen_must_differ_from_listen():
+    with pytest.raises(ConfigError, match="admin_listen"):
+        load_settings(**{"upstream.url": URL, "listen": "127.0.0.1:8080", "admin_listen": "127.0.0.1:8080"})
+    settings = load_settings(**{"upstream.url": URL, "admin_listen": "127.0.0.1:9090"})
+    assert settings.admin_listen == "127.0.0.1:9090"
+
+
+def test_a_missing_config_file_is_a_config_error_naming_it(tmp_path):
+    missing = tmp_path / "nope.yaml"
+    with pytest.raises(ConfigError, match=r"nope\.yaml"):
+        load_settings(missing)
+    assert issubclass(ConfigError, ValueError)
+
+
+@pytest.mark.parametrize(
+    ("data", "field"),
+    [
+        ({"upstream": {"url": URL}, "listn": "127.0.0.1:1"}, "listn"),
+        ({"upstream": {"url": URL, "timeout": 3}}, "upstream.timeout"),
+        ({"upstream": {"url": URL}, "sessions": {"idle_timeout": 3}}, "sessions.idle_timeout"),
+        ({"upstream": {"url": URL}, "extras": {}}, "extras"),
+    ],
+)
+def test_unknown_keys_in_the_file_are_rejected(tmp_path, data, field):
+    with pytest.raises(ConfigError, match=field.replace(".", r"\.")):
+        load_settings(_yaml(tmp_path, data))
+
+
+@pytest.mark.parametrize(("key", "field"), [("listn", "listn"), ("upstream.timeout", "upstream.timeout")])
+def test_unknown_flag_keys_are_rejected(key, field):
+    with pytest.raises(ConfigError, match=field.replace(".", r"\.")):
+        load_settings(**{"upstream.url": URL, key: "x"})
+
+
+def test_unknown_nested_environment_keys_are_rejected(monkeypatch):
+    _env(monkeypatch, "upstream.url", URL)
+    _env(monkeypatch, "upstream.timeout", "3")
+    with pytest.raises(ConfigError, match=r"upstream\.timeout"):
+        load_settings()
+
+
+def test_unknown_top_level_environment_keys_are_rejected(monkeypatch):
+    # A misspelt MCP_ERA_PROXY_* variable must not be silently ignored.
+    _env(monkeypatch, "upstream.url", URL)
+    _env(monkeypatch, "listn", "127.0.0.1:9002")
+    with pytest.raises(ConfigError, match=r"(?i)listn"):
+        load_settings()
+
+
+# ---------------------------------------------------------------- helpers
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ("127.0.0.1:8080", ("127.0.0.1", 8080)),
+        ("localhost:1", ("localhost", 1)),
+        ("[::1]:8443", ("::1", 8443)),
+        (" 0.0.0.0:65535 ", ("0.0.0.0", 65535)),
+    ],
+)
+def test_parse_listen_reads_host_and_port(value, expected):
+    assert parse_listen(value) == expected
+
+
+@pytest.mark.parametrize("value", ["", "8080", ":8080", "host:", "host:0", "host:65536", "host:http", "[::1]8080"])
+def test_parse_listen_rejects_malformed_addresses_with_an_example(value):
+    with pytest.raises(ValueError, match="HOST:PORT"):
+        parse_listen(value)
+
+
+@pytest.mark.parametrize(
+    ("host", "loopback"),
+    [
+        ("localhost", True),
+        ("LOCALHOST", True),
+        ("127.0.0.1", True),
+        ("127.8.9.10", True),
+        ("::1", True),
+        ("[::1]", True),
+        ("0.0.0.0", False),
+        ("10.0.0.1", False),
+        ("example.com", False),
+        ("localhost.example.com", False),
+    ],
+)
+def test_loopback_hosts_are_recognised(host, loopback):
+    assert is_loopback_host(host) is loopback

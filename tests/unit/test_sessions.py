@@ -1,0 +1,192 @@
+"""Signed legacy session ids and the in-memory session store (proxy/sessions.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from proxy.sessions import (
+    InMemorySessionStore,
+    LegacySession,
+    SessionIds,
+    principal_of,
+    short_hash,
+)
+
+SECRET = b"0123456789abcdef0123456789abcdef"
+LIFETIME = 3600.0
+START = 1_800_000_000
+
+
+class FakeClock:
+    def __init__(self, now: float = START) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _ids(clock: FakeClock | None = None, secret: bytes = SECRET) -> SessionIds:
+    return SessionIds(secret, LIFETIME, clock=clock or FakeClock())
+
+
+ALICE = principal_of("Bearer alice-token")
+BOB = principal_of("Bearer bob-token")
+
+
+# ---------------------------------------------------------------- ids
+
+
+def test_minted_ids_use_visible_ascii_only():
+    ids = _ids()
+    for _ in range(50):
+        session_id = ids.mint(ALICE)
+        assert session_id
+        assert all(0x21 <= ord(c) <= 0x7E for c in session_id)
+
+
+def test_minted_ids_are_unguessable_even_for_the_same_principal_and_instant():
+    ids = _ids()
+    minted = {ids.mint(ALICE) for _ in range(500)}
+    assert len(minted) == 500
+    # 128 random bits encode to at least 22 base64url characters before the signature.
+    assert all(len(session_id.partition(".")[0]) >= 22 for session_id in minted)
+
+
+def test_an_id_checks_for_the_principal_it_was_minted_for():
+    ids = _ids()
+    assert ids.check(ids.mint(ALICE), ALICE)
+    assert ids.check(ids.mint(""), "")
+
+
+def test_an_id_fails_for_another_principal():
+    ids = _ids()
+    session_id = ids.mint(ALICE)
+    assert not ids.check(session_id, BOB)
+    assert not ids.check(session_id, "")
+    assert not ids.check(ids.mint(""), ALICE)
+
+
+def test_an_id_fails_under_another_secret():
+    session_id = _ids().mint(ALICE)
+    assert not _ids(secret=b"another-secret-of-enough-length!").check(session_id, ALICE)
+
+
+def _tamper_first_char(session_id: str) -> str:
+    return ("B" if session_id[0] == "A" else "A") + session_id[1:]
+
+
+def _tamper_signature(session_id: str) -> str:
+    body, _, mac = session_id.partition(".")
+    return body + "." + ("B" if mac[0] == "A" else "A") + mac[1:]
+
+
+TAMPERINGS = {
+    "first payload char changed": _tamper_first_char,
+    "signature changed": _tamper_signature,
+    "signature cut off": lambda s: s.partition(".")[0],
+    "separator removed": lambda s: s.replace(".", ""),
+    "empty signature": lambda s: s.partition(".")[0] + ".",
+    "truncated": lambda s: s[:-4],
+    "extended": lambda s: s + "AAAA",
+    "non-base64url char inserted": lambda s: s[:5] + "!" + s[5:],
+    "padding appended": lambda s: s + "==",
+    "doubled": lambda s: s * 2,
+    "empty": lambda s: "",
+    "payload removed": lambda s: "." + s.partition(".")[2],
+}
+
+
+@pytest.mark.parametrize("tamper", TAMPERINGS.values(), ids=TAMPERINGS.keys())
+def test_a_tampered_id_fails(tamper):
+    ids = _ids()
+    session_id = ids.mint(ALICE)
+    tampered = tamper(session_id)
+    assert tampered != session_id
+    assert not ids.check(tampered, ALICE)
+
+
+@pytest.mark.parametrize("garbage", ["not-an-id", "a.b", "%%%.%%%", "x" * 200, "é.é", ". "])
+def test_garbage_ids_fail_without_raising(garbage):
+    assert not _ids().check(garbage, ALICE)
+
+
+def test_an_id_expires_after_the_maximum_lifetime():
+    clock = FakeClock()
+    ids = _ids(clock)
+    session_id = ids.mint(ALICE)
+    clock.now = START + LIFETIME
+    assert ids.check(session_id, ALICE)
+    clock.now = START + LIFETIME + 1
+    assert not ids.check(session_id, ALICE)
+
+
+def test_an_id_minted_later_is_valid_later():
+    clock = FakeClock()
+    ids = _ids(clock)
+    clock.now = START + 10 * LIFETIME
+    session_id = ids.mint(ALICE)
+    clock.now += LIFETIME - 1
+    assert ids.check(session_id, ALICE)
+
+
+# ---------------------------------------------------------------- principals and log hashes
+
+
+def test_principals_are_stable_distinct_and_do_not_reveal_the_credential():
+    assert principal_of("Bearer alice-token") == ALICE
+    assert ALICE != BOB
+    assert "alice" not in ALICE
+    assert principal_of(None) == principal_of("") == ""
+    assert ALICE != ""
+
+
+def test_short_hash_hides_the_value_but_is_stable():
+    session_id = _ids().mint(ALICE)
+    assert short_hash(session_id) == short_hash(session_id)
+    assert short_hash(session_id) != short_hash(session_id + "x")
+    assert session_id not in short_hash(session_id)
+    assert len(short_hash(session_id)) < len(session_id)
+
+
+# ---------------------------------------------------------------- store
+
+
+def _session(session_id: str, *, created: float = 0.0, seen: float = 0.0) -> LegacySession:
+    return LegacySession(
+        id=session_id,
+        principal=ALICE,
+        legacy_version="2025-06-18",
+        modern_version="2026-07-28",
+        client_capabilities={},
+        upstream_capabilities={},
+        server_capabilities={},
+        client_info=None,
+        created_at=created,
+        last_seen=seen,
+    )
+
+
+async def test_the_store_adds_gets_saves_counts_and_removes_sessions():
+    store = InMemorySessionStore()
+    first, second = _session("s1"), _session("s2")
+    await store.add(first)
+    await store.add(second)
+    assert await store.count() == 2
+    assert await store.get("s1") is first
+    first.log_level = "info"
+    await store.save(first)
+    assert (await store.get("s1")).log_level == "info"
+    assert await store.remove("s1") is first
+    assert await store.get("s1") is None
+    assert await store.remove("s1") is None
+    assert await store.count() == 1
+
+
+async def test_the_store_lists_idle_and_old_sessions_by_cutoff():
+    store = InMemorySessionStore()
+    await store.add(_session("old-idle", created=10, seen=20))
+    await store.add(_session("old-busy", created=10, seen=500))
+    await store.add(_session("new-busy", created=400, seen=500))
+    assert sorted(await store.idle_since(100)) == ["old-idle"]
+    assert sorted(await store.created_before(100)) == ["old-busy", "old-idle"]
+    assert await store.idle_since(0) == []
