@@ -1,0 +1,69 @@
+"""The command line: configuration errors are clear and stop the start; the effective config prints."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from proxy.config import ENV_PREFIX
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(ENV_PREFIX)}
+    return subprocess.run(
+        [sys.executable, "-m", "proxy", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**clean, **(env or {})},
+        cwd=REPO,
+        check=False,
+    )
+
+
+def test_check_config_prints_the_effective_configuration_with_flags_over_env_over_file(tmp_path: Path) -> None:
+    config = tmp_path / "proxy.yaml"
+    config.write_text("upstream:\n  url: http://127.0.0.1:1/mcp\n  name: from-file\nsessions:\n  idle_timeout_s: 7\n")
+    done = run_cli(
+        "--config",
+        str(config),
+        "--listen",
+        "127.0.0.1:9999",
+        "--check-config",
+        env={f"{ENV_PREFIX}UPSTREAM__NAME": "from-env", f"{ENV_PREFIX}LISTEN": "127.0.0.1:1111"},
+    )
+    assert done.returncode == 0, done.stderr
+    effective = json.loads(done.stdout)
+    assert effective["listen"] == "127.0.0.1:9999"
+    assert effective["upstream"]["name"] == "from-env"
+    assert effective["sessions"]["idle_timeout_s"] == 7
+    assert "secret" not in effective["security"]
+
+
+def test_the_example_config_file_is_valid() -> None:
+    done = run_cli("--config", str(REPO / "config" / "proxy.example.yaml"), "--check-config")
+    assert done.returncode == 0, done.stderr
+
+
+def test_a_bad_value_stops_the_start_with_a_message_naming_the_key() -> None:
+    done = run_cli("--upstream", "ftp://example/mcp", "--listen", "nowhere")
+    assert done.returncode == 2
+    assert "upstream.url" in done.stderr and "listen" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_a_missing_upstream_is_reported_not_a_traceback() -> None:
+    done = run_cli()
+    assert done.returncode == 2
+    assert "upstream" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_a_misspelt_environment_variable_is_refused() -> None:
+    done = run_cli("--upstream", "http://127.0.0.1:1/mcp", "--check-config", env={f"{ENV_PREFIX}LISTN": "x"})
+    assert done.returncode == 2
+    assert f"{ENV_PREFIX}LISTN" in done.stderr
