@@ -78,6 +78,20 @@ def initialize_result(discover: JSONDict, requested_version: object, proxy_info:
 # ---------------------------------------------------------------- request half
 
 
+def request_meta(profile: ClientProfile, base: object = None) -> JSONDict:
+    """The request `_meta`: the caller's own keys kept, the envelope keys set from the profile."""
+    out = dict(base) if isinstance(base, dict) else {}
+    out.pop(meta.RELATED_TASK, None)
+    out[meta.PROTOCOL_VERSION] = profile.modern_version
+    out[meta.CLIENT_CAPABILITIES] = profile.capabilities
+    for key, value in ((meta.CLIENT_INFO, profile.client_info), (meta.LOG_LEVEL, profile.log_level)):
+        if value is not None:
+            out[key] = value
+        else:
+            out.pop(key, None)
+    return out
+
+
 def to_upstream(
     message: JSONDict,
     upstream_id: jsonrpc.RequestId,
@@ -91,19 +105,7 @@ def to_upstream(
     params = dict(params) if isinstance(params, dict) else {}
     for key in _LEGACY_ONLY_PARAMS:
         params.pop(key, None)
-    request_meta = dict(params.get("_meta") or {}) if isinstance(params.get("_meta"), dict) else {}
-    request_meta.pop(meta.RELATED_TASK, None)
-    request_meta[meta.PROTOCOL_VERSION] = profile.modern_version
-    request_meta[meta.CLIENT_CAPABILITIES] = profile.capabilities
-    if profile.client_info is not None:
-        request_meta[meta.CLIENT_INFO] = profile.client_info
-    else:
-        request_meta.pop(meta.CLIENT_INFO, None)
-    if profile.log_level is not None:
-        request_meta[meta.LOG_LEVEL] = profile.log_level
-    else:
-        request_meta.pop(meta.LOG_LEVEL, None)
-    params["_meta"] = request_meta
+    params["_meta"] = request_meta(profile, params.get("_meta"))
     if input_responses is not None:
         params["inputResponses"] = input_responses
     if request_state is not None:

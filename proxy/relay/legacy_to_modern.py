@@ -295,15 +295,18 @@ class LegacyToModern:
             session.subscriptions = session.subscriptions | {uri}
             await self._store.save(session)
             try:
-                ack = await self._listener(session, runtime).refresh()
-            except (UpstreamError, TimeoutError) as exc:
+                try:
+                    ack = await self._listener(session, runtime).refresh()
+                except (UpstreamError, TimeoutError) as exc:
+                    raise ProxyError(jsonrpc.INTERNAL_ERROR, f"could not subscribe upstream: {exc}") from None
+                if uri not in (ack.get("resourceSubscriptions") or ()):
+                    raise ProxyError(
+                        jsonrpc.INTERNAL_ERROR, f"the upstream did not acknowledge a subscription to {uri}"
+                    )
+            except ProxyError:
                 session.subscriptions = session.subscriptions - {uri}
                 await self._store.save(session)
-                raise ProxyError(jsonrpc.INTERNAL_ERROR, f"could not subscribe upstream: {exc}") from None
-            if uri not in (ack.get("resourceSubscriptions") or ()):
-                session.subscriptions = session.subscriptions - {uri}
-                await self._store.save(session)
-                raise ProxyError(jsonrpc.INTERNAL_ERROR, f"the upstream did not acknowledge a subscription to {uri}")
+                raise
             return {}
         # resources/unsubscribe: filter locally at once, re-listen in the background.
         session.subscriptions = session.subscriptions - {uri}
@@ -318,10 +321,6 @@ class LegacyToModern:
         return l2m.ClientProfile(
             session.modern_version, session.upstream_capabilities, session.client_info, session.log_level
         )
-
-    def _request_meta(self, session: LegacySession) -> JSONDict:
-        probe = l2m.to_upstream({"jsonrpc": "2.0", "method": "x"}, 0, self._profile(session))
-        return probe["params"]["_meta"]
 
     async def _forward(
         self,
@@ -613,7 +612,7 @@ class LegacyToModern:
             @asynccontextmanager
             async def open_stream(filter_: JSONDict) -> AsyncIterator[tuple[Any, AsyncIterator[JSONDict]]]:
                 upstream_id = f"listen-{next(self._upstream_ids)}"
-                outgoing = listen_request(upstream_id, filter_, self._request_meta(session))
+                outgoing = listen_request(upstream_id, filter_, l2m.request_meta(self._profile(session)))
                 headers = {**runtime.auth_headers, **l2m.upstream_headers(outgoing, session.modern_version)}
                 async with self._upstream.exchange(outgoing, headers) as messages:
                     yield upstream_id, messages
