@@ -50,10 +50,26 @@ def is_loopback_host(host: str) -> bool:
         return False
 
 
+class CacheHintConfig(_Section):
+    ttl_ms: int = Field(0, ge=0, description="ttlMs put on results the proxy authors (legacy upstreams).")
+    scope: Literal["private", "public"] = Field(
+        "private", description="cacheScope on those results; public only if no result depends on the caller."
+    )
+
+
+class PoolConfig(_Section):
+    max_sessions: int = Field(256, gt=0, description="Upstream legacy sessions held at most (all callers).")
+    max_per_key: int = Field(
+        64, gt=0, description="Sessions per caller and capability set (one per concurrent interactive call)."
+    )
+    idle_timeout_s: float = Field(300.0, gt=0, description="Idle upstream sessions are closed (DELETE).")
+    ping_interval_s: float = Field(60.0, gt=0, description="Idle upstream sessions are pinged this often.")
+
+
 class UpstreamConfig(_Section):
     url: str = Field(description="Streamable HTTP endpoint of the MCP server behind the proxy.")
     name: str = Field("upstream", description="Label used in logs and metrics (never the URL).")
-    era: Literal["auto", "legacy", "modern"] = Field("modern", description="Protocol era the upstream speaks.")
+    era: Literal["legacy", "modern"] = Field("modern", description="Protocol era the upstream speaks.")
     headers: dict[str, str] = Field(
         default_factory=dict, description="Extra static headers sent on every upstream request."
     )
@@ -66,6 +82,20 @@ class UpstreamConfig(_Section):
     )
     max_connections: int = Field(
         0, ge=0, description="Connection pool bound (0 = unbounded; listen streams hold one each)."
+    )
+    cache: CacheHintConfig = Field(
+        default_factory=CacheHintConfig, description="Cache hints for results of a legacy upstream."
+    )
+    cache_methods: dict[str, CacheHintConfig] = Field(
+        default_factory=dict, description="Per-method cache hints (server/discover, tools/list, ...)."
+    )
+    pool: PoolConfig = Field(default_factory=PoolConfig, description="Sessions held with a legacy upstream.")
+    declare_capabilities: Literal["all", "client"] = Field(
+        "all",
+        description="Client capabilities declared to a legacy upstream. `all`: every input capability, so "
+        "the server asks whenever it needs input and a request that lacks the capability gets -32021 "
+        "naming it, as from a modern server. `client`: exactly what each request declares (one session "
+        "per capability set), for servers that adapt to what the client can do.",
     )
 
     @field_validator("url")
@@ -134,6 +164,16 @@ class SessionsConfig(_Section):
 
 
 class InputConfig(_Section):
+    park_timeout_s: float = Field(
+        600.0,
+        gt=0,
+        description="How long a parked legacy call waits for the modern client's retry "
+        "(also the requestState lifetime); then it is cancelled upstream.",
+    )
+    collect_window_s: float = Field(
+        0.1, ge=0, description="After a legacy server's first input request, wait this long for more."
+    )
+    max_parked: int = Field(1000, gt=0, description="Parked legacy calls held at most.")
     max_rounds: int = Field(10, gt=0, description="Multi round-trip rounds allowed per request.")
     round_timeout_s: float = Field(300.0, gt=0, description="Time a client has to answer one round of input requests.")
     initialized_wait_s: float = Field(

@@ -83,6 +83,21 @@ class Metrics:
         self.input_rounds = Counter(
             PREFIX + "input_rounds_total", "Multi round-trip input rounds relayed.", ["direction", "method"], registry=r
         )
-        for kind in ("downstream_get", "downstream_request_sse", "upstream_listen"):
+        self.upstream_sessions = Gauge(
+            PREFIX + "upstream_sessions_open",
+            "Legacy sessions the proxy holds with the upstream.",
+            ["upstream"],
+            registry=r,
+        )
+        self.upstream_reinitialized = Counter(
+            PREFIX + "upstream_sessions_reinitialized_total",
+            "Upstream legacy sessions opened again after the upstream forgot them (HTTP 404).",
+            ["upstream"],
+            registry=r,
+        )
+        self.parked_calls = Gauge(
+            PREFIX + "parked_calls", "Legacy upstream calls waiting for a modern client's input.", registry=r
+        )
+        for kind in ("downstream_get", "downstream_listen", "upstream_get", "upstream_listen"):
             self.streams_open.labels(kind)
         self.sessions_open.labels("legacy")

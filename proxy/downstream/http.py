@@ -20,8 +20,10 @@ from ..metrics import Metrics, method_label
 from ..protocol import jsonrpc
 from ..protocol.classify import Rejection, Route, classify_post
 from ..protocol.headers import PROTOCOL_VERSION_HEADER, SESSION_HEADER
+from ..protocol.modern_inbound import ModernRequest, header_view, validate_request
 from ..protocol.versions import LEGACY_VERSIONS
 from ..relay.legacy_to_modern import LegacyToModern, upstream_error, upstream_timeout
+from ..relay.modern_to_legacy import ListenBridge, ModernToLegacy
 from ..sessions import LegacySession, principal_of, short_hash
 from ..upstream.errors import UpstreamError
 from ..upstream.http import HttpUpstream
@@ -39,13 +41,33 @@ def error_reply(exc: ProxyError, request_id: Any = None) -> web.Response:
 
 
 class McpEndpoint:
-    def __init__(self, settings: Settings, relay: LegacyToModern, upstream: HttpUpstream, metrics: Metrics) -> None:
+    """One relay per translated pairing; the same-era pairing is passed through.
+
+    With a modern upstream `legacy_clients` serves legacy clients (modern ones pass through);
+    with a legacy upstream `modern_clients` serves modern clients (legacy ones pass through).
+    """
+
+    def __init__(
+        self,
+        settings: Settings,
+        upstream: HttpUpstream,
+        metrics: Metrics,
+        *,
+        legacy_clients: LegacyToModern | None = None,
+        modern_clients: ModernToLegacy | None = None,
+    ) -> None:
         self._settings = settings
-        self._relay = relay
+        self._legacy_clients = legacy_clients
+        self._modern_clients = modern_clients
         self._upstream = upstream
         self._metrics = metrics
-        self._upstream_era = "modern"
+        self._upstream_era = settings.upstream.era
         self._keepalive_s = settings.streams.keepalive_s
+
+    @property
+    def _relay(self) -> LegacyToModern:
+        assert self._legacy_clients is not None
+        return self._legacy_clients
 
     # ------------------------------------------------------------ caller context
 
@@ -95,12 +117,17 @@ class McpEndpoint:
         route = classify_post(body, session_id, request.headers.get(PROTOCOL_VERSION_HEADER))
         if isinstance(route, Rejection):
             raise ProxyError(route.code, route.message, status=route.status)
-        if route is Route.LEGACY_INITIALIZE:
-            return await self._initialize(request, body, record)
         if route is Route.MODERN:
             record.downstream_era = "modern"
             record.method = body.get("method")
-            return await self._forward_modern(request, raw, record)
+            if self._modern_clients is not None:
+                return await self._modern(request, body, record)
+            return await self._pass_through(request, "POST", raw, record, legacy=False)
+        if self._legacy_clients is None:  # legacy client, legacy upstream: same era
+            record.method = body.get("method") if isinstance(body, dict) else "batch"
+            return await self._pass_through(request, "POST", raw, record, legacy=True)
+        if route is Route.LEGACY_INITIALIZE:
+            return await self._initialize(request, body, record)
         assert session_id is not None
         session = await self._session(request, session_id)
         record.session = session.id
@@ -201,23 +228,95 @@ class McpEndpoint:
             await reply.send(final)
         return await reply.stream.close()
 
-    # ------------------------------------------------------------ modern pass-through
+    # ------------------------------------------------------------ modern clients, legacy upstream
 
-    async def _forward_modern(self, request: web.Request, raw: bytes, record: _Record) -> web.StreamResponse:
-        """Same era on both sides: relay bytes unchanged, streaming as they arrive."""
+    async def _modern(self, request: web.Request, body: Any, record: _Record) -> web.StreamResponse:
+        """Validate exactly as a 2026-07-28 server must, then run it on the legacy upstream."""
+        assert self._modern_clients is not None
+        kind = jsonrpc.kind(body)
+        if kind == "notification":
+            return web.Response(status=202)  # nothing to act on: over HTTP a closed stream cancels
+        if kind != "request":
+            raise ProxyError(jsonrpc.INVALID_REQUEST, "expected a single JSON-RPC request or notification", status=400)
+        checked = validate_request(body, header_view(request.headers.items()))
+        if isinstance(checked, Rejection):
+            raise ProxyError(
+                checked.code, checked.message, status=checked.status, data=checked.data, outcome="rejected"
+            )
+        principal, auth = self._principal(request), self._auth_headers(request)
+        if checked.method == "subscriptions/listen":
+            return await self._listen(request, checked, principal, auth, record)
+        reply = RequestReply(request, self._keepalive_s)
+        try:
+            message, status = await self._modern_clients.handle(checked, reply, principal, auth)
+        except ProxyError as exc:
+            record.outcome = exc.outcome
+            if not reply.stream.started:
+                raise
+            message, status = exc.reply(body["id"]), 200
+        if "error" in message:
+            record.outcome = "error" if status == 200 else "rejected"
+        return await reply.finish(message, status)
+
+    async def _listen(
+        self, request: web.Request, checked: ModernRequest, principal: str, auth: dict[str, str], record: _Record
+    ) -> web.StreamResponse:
+        assert self._modern_clients is not None
+        bridge = ListenBridge(self._modern_clients, checked, principal, auth)
+        try:
+            acknowledgement = await bridge.open()
+        except ProxyError:
+            self._modern_clients.background(bridge.close())
+            raise
+        sse = SseStream(request, self._keepalive_s)
+        gauge = self._metrics.streams_open.labels("downstream_listen")
+        gauge.inc()
+        try:
+            await sse.send(acknowledgement)
+            while True:
+                try:
+                    async with asyncio.timeout(self._keepalive_s):
+                        message = await bridge.queue.get()
+                except TimeoutError:
+                    if not bridge.alive:
+                        break  # the upstream session is gone: end the stream, the client may listen again
+                    continue
+                if message is None:
+                    break
+                await sse.send(message)
+        except (ConnectionError, RuntimeError):
+            pass  # the client went away
+        finally:
+            gauge.dec()
+            sse.abort()
+            self._modern_clients.background(bridge.close())
+        return await sse.close()
+
+    # ------------------------------------------------------------ same-era pass-through
+
+    async def _pass_through(
+        self, request: web.Request, method: str, raw: bytes | None, record: _Record, *, legacy: bool
+    ) -> web.StreamResponse:
+        """Same era on both sides: relay bytes unchanged, streaming them as they arrive.
+
+        A legacy session maps one to one onto the upstream's (its id and Last-Event-ID pass).
+        """
         headers = self._auth_headers(request)
         for name, value in request.headers.items():
-            if name.lower().startswith(_PASSTHROUGH_PREFIXES) and name.lower() != SESSION_HEADER.lower():
+            lowered = name.lower()
+            if lowered.startswith(_PASSTHROUGH_PREFIXES) and (legacy or lowered != SESSION_HEADER.lower()):
+                headers[name] = value
+            elif legacy and lowered == "last-event-id":
                 headers[name] = value
         try:
-            async with asyncio.timeout(self._settings.upstream.request_timeout_s):
-                async with self._upstream.forward(raw, headers) as upstream:
-                    content_type = upstream.headers.get("Content-Type", "application/json")
-                    out_headers = {"Content-Type": content_type}
-                    if "WWW-Authenticate" in upstream.headers:
-                        out_headers["WWW-Authenticate"] = upstream.headers["WWW-Authenticate"]
+            async with asyncio.timeout(self._settings.upstream.request_timeout_s if method == "POST" else None):
+                async with self._upstream.forward(method, raw, headers) as upstream:
+                    out_headers = {}
+                    for name in ("Content-Type", "WWW-Authenticate", "Allow") + ((SESSION_HEADER,) if legacy else ()):
+                        if name in upstream.headers:
+                            out_headers[name] = upstream.headers[name]
                     record.outcome = "ok" if upstream.status < 400 else "error"
-                    if content_type.startswith("text/event-stream"):
+                    if out_headers.get("Content-Type", "").startswith("text/event-stream"):
                         out_headers.update(SSE_HEADERS)
                     response = web.StreamResponse(status=upstream.status, headers=out_headers)
                     await response.prepare(request)
@@ -237,6 +336,8 @@ class McpEndpoint:
         session_id = request.headers.get(SESSION_HEADER)
         if session_id is None:
             return _method_not_allowed()
+        if self._legacy_clients is None:
+            return await self._pass_through(request, "GET", None, _Record(), legacy=True)
         try:
             session = await self._session(request, session_id)
             stream_handle = self._relay.open_get_stream(session)
@@ -266,6 +367,8 @@ class McpEndpoint:
         session_id = request.headers.get(SESSION_HEADER)
         if session_id is None:
             return _method_not_allowed()
+        if self._legacy_clients is None:
+            return await self._pass_through(request, "DELETE", None, _Record(), legacy=True)
         session = await self._relay.resolve(session_id, self._principal(request))
         if session is None:
             return error_reply(session_not_found())

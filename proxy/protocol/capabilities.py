@@ -67,3 +67,45 @@ def elicitation_modes(modern_caps: object) -> frozenset[str]:
     elicitation = _obj(caps["elicitation"])
     modes = {mode for mode in ("form", "url") if mode in elicitation}
     return frozenset(modes or {"form"})
+
+
+# Every input capability a legacy client can declare (2025-11-25): what the proxy tells a legacy
+# server when it answers for whatever modern client comes (see `upstream.declare_capabilities`).
+ALL_INPUT_CAPABILITIES: JSONDict = {
+    "roots": {},
+    "sampling": {"context": {}, "tools": {}},
+    "elicitation": {"form": {}, "url": {}},
+}
+
+
+def legacy_client_capabilities(modern: object) -> JSONDict:
+    """Table C: a modern request's `clientCapabilities` as a legacy `initialize` declares them.
+
+    Proposed at 2025-11-25; older servers ignore members they do not know.
+    """
+    caps = _obj(modern)
+    out: JSONDict = {}
+    if "roots" in caps:
+        out["roots"] = {}  # no listChanged: the proxy never learns of root changes
+    if "sampling" in caps:
+        out["sampling"] = _obj(caps["sampling"])
+    if "elicitation" in caps:
+        elicitation = _obj(caps["elicitation"])
+        out["elicitation"] = {mode: _obj(elicitation[mode]) for mode in ("form", "url") if mode in elicitation} or {
+            "form": {}
+        }
+    if isinstance(caps.get("experimental"), dict):
+        out["experimental"] = caps["experimental"]
+    return out
+
+
+def modern_server_capabilities(legacy: object) -> JSONDict:
+    """A legacy InitializeResult's server capabilities in the modern shape (reference §4.2)."""
+    caps = _obj(legacy)
+    out: JSONDict = {}
+    for kind in ("tools", "prompts", "resources", "completions", "logging"):
+        if kind in caps and caps[kind] is not None:
+            out[kind] = _obj(caps[kind])
+    if isinstance(caps.get("experimental"), dict):
+        out["experimental"] = caps["experimental"]
+    return out

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import Enum
+from typing import Any
 
 from . import jsonrpc, meta
 from .versions import MODERN_VERSIONS
@@ -25,6 +26,7 @@ class Rejection:
     status: int
     code: int
     message: str
+    data: Any = None
 
 
 def classify_post(body: object, session_id: str | None, protocol_version_header: str | None) -> Route | Rejection:

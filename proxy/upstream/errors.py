@@ -48,3 +48,9 @@ class UpstreamHTTPError(UpstreamError):
     @property
     def is_auth(self) -> bool:
         return self.status in (401, 403)
+
+
+class UpstreamSessionGone(UpstreamError):
+    """The legacy upstream no longer knows the session (HTTP 404 on a session request)."""
+
+    kind = "session_gone"

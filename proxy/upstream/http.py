@@ -17,11 +17,13 @@ import aiohttp
 from .. import __version__
 from ..config import UpstreamConfig
 from ..protocol import jsonrpc
+from ..protocol.headers import SESSION_HEADER
 from ..protocol.sse import Decoder
 from .errors import (
     UpstreamError,
     UpstreamHTTPError,
     UpstreamProtocolError,
+    UpstreamSessionGone,
     UpstreamTimeout,
     UpstreamUnavailable,
 )
@@ -33,6 +35,20 @@ _BASE_HEADERS = {
     "Accept": "application/json, text/event-stream",
     "User-Agent": f"mcp-era-proxy/{__version__}",
 }
+
+
+class Reply:
+    """One upstream HTTP reply: its status and headers, and its JSON-RPC messages as they arrive."""
+
+    __slots__ = ("_messages", "headers", "status")
+
+    def __init__(self, response: aiohttp.ClientResponse, messages: AsyncIterator[JSONDict]) -> None:
+        self.status = response.status
+        self.headers = response.headers
+        self._messages = messages
+
+    def __aiter__(self) -> AsyncIterator[JSONDict]:
+        return self._messages
 
 
 class HttpUpstream:
@@ -57,18 +73,39 @@ class HttpUpstream:
         return {**self._static_headers, **extra}
 
     @asynccontextmanager
-    async def exchange(self, message: JSONDict, headers: Mapping[str, str]) -> AsyncIterator[AsyncIterator[JSONDict]]:
-        """POST `message`; yield an iterator over the upstream's reply messages."""
+    async def exchange(
+        self, message: JSONDict | None, headers: Mapping[str, str], *, method: str = "POST"
+    ) -> AsyncIterator[Reply]:
+        """Send `message` (or a bodiless GET/DELETE); yield the reply, iterable over its messages."""
+        session_bound = SESSION_HEADER in headers
         try:
-            response = await self._session.post(self.url, data=jsonrpc.encode(message), headers=self._headers(headers))
+            response = await self._session.request(
+                method,
+                self.url,
+                data=None if message is None else jsonrpc.encode(message),
+                headers=self._headers(headers) if message is not None else self._bodiless_headers(headers),
+            )
         except TimeoutError:
             raise UpstreamTimeout(self.name, "did not accept the connection in time") from None
         except aiohttp.ClientError as exc:
             raise UpstreamUnavailable(self.name, f"is unreachable ({exc.__class__.__name__}: {exc})") from None
         try:
-            yield self._messages(response)
+            if session_bound and response.status == 404:
+                raise UpstreamSessionGone(self.name, "no longer knows the session (HTTP 404)")
+            yield Reply(response, self._messages(response))
         finally:
             response.close()
+
+    async def send(self, message: JSONDict, headers: Mapping[str, str]) -> None:
+        """POST a notification or a response; the upstream must accept it (2xx, no reply)."""
+        async with self.exchange(message, headers) as replies:
+            async for _ in replies:
+                pass
+
+    def _bodiless_headers(self, extra: Mapping[str, str]) -> dict[str, str]:
+        headers = self._headers(extra)
+        headers.pop("Content-Type", None)
+        return headers
 
     async def _messages(self, response: aiohttp.ClientResponse) -> AsyncIterator[JSONDict]:
         status = response.status
@@ -92,6 +129,9 @@ class HttpUpstream:
                 raise UpstreamUnavailable(self.name, f"dropped the stream ({exc.__class__.__name__})") from None
             return
         body = await self._read_limited(response)
+        if status < 300 and not body.strip():
+            self.last_ok = self._clock()
+            return  # e.g. 200 to a DELETE
         if status < 300 and content_type != "application/json" and body[:1] not in ("{", "["):
             raise UpstreamProtocolError(
                 self.name, f"sent a {content_type or 'untyped'} body that is not JSON-RPC: {body[:120]!r}"
@@ -129,10 +169,14 @@ class HttpUpstream:
         return values
 
     @asynccontextmanager
-    async def forward(self, body: bytes, headers: Mapping[str, str]) -> AsyncIterator[aiohttp.ClientResponse]:
+    async def forward(
+        self, method: str, body: bytes | None, headers: Mapping[str, str]
+    ) -> AsyncIterator[aiohttp.ClientResponse]:
         """Raw pass-through for same-era traffic: the caller streams the response bytes."""
         try:
-            response = await self._session.post(self.url, data=body, headers=self._headers(headers))
+            response = await self._session.request(
+                method, self.url, data=body, headers=self._headers(headers) if body else self._bodiless_headers(headers)
+            )
         except TimeoutError:
             raise UpstreamTimeout(self.name, "did not accept the connection in time") from None
         except aiohttp.ClientError as exc:

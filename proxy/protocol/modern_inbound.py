@@ -1,0 +1,199 @@
+"""Validation of an incoming 2026-07-28 request, exactly as a modern server must do it.
+
+Reference §4.1 and 2026-07-28/basic/transports/streamable-http.mdx §Server Validation. An
+ordered ladder; the first failing rung decides. Pure: it sees the decoded body and the
+relevant request headers (lower-cased names, every value received), never a socket.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from . import jsonrpc, meta
+from .classify import Rejection
+from .headers import (
+    METHOD_HEADER,
+    NAME_BEARING_METHODS,
+    NAME_HEADER,
+    PARAM_HEADER_PREFIX,
+    PROTOCOL_VERSION_HEADER,
+    ParamHeader,
+    decode_header_value,
+)
+from .versions import MODERN_VERSIONS
+
+JSONDict = dict[str, Any]
+Headers = Mapping[str, Sequence[str]]  # lower-cased header name -> every value received
+
+# Methods 2026-07-28 removed: a modern server answers them 404 / -32601 (basic/versioning.mdx).
+REMOVED_METHODS = frozenset(
+    {
+        "initialize",
+        "ping",
+        "logging/setLevel",
+        "resources/subscribe",
+        "resources/unsubscribe",
+        "tasks/list",
+        "tasks/result",
+    }
+)
+# Which server capability backs a method (absent capability → method not found).
+BACKING_CAPABILITY = {
+    "tools/list": "tools",
+    "tools/call": "tools",
+    "prompts/list": "prompts",
+    "prompts/get": "prompts",
+    "resources/list": "resources",
+    "resources/templates/list": "resources",
+    "resources/read": "resources",
+    "completion/complete": "completions",
+}
+_HTTP_400 = 400
+
+
+@dataclass(frozen=True, slots=True)
+class ModernRequest:
+    message: JSONDict
+    method: str
+    version: str
+    capabilities: JSONDict
+    client_info: JSONDict | None
+    log_level: str | None
+
+
+def header_view(pairs: Sequence[tuple[str, str]]) -> dict[str, list[str]]:
+    """Collect the MCP request-metadata headers from (name, value) pairs."""
+    out: dict[str, list[str]] = {}
+    for name, value in pairs:
+        lowered = name.lower()
+        if lowered.startswith("mcp-"):
+            out.setdefault(lowered, []).append(value)
+    return out
+
+
+def _single(headers: Headers, name: str) -> str | Rejection | None:
+    values = headers.get(name.lower())
+    if not values:
+        return None
+    if len(values) > 1:
+        return _mismatch(f"header {name} appears more than once")
+    return values[0]
+
+
+def _mismatch(text: str) -> Rejection:
+    return Rejection(_HTTP_400, jsonrpc.HEADER_MISMATCH, f"Header mismatch: {text}")
+
+
+def validate_request(
+    body: JSONDict, headers: Headers, param_headers: Callable[[str], tuple[ParamHeader, ...]] = lambda name: ()
+) -> ModernRequest | Rejection:
+    """Check one modern JSON-RPC request (its kind already known to be "request")."""
+    method = body["method"]
+    params = body.get("params")
+    request_meta = meta.meta_of(params)
+    version = request_meta.get(meta.PROTOCOL_VERSION) if request_meta else None
+    capabilities = request_meta.get(meta.CLIENT_CAPABILITIES) if request_meta else None
+    if not isinstance(version, str) or not isinstance(capabilities, dict):
+        return Rejection(
+            _HTTP_400,
+            jsonrpc.INVALID_PARAMS,
+            f"params._meta must carry {meta.PROTOCOL_VERSION!r} (string) and {meta.CLIENT_CAPABILITIES!r} (object)",
+        )
+    assert isinstance(params, dict) and request_meta is not None
+    # Headers mirror the body; both must be present and agree.
+    header_version = _single(headers, PROTOCOL_VERSION_HEADER)
+    header_method = _single(headers, METHOD_HEADER)
+    for value in (header_version, header_method):
+        if isinstance(value, Rejection):
+            return value
+    if header_version is None:
+        return _mismatch(f"missing {PROTOCOL_VERSION_HEADER} header")
+    if header_method is None:
+        return _mismatch(f"missing {METHOD_HEADER} header")
+    if header_version != version:
+        return _mismatch(f"{PROTOCOL_VERSION_HEADER} {header_version!r} does not match body {version!r}")
+    if header_method != method:
+        return _mismatch(f"{METHOD_HEADER} {header_method!r} does not match body method {method!r}")
+    field = NAME_BEARING_METHODS.get(method)
+    if field is not None:
+        header_name = _single(headers, NAME_HEADER)
+        if isinstance(header_name, Rejection):
+            return header_name
+        if header_name is None:
+            return _mismatch(f"missing {NAME_HEADER} header (required for {method})")
+        try:
+            decoded = decode_header_value(header_name)
+        except ValueError as exc:
+            return _mismatch(f"{NAME_HEADER}: {exc}")
+        if decoded != params.get(field):
+            return _mismatch(f"{NAME_HEADER} {decoded!r} does not match body {field} {params.get(field)!r}")
+    if version not in MODERN_VERSIONS:
+        return Rejection(
+            _HTTP_400,
+            jsonrpc.UNSUPPORTED_PROTOCOL_VERSION,
+            f"Unsupported protocol version: {version}",
+            {"supported": list(MODERN_VERSIONS), "requested": version},
+        )
+    level = request_meta.get(meta.LOG_LEVEL)
+    if level is not None and level not in meta.LOG_LEVELS:
+        return Rejection(_HTTP_400, jsonrpc.INVALID_PARAMS, f"unknown log level {level!r}")
+    if method == "tools/call" and isinstance(params.get("name"), str):
+        problem = _check_param_headers(param_headers(params["name"]), params.get("arguments"), headers)
+        if problem is not None:
+            return problem
+    client_info = request_meta.get(meta.CLIENT_INFO)
+    return ModernRequest(
+        body,
+        method,
+        version,
+        capabilities,
+        client_info if isinstance(client_info, dict) else None,
+        level if isinstance(level, str) else None,
+    )
+
+
+def _check_param_headers(specs: tuple[ParamHeader, ...], arguments: object, headers: Headers) -> Rejection | None:
+    for spec in specs:
+        value: Any = arguments
+        for step in spec.path:
+            value = value.get(step) if isinstance(value, dict) else None
+        name = PARAM_HEADER_PREFIX + spec.name
+        received = _single(headers, name)
+        if isinstance(received, Rejection):
+            return received
+        if value is None:
+            if received is not None:
+                return _mismatch(f"{name} sent but the argument is absent")
+            continue
+        if received is None:
+            return _mismatch(f"missing {name} header for argument {'.'.join(spec.path)}")
+        try:
+            decoded = decode_header_value(received)
+        except ValueError as exc:
+            return _mismatch(f"{name}: {exc}")
+        if not _same_value(decoded, value):
+            return _mismatch(f"{name} {decoded!r} does not match the argument value {value!r}")
+    return None
+
+
+def _same_value(header: str, value: object) -> bool:
+    if isinstance(value, bool):
+        return header == ("true" if value else "false")
+    if isinstance(value, (int, float)):
+        try:
+            return float(header) == float(value)  # compared numerically: "42.0" equals 42
+        except ValueError:
+            return False
+    return header == value
+
+
+def method_problem(method: str, server_capabilities: JSONDict) -> Rejection | None:
+    """Method-level check against what the upstream backs (-32601 travels with HTTP 404)."""
+    if method in REMOVED_METHODS or method.startswith("tasks/"):
+        return Rejection(404, jsonrpc.METHOD_NOT_FOUND, f"Method not found: {method}")
+    capability = BACKING_CAPABILITY.get(method)
+    if capability is not None and capability not in server_capabilities:
+        return Rejection(404, jsonrpc.METHOD_NOT_FOUND, f"Method not found: {method} (the server has no {capability})")
+    return None

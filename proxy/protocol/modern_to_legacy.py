@@ -1,0 +1,304 @@
+"""Modern client → legacy upstream: the request half and the reply half, as pure functions.
+
+The proxy keeps pooled legacy sessions upstream and presents a stateless 2026-07-28 server
+downstream. Server-to-client requests of the legacy server become `input_required` results.
+Reference: protocol-translation.md §4.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from . import jsonrpc, meta
+from .capabilities import elicitation_modes, legacy_client_capabilities, modern_server_capabilities
+from .versions import LATEST_LEGACY, LEGACY_VERSIONS, MODERN_VERSIONS
+
+JSONDict = dict[str, Any]
+
+CACHEABLE_METHODS = frozenset(
+    {
+        "server/discover",
+        "tools/list",
+        "prompts/list",
+        "resources/list",
+        "resources/templates/list",
+        "resources/read",
+    }
+)
+INPUT_REQUIRED_METHODS = frozenset({"tools/call", "prompts/get", "resources/read"})
+INPUT_REQUEST_METHODS = frozenset({"elicitation/create", "sampling/createMessage", "roots/list"})
+# Keys of the request `_meta` and params that only the proxy may consume.
+_CONSUMED_PARAMS = ("inputResponses", "requestState")
+# Codes 2026-07-28 reserves (-32020..-32099) but does not define, which it forbids emitting.
+_MODERN_DEFINED = frozenset(
+    {jsonrpc.HEADER_MISMATCH, jsonrpc.MISSING_REQUIRED_CAPABILITY, jsonrpc.UNSUPPORTED_PROTOCOL_VERSION}
+)
+
+
+@dataclass(frozen=True, slots=True)
+class CacheHint:
+    ttl_ms: int
+    scope: str  # "private" | "public"
+
+
+# ---------------------------------------------------------------- session opening
+
+
+def initialize_request(request_id: jsonrpc.RequestId, modern_caps: JSONDict, client_info: JSONDict) -> JSONDict:
+    return jsonrpc.request(
+        request_id,
+        "initialize",
+        {
+            "protocolVersion": LATEST_LEGACY,
+            "capabilities": legacy_client_capabilities(modern_caps),
+            "clientInfo": client_info,
+        },
+    )
+
+
+class InitializeRejected(ValueError):
+    """The legacy server answered initialize with something we cannot use."""
+
+
+def check_initialize_result(result: object) -> JSONDict:
+    if not isinstance(result, dict) or result.get("protocolVersion") not in LEGACY_VERSIONS:
+        version = result.get("protocolVersion") if isinstance(result, dict) else None
+        raise InitializeRejected(f"upstream negotiated an unsupported protocol version {version!r}")
+    return result
+
+
+def discover_result(initialize: JSONDict, hint: CacheHint) -> JSONDict:
+    """server/discover answered from a legacy InitializeResult (reference §4.2)."""
+    result: JSONDict = {
+        "resultType": "complete",
+        "supportedVersions": list(MODERN_VERSIONS),
+        "capabilities": modern_server_capabilities(initialize.get("capabilities")),
+    }
+    if isinstance(initialize.get("instructions"), str):
+        result["instructions"] = initialize["instructions"]
+    if isinstance(initialize.get("serverInfo"), dict):
+        result["_meta"] = {meta.SERVER_INFO: initialize["serverInfo"]}
+    result["ttlMs"] = hint.ttl_ms
+    result["cacheScope"] = hint.scope
+    return result
+
+
+# ---------------------------------------------------------------- request half
+
+
+def to_upstream(message: JSONDict, upstream_id: jsonrpc.RequestId, progress_token: Any = None) -> JSONDict:
+    """Strip the modern envelope; the legacy session already carries version and capabilities."""
+    params = message.get("params")
+    params = {k: v for k, v in params.items() if k not in _CONSUMED_PARAMS} if isinstance(params, dict) else {}
+    request_meta = params.get("_meta")
+    if isinstance(request_meta, dict):
+        rest = {k: v for k, v in request_meta.items() if k not in meta.ENVELOPE_KEYS and k != "progressToken"}
+        if progress_token is not None:
+            rest["progressToken"] = progress_token
+        if rest:
+            params["_meta"] = rest
+        else:
+            params.pop("_meta")
+    out = {k: v for k, v in message.items() if k not in ("id", "params")}
+    out["id"] = upstream_id
+    if params:
+        out["params"] = params
+    return out
+
+
+def progress_token_of(message: JSONDict) -> Any:
+    request_meta = meta.meta_of(message.get("params"))
+    return request_meta.get("progressToken") if request_meta else None
+
+
+# ---------------------------------------------------------------- reply half
+
+
+def result_to_downstream(
+    method: str, result: JSONDict, server_info: JSONDict | None, hint: CacheHint | None
+) -> JSONDict:
+    out = dict(result)
+    out["resultType"] = "complete"
+    if method == "tools/list" and isinstance(out.get("tools"), list):
+        out["tools"] = [
+            {k: v for k, v in tool.items() if k != "execution"} if isinstance(tool, dict) else tool
+            for tool in out["tools"]
+        ]
+    if method in CACHEABLE_METHODS and hint is not None:
+        out["ttlMs"] = hint.ttl_ms
+        out["cacheScope"] = hint.scope
+    if server_info is not None:
+        result_meta = out.get("_meta")
+        out["_meta"] = (
+            {**result_meta, meta.SERVER_INFO: server_info}
+            if isinstance(result_meta, dict)
+            else {meta.SERVER_INFO: server_info}
+        )
+    return out
+
+
+def error_to_downstream(error: JSONDict) -> tuple[JSONDict, int]:
+    """A legacy error as 2026-07-28 defines it, with the HTTP status to send it with."""
+    code = error.get("code")
+    if code == jsonrpc.RESOURCE_NOT_FOUND:
+        return {**error, "code": jsonrpc.INVALID_PARAMS}, 200
+    if code == jsonrpc.METHOD_NOT_FOUND:
+        return error, 404
+    if isinstance(code, int) and -32099 <= code <= -32020 and code not in _MODERN_DEFINED:
+        return jsonrpc.error_object(
+            jsonrpc.INTERNAL_ERROR, str(error.get("message", "upstream error")), {"upstreamError": error}
+        ), 200
+    if code in _MODERN_DEFINED:
+        return error, 400
+    return error, 200
+
+
+def notification_to_downstream(note: JSONDict, progress_token: Any, log_level: str | None) -> JSONDict | None:
+    """A request-scoped notification from the legacy session, for one modern request."""
+    method = note.get("method")
+    params = note.get("params") if isinstance(note.get("params"), dict) else {}
+    if method == "notifications/message":
+        return note if meta.level_passes(params.get("level"), log_level) else None
+    if method == "notifications/progress":
+        if progress_token is None:
+            return None
+        return {**note, "params": {**params, "progressToken": progress_token}}
+    return None  # nothing else is request-scoped in 2026-07-28
+
+
+# ---------------------------------------------------------------- server-to-client requests
+
+
+@dataclass(frozen=True, slots=True)
+class Park:
+    """Hold the upstream call; surface this as an `inputRequests` entry."""
+
+    input_request: JSONDict
+
+
+@dataclass(frozen=True, slots=True)
+class Missing:
+    """The server needs a capability this request did not declare: like a modern server, fail the
+    request with -32021 naming it (and refuse the server's request upstream)."""
+
+    required: JSONDict
+    upstream_error: JSONDict
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """Answer the upstream at once with this JSON-RPC result or error object."""
+
+    result: JSONDict | None = None
+    error: JSONDict | None = None
+
+
+def server_request(request: JSONDict, front_method: str | None, front_caps: JSONDict) -> Park | Answer | Missing:
+    """What to do with a legacy server's request S during front request F (reference §4.5)."""
+    method = request.get("method")
+    if method == "ping":
+        return Answer(result={})
+    if method not in INPUT_REQUEST_METHODS:
+        return Answer(error=jsonrpc.error_object(jsonrpc.METHOD_NOT_FOUND, f"Method not found: {method}"))
+    if front_method not in INPUT_REQUIRED_METHODS:
+        return Answer(
+            error=jsonrpc.error_object(
+                jsonrpc.METHOD_NOT_FOUND, f"{method} is not available during {front_method or 'this call'}"
+            )
+        )
+    params = request.get("params") if isinstance(request.get("params"), dict) else {}
+    required = missing_capability(method, params, front_caps)
+    if required is not None:
+        # Legacy servers expect invalid params for an elicitation the client cannot do, else not found.
+        code = jsonrpc.INVALID_PARAMS if method == "elicitation/create" else jsonrpc.METHOD_NOT_FOUND
+        return Missing(required, jsonrpc.error_object(code, f"the client did not declare {next(iter(required))}"))
+    clean = {k: v for k, v in params.items() if k not in ("task", "_meta")}
+    if method == "elicitation/create":
+        clean.pop("elicitationId", None)
+    entry: JSONDict = {"method": method}
+    if clean or method != "roots/list":
+        entry["params"] = clean
+    return Park(entry)
+
+
+def missing_capability(method: str, params: JSONDict, caps: JSONDict) -> JSONDict | None:
+    """The client capabilities a server request needs and the request did not declare."""
+    if method == "elicitation/create":
+        mode = params.get("mode", "form")
+        return None if mode in elicitation_modes(caps) else {"elicitation": {mode: {}}}
+    if method == "sampling/createMessage":
+        sampling = caps.get("sampling")
+        needed: JSONDict = {}
+        if "tools" in params or "toolChoice" in params:
+            needed["tools"] = {}
+        if params.get("includeContext", "none") != "none":
+            needed["context"] = {}
+        if not isinstance(sampling, dict) or any(k not in sampling for k in needed):
+            return {"sampling": needed}
+        return None
+    return None if "roots" in caps else {"roots": {}}
+
+
+def abandoned_answer(method: str) -> Answer:
+    """How a parked server request is answered when the client never comes back."""
+    if method == "elicitation/create":
+        return Answer(result={"action": "cancel"})
+    return Answer(error=jsonrpc.error_object(jsonrpc.INTERNAL_ERROR, "the client did not answer"))
+
+
+# ---------------------------------------------------------------- subscriptions
+
+
+_LIST_CHANGED = {
+    "toolsListChanged": ("tools", "notifications/tools/list_changed"),
+    "promptsListChanged": ("prompts", "notifications/prompts/list_changed"),
+    "resourcesListChanged": ("resources", "notifications/resources/list_changed"),
+}
+
+
+def honored_filter(requested: JSONDict, server_caps: JSONDict, push_channel: bool, subscribed: list[str]) -> JSONDict:
+    """The part of a listen filter the legacy server can deliver (reference §4.6 step 5)."""
+    honored: JSONDict = {}
+    if not push_channel:
+        return honored
+    for key, (kind, _) in _LIST_CHANGED.items():
+        entry = server_caps.get(kind)
+        if requested.get(key) is True and isinstance(entry, dict) and entry.get("listChanged"):
+            honored[key] = True
+    if subscribed:
+        honored["resourceSubscriptions"] = subscribed
+    return honored
+
+
+def listen_notification(note: JSONDict, honored: JSONDict, subscription_id: Any) -> JSONDict | None:
+    """A legacy GET-stream notification for one listen stream, tagged, or None if not asked for."""
+    method = note.get("method")
+    params = note.get("params") if isinstance(note.get("params"), dict) else {}
+    wanted = False
+    for key, (_, list_method) in _LIST_CHANGED.items():
+        if method == list_method and honored.get(key):
+            wanted = True
+    if method == "notifications/resources/updated":
+        uri = params.get("uri")
+        wanted = isinstance(uri, str) and any(
+            uri == s or uri.startswith(s.rstrip("/") + "/") for s in honored.get("resourceSubscriptions", ())
+        )
+    if not wanted:
+        return None
+    note_meta = params.get("_meta") if isinstance(params.get("_meta"), dict) else {}
+    return {**note, "params": {**params, "_meta": {**note_meta, meta.SUBSCRIPTION_ID: subscription_id}}}
+
+
+def acknowledgement(honored: JSONDict, subscription_id: Any) -> JSONDict:
+    return jsonrpc.notification(
+        "notifications/subscriptions/acknowledged",
+        {"notifications": honored, "_meta": {meta.SUBSCRIPTION_ID: subscription_id}},
+    )
+
+
+def listen_closed(subscription_id: Any) -> JSONDict:
+    """The graceful end of a listen stream ended by the proxy (e.g. shutdown)."""
+    return jsonrpc.result_response(
+        subscription_id, {"resultType": "complete", "_meta": {meta.SUBSCRIPTION_ID: subscription_id}}
+    )

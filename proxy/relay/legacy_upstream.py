@@ -1,0 +1,352 @@
+"""Sessions the proxy holds with a legacy upstream, and the pool that shares them.
+
+A modern client declares its capabilities per request; a legacy server fixes them per session.
+So sessions are keyed by (caller, capabilities) and shared only within a key. An interactive
+call (one that may draw server-to-client requests) gets a session to itself while it runs, so
+every server request on the session's GET stream can be attributed to exactly one call.
+Reference §4.3.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from typing import Any, Protocol
+
+import orjson
+import structlog
+
+from .. import __version__
+from ..config import PoolConfig
+from ..errors import ProxyError
+from ..protocol import jsonrpc
+from ..protocol import modern_to_legacy as m2l
+from ..protocol.headers import PROTOCOL_VERSION_HEADER, SESSION_HEADER
+from ..protocol.versions import legacy_at_least
+from ..upstream.errors import UpstreamError, UpstreamHTTPError, UpstreamProtocolError, UpstreamSessionGone
+from ..upstream.http import HttpUpstream, Reply
+
+JSONDict = dict[str, Any]
+log = structlog.get_logger("mcp_era_proxy.upstream")
+
+PROXY_CLIENT_INFO = {"name": "mcp-era-proxy", "version": __version__}
+_GET_RETRY_MAX_S = 10.0
+
+
+class SessionOwner(Protocol):
+    """Who handles what a legacy session receives outside a request's own stream."""
+
+    def on_server_request(self, session: UpstreamSession, request: JSONDict) -> None: ...
+    def on_notification(self, session: UpstreamSession, note: JSONDict) -> None: ...
+
+
+class UpstreamSession:
+    def __init__(
+        self,
+        upstream: HttpUpstream,
+        key: tuple[str, str],
+        capabilities: JSONDict,
+        auth_headers: dict[str, str],
+        owner: SessionOwner,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.upstream = upstream
+        self.key = key
+        self.capabilities = capabilities  # the modern clientCapabilities this session was opened for
+        self.auth_headers = auth_headers
+        self.owner = owner
+        self._clock = clock
+        self.id: str | None = None
+        self.version = ""
+        self.initialize_result: JSONDict = {}
+        self._ids = itertools.count(1)
+        self.exclusive: Any = None  # the interactive call that owns this session, if any
+        self.inflight = 0
+        self.last_used = clock()
+        self.log_level: str | None = None
+        self.push_channel = False  # the GET stream is open
+        self.closed = False
+        self.progress_routes: dict[str, Any] = {}  # upstream progress token -> call
+        self._get_task: asyncio.Task[None] | None = None
+        self._get_ready: asyncio.Future[bool] | None = None
+
+    # ------------------------------------------------------------ wire
+
+    def headers(self) -> dict[str, str]:
+        headers = dict(self.auth_headers)
+        if self.id is not None:
+            headers[SESSION_HEADER] = self.id
+        if self.version and legacy_at_least(self.version, "2025-06-18"):
+            headers[PROTOCOL_VERSION_HEADER] = self.version  # the header did not exist before
+        return headers
+
+    def next_id(self) -> int:
+        return next(self._ids)
+
+    @asynccontextmanager
+    async def request(self, message: JSONDict) -> AsyncIterator[Reply]:
+        self.last_used = self._clock()
+        async with self.upstream.exchange(message, self.headers()) as reply:
+            yield reply
+
+    async def send(self, message: JSONDict) -> None:
+        """POST a notification or a response to one of the server's requests."""
+        self.last_used = self._clock()
+        await self.upstream.send(message, self.headers())
+
+    async def call(self, method: str, params: JSONDict | None = None, timeout_s: float = 30.0) -> JSONDict:
+        """A plain request whose reply matters only as a result (ping, setLevel, subscribe)."""
+        request_id = self.next_id()
+        async with asyncio.timeout(timeout_s), self.request(jsonrpc.request(request_id, method, params)) as reply:
+            async for message in reply:
+                if "method" in message:
+                    self._dispatch(message)
+                    continue
+                if "error" in message:
+                    error = message["error"]
+                    raise ProxyError(
+                        error.get("code", jsonrpc.INTERNAL_ERROR), str(error.get("message")), data=error.get("data")
+                    )
+                return message.get("result") or {}
+        raise UpstreamProtocolError(self.upstream.name, f"sent no reply to {method}")
+
+    # ------------------------------------------------------------ lifecycle
+
+    async def open(self, client_info: JSONDict | None, *, push_wait_s: float = 0.0) -> None:
+        """initialize, notifications/initialized, then the GET stream for what the server starts."""
+        message = m2l.initialize_request(self.next_id(), self.capabilities, client_info or PROXY_CLIENT_INFO)
+        async with asyncio.timeout(30.0), self.upstream.exchange(message, self.auth_headers) as reply:
+            self.id = reply.headers.get(SESSION_HEADER)
+            result = None
+            async for incoming in reply:
+                if "method" not in incoming:
+                    if "error" in incoming:
+                        error = incoming["error"]
+                        raise ProxyError(
+                            jsonrpc.INTERNAL_ERROR,
+                            f"upstream refused initialize: {error.get('message')}",
+                            data={"upstreamError": error},
+                        )
+                    result = incoming.get("result")
+                    break
+        try:
+            self.initialize_result = m2l.check_initialize_result(result)
+        except m2l.InitializeRejected as exc:
+            raise UpstreamProtocolError(self.upstream.name, str(exc)) from None
+        self.version = self.initialize_result["protocolVersion"]
+        await self.send(jsonrpc.notification("notifications/initialized"))
+        loop = asyncio.get_running_loop()
+        self._get_ready = loop.create_future()
+        self._get_task = asyncio.create_task(self._run_get(), name="upstream-get")
+        # Some servers send the GET stream's headers only with its first event, so waiting for
+        # the stream to open could take forever: assume it will, unless it is refused quickly.
+        self.push_channel = True
+        if push_wait_s > 0:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(push_wait_s):
+                    self.push_channel = await asyncio.shield(self._get_ready)
+
+    @property
+    def server_capabilities(self) -> JSONDict:
+        caps = self.initialize_result.get("capabilities")
+        return caps if isinstance(caps, dict) else {}
+
+    @property
+    def server_info(self) -> JSONDict | None:
+        info = self.initialize_result.get("serverInfo")
+        return info if isinstance(info, dict) else None
+
+    async def close(self, *, delete: bool = True) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        if self._get_task is not None:
+            self._get_task.cancel()
+            await asyncio.gather(self._get_task, return_exceptions=True)
+        if delete and self.id is not None:
+            with contextlib.suppress(UpstreamError, TimeoutError):
+                async with asyncio.timeout(5.0), self.upstream.exchange(None, self.headers(), method="DELETE") as reply:
+                    async for _ in reply:
+                        pass
+
+    async def _run_get(self) -> None:
+        """Keep the standalone GET stream open; hand what arrives to the owner."""
+        backoff = 0.25
+        while not self.closed:
+            try:
+                async with self.upstream.exchange(None, self.headers(), method="GET") as reply:
+                    ok = reply.status == 200 and reply.headers.get("Content-Type", "").startswith("text/event-stream")
+                    self._ready(ok)
+                    if not ok:
+                        self.push_channel = False
+                        return  # 405: the server offers no push channel
+                    backoff = 0.25
+                    async for message in reply:
+                        self._dispatch(message)
+            except asyncio.CancelledError:
+                raise
+            except UpstreamSessionGone:
+                self._ready(False)
+                self.closed = True
+                return
+            except (UpstreamError, UpstreamHTTPError) as exc:
+                self._ready(False)
+                log.debug("upstream_get_lost", upstream=self.upstream.name, error=str(exc))
+            await asyncio.sleep(backoff)
+            backoff = min(backoff * 2, _GET_RETRY_MAX_S)
+
+    def _ready(self, ok: bool) -> None:
+        if self._get_ready is not None and not self._get_ready.done():
+            self._get_ready.set_result(ok)
+
+    def _dispatch(self, message: JSONDict) -> None:
+        if "method" not in message:
+            return
+        if "id" in message:
+            self.owner.on_server_request(self, message)
+        else:
+            self.owner.on_notification(self, message)
+
+
+def _canonical(value: object) -> str:
+    return orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode()
+
+
+class SessionPool:
+    def __init__(
+        self,
+        upstream: HttpUpstream,
+        config: PoolConfig,
+        owner: SessionOwner,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._upstream = upstream
+        self._config = config
+        self._owner = owner
+        self._clock = clock
+        self._sessions: dict[tuple[str, str], list[UpstreamSession]] = {}
+        self._opening: dict[tuple[str, str], asyncio.Future[UpstreamSession]] = {}
+        self.on_change: Callable[[int], None] = lambda delta: None
+        self.reinitialized = 0
+
+    def __len__(self) -> int:
+        return sum(len(group) for group in self._sessions.values())
+
+    def any_session(self) -> UpstreamSession | None:
+        for group in self._sessions.values():
+            for session in group:
+                if not session.closed:
+                    return session
+        return None
+
+    async def acquire(
+        self,
+        principal: str,
+        capabilities: JSONDict,
+        client_info: JSONDict | None,
+        auth_headers: dict[str, str],
+        *,
+        exclusive: bool,
+    ) -> UpstreamSession:
+        key = (principal, _canonical(capabilities))
+        while True:
+            group = [s for s in self._sessions.get(key, []) if not s.closed]
+            self._sessions[key] = group
+            free = [s for s in group if not exclusive or s.exclusive is None]
+            if free:
+                session = min(free, key=lambda s: s.inflight)
+                break
+            pending = self._opening.get(key)
+            if pending is not None and not exclusive:
+                session = await asyncio.shield(pending)
+                break
+            session = await self._open(key, capabilities, client_info, auth_headers, group)
+            break
+        session.auth_headers = auth_headers  # the caller's latest credentials
+        session.inflight += 1
+        session.last_used = self._clock()
+        return session
+
+    def release(self, session: UpstreamSession) -> None:
+        session.inflight = max(0, session.inflight - 1)
+        session.last_used = self._clock()
+
+    async def _open(
+        self,
+        key: tuple[str, str],
+        capabilities: JSONDict,
+        client_info: JSONDict | None,
+        auth_headers: dict[str, str],
+        group: list[UpstreamSession],
+    ) -> UpstreamSession:
+        if len(group) >= self._config.max_per_key:
+            raise ProxyError(jsonrpc.LIMIT_EXCEEDED, "too many concurrent interactive calls for this caller")
+        if len(self) >= self._config.max_sessions and not await self._evict_one():
+            raise ProxyError(jsonrpc.LIMIT_EXCEEDED, "the proxy holds its maximum of upstream sessions")
+        session = UpstreamSession(self._upstream, key, capabilities, auth_headers, self._owner, self._clock)
+        future: asyncio.Future[UpstreamSession] = asyncio.get_running_loop().create_future()
+        self._opening[key] = future
+        try:
+            await session.open(client_info)
+        except BaseException as exc:
+            future.set_exception(exc)
+            future.exception()  # retrieved: waiters re-raise it themselves
+            await session.close()
+            raise
+        finally:
+            self._opening.pop(key, None)
+        future.set_result(session)
+        self._sessions.setdefault(key, []).append(session)
+        self.on_change(1)
+        log.info("upstream_session_opened", upstream=self._upstream.name, version=session.version)
+        return session
+
+    async def replace(self, session: UpstreamSession) -> UpstreamSession:
+        """The upstream forgot `session` (HTTP 404): open a fresh one with the same key."""
+        await self.discard(session, delete=False)
+        self.reinitialized += 1
+        fresh = UpstreamSession(
+            self._upstream, session.key, session.capabilities, session.auth_headers, self._owner, self._clock
+        )
+        await fresh.open(None)
+        fresh.exclusive, fresh.inflight = session.exclusive, session.inflight
+        self._sessions.setdefault(session.key, []).append(fresh)
+        self.on_change(1)
+        log.info("upstream_session_reinitialized", upstream=self._upstream.name)
+        return fresh
+
+    async def discard(self, session: UpstreamSession, *, delete: bool = True) -> None:
+        group = self._sessions.get(session.key, [])
+        if session in group:
+            group.remove(session)
+            self.on_change(-1)
+        await session.close(delete=delete)
+
+    async def _evict_one(self) -> bool:
+        idle = [s for g in self._sessions.values() for s in g if s.inflight == 0 and s.exclusive is None]
+        if not idle:
+            return False
+        await self.discard(min(idle, key=lambda s: s.last_used))
+        return True
+
+    async def maintain(self) -> None:
+        """Close sessions idle too long; ping the others that have been quiet."""
+        now = self._clock()
+        for session in [s for g in self._sessions.values() for s in g]:
+            if session.inflight or session.exclusive is not None:
+                continue
+            if session.closed or now - session.last_used > self._config.idle_timeout_s:
+                await self.discard(session)
+            elif now - session.last_used > self._config.ping_interval_s:
+                try:
+                    await session.call("ping", timeout_s=10.0)
+                except (UpstreamError, ProxyError, TimeoutError):
+                    await self.discard(session, delete=False)
+
+    async def close_all(self) -> None:
+        for session in [s for g in self._sessions.values() for s in g]:
+            await self.discard(session)

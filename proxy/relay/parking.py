@@ -1,0 +1,108 @@
+"""Parked legacy calls and the `requestState` tokens that resume them (reference §4.5).
+
+A legacy server asks the client for input in the middle of a call. The modern client can only
+get an `input_required` result and retry later, so the upstream call stays open ("parked")
+and the result carries a token naming it. The token is HMAC-signed, expires, and is bound to
+the caller, the method, the parameters and the round, so it resumes that call exactly once.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import secrets
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+JSONDict = dict[str, Any]
+_MAC_BYTES = 16
+_DIGEST_EXCLUDED = ("_meta", "inputResponses", "requestState")
+
+
+def params_digest(params: object) -> str:
+    """What ties a token to the request it answers: the parameters, minus the MRTR fields."""
+    salient = {k: v for k, v in params.items() if k not in _DIGEST_EXCLUDED} if isinstance(params, dict) else {}
+    return hashlib.sha256(orjson.dumps(salient, option=orjson.OPT_SORT_KEYS)).hexdigest()[:32]
+
+
+@dataclass(frozen=True, slots=True)
+class StateClaims:
+    park_id: str
+    principal: str
+    method: str
+    digest: str
+    round: int
+    expires: float
+    instance: str
+
+
+class RequestStateCodec:
+    def __init__(self, secret: bytes, instance: str, clock: Callable[[], float] = time.time) -> None:
+        # A key of its own, so a session id can never pass for a requestState or the reverse.
+        self._key = hmac.new(secret, b"mcp-era-proxy/requestState/v1", hashlib.sha256).digest()
+        self.instance = instance
+        self._clock = clock
+
+    def mint(self, park_id: str, principal: str, method: str, digest: str, round_: int, ttl_s: float) -> str:
+        claims = {
+            "v": 1,
+            "pid": park_id,
+            "sub": principal,
+            "m": method,
+            "d": digest,
+            "r": round_,
+            "exp": int(self._clock() + ttl_s),
+            "inst": self.instance,
+        }
+        payload = orjson.dumps(claims)
+        return _b64(payload) + "." + _b64(self._mac(payload))
+
+    def verify(self, token: object) -> StateClaims | None:
+        """The token's claims if it is intact, ours and unexpired; None otherwise."""
+        if not isinstance(token, str) or len(token) > 4096:
+            return None
+        body, dot, mac = token.partition(".")
+        if not dot:
+            return None
+        try:
+            payload, given = _unb64(body), _unb64(mac)
+            if not hmac.compare_digest(given, self._mac(payload)):
+                return None
+            claims = orjson.loads(payload)
+            result = StateClaims(
+                claims["pid"],
+                claims["sub"],
+                claims["m"],
+                claims["d"],
+                int(claims["r"]),
+                float(claims["exp"]),
+                claims["inst"],
+            )
+        except (ValueError, KeyError, TypeError, orjson.JSONDecodeError):
+            return None
+        if result.expires < self._clock():
+            return None
+        return result
+
+    def _mac(self, payload: bytes) -> bytes:
+        return hmac.new(self._key, payload, hashlib.sha256).digest()[:_MAC_BYTES]
+
+
+def new_park_id() -> str:
+    return secrets.token_urlsafe(16)
+
+
+def _b64(raw: bytes) -> str:
+    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode("ascii")
+
+
+def _unb64(text: str) -> bytes:
+    raw = base64.b64decode(text + "=" * (-len(text) % 4), altchars=b"-_", validate=True)
+    if _b64(raw) != text:
+        raise ValueError("non-canonical base64url")
+    return raw
