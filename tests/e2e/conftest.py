@@ -44,6 +44,23 @@ def modern_server(logs_dir: Path) -> Iterator[str]:
         yield f"http://127.0.0.1:{port}/mcp"
 
 
+@pytest.fixture(scope="session")
+def fixture_legacy(logs_dir: Path) -> Iterator[str]:
+    """The conformance fixture server in legacy-only mode (2025-11-25, sessions)."""
+    port = free_port()
+    with listening(["bash", str(peers.peer_sh()), "fixture-legacy", str(port)], port, logs_dir / "fixture-legacy.log"):
+        yield f"http://127.0.0.1:{port}/mcp"
+
+
+@pytest.fixture(scope="session")
+def legacy_server(logs_dir: Path) -> Iterator[str]:
+    """A legacy-only server built on mcp==1.30.0."""
+    port = free_port()
+    argv = [str(peers.mcp1_python()), str(peers.PEER_SCRIPTS / "legacy_server.py"), "--port", str(port)]
+    with listening(argv, port, logs_dir / "legacy-server.log"):
+        yield f"http://127.0.0.1:{port}/mcp"
+
+
 ProxyFactory = Callable[..., AbstractContextManager[str]]
 
 
@@ -72,6 +89,18 @@ def proxy_to_modern_server(start_proxy: ProxyFactory, modern_server: str) -> Ite
 @pytest.fixture(scope="session")
 def proxy_to_fixture_modern(start_proxy: ProxyFactory, fixture_modern: str) -> Iterator[str]:
     with start_proxy(fixture_modern) as url:
+        yield url
+
+
+@pytest.fixture(scope="session")
+def proxy_to_legacy_server(start_proxy: ProxyFactory, legacy_server: str) -> Iterator[str]:
+    with start_proxy(legacy_server, upstream__era="legacy") as url:
+        yield url
+
+
+@pytest.fixture(scope="session")
+def proxy_to_fixture_legacy(start_proxy: ProxyFactory, fixture_legacy: str) -> Iterator[str]:
+    with start_proxy(fixture_legacy, upstream__era="legacy") as url:
         yield url
 
 

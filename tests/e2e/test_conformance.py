@@ -13,8 +13,10 @@ from tests.support import peers
 
 pytestmark = pytest.mark.e2e
 
-# Scenarios the runner scores for 2025-11-25 (`conformance list --server --requirements 2025-11-25`).
+# Scenarios the runner scores (`conformance list --server --requirements <revision>`).
 REQUIRED_2025_11_25 = 30
+REQUIRED_2026_07_28 = 37
+EXPECTED_FAILURES_2026_07_28 = Path(__file__).resolve().parents[1] / "conformance-expected-failures-2026-07-28.yml"
 
 
 def run_conformance(
@@ -25,14 +27,23 @@ def run_conformance(
         argv += ["--expected-failures", str(expected_failures)]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=900, env={**peers.node_env()}, check=False)
     summary = done.stdout[done.stdout.find("=== SUMMARY ===") :]
-    head, _, tail = summary.partition("Not scored")
-    unscored = set(re.findall(r"^\s+[✓✗] (\S+) \(", tail, re.MULTILINE))
+    required = required_scenarios(requirements)
     scenarios = {
         m[1]: (int(m[2]), int(m[3]))
-        for m in re.finditer(r"^[✓✗] (\S+): (\d+) passed, (\d+) failed", head, re.MULTILINE)
-        if m[1] not in unscored
+        for m in re.finditer(r"^[✓✗] (\S+): (\d+) passed, (\d+) failed", summary, re.MULTILINE)
+        if m[1] in required
     }
     return done.returncode, scenarios, summary
+
+
+def required_scenarios(requirements: str) -> set[str]:
+    """The server scenarios the runner scores for a revision, from `conformance list`."""
+    argv = [str(peers.conformance_bin()), "list", "--server", "--requirements", requirements]
+    listing = subprocess.run(
+        argv, capture_output=True, text=True, timeout=60, env={**peers.node_env()}, check=True
+    ).stdout
+    server_part = listing.split("Server scenarios", 1)[1].split("Client scenarios", 1)[0]
+    return set(re.findall(r"^\s+- (\S+)", server_part, re.MULTILINE))
 
 
 def test_conformance_2025_11_25_passes_through_the_proxy_in_front_of_a_modern_only_server(
@@ -44,3 +55,34 @@ def test_conformance_2025_11_25_passes_through_the_proxy_in_front_of_a_modern_on
     assert failed == [], summary
     assert code == 0, summary
     (tmp_path / "counts.json").write_text(json.dumps(scenarios))
+
+
+def test_conformance_2026_07_28_passes_through_the_proxy_in_front_of_a_legacy_only_server(
+    proxy_to_fixture_legacy: str, tmp_path: Path
+):
+    code, scenarios, summary = run_conformance(
+        proxy_to_fixture_legacy, "2026-07-28", tmp_path, EXPECTED_FAILURES_2026_07_28
+    )
+    assert len(scenarios) == REQUIRED_2026_07_28, summary
+    failed = sorted(name for name, (_, fails) in scenarios.items() if fails)
+    # Only the checks listed (with their reasons) in the expected-failures file may fail.
+    assert failed == ["input-required-result-basic-elicitation", "input-required-result-capability-check"], summary
+    assert code == 0, summary
+
+
+def test_conformance_2025_11_25_passes_for_legacy_clients_through_the_proxy_in_front_of_a_legacy_server(
+    proxy_to_fixture_legacy: str, tmp_path: Path
+):
+    code, scenarios, summary = run_conformance(proxy_to_fixture_legacy, "2025-11-25", tmp_path)
+    assert len(scenarios) == REQUIRED_2025_11_25, summary
+    assert sorted(name for name, (_, fails) in scenarios.items() if fails) == [], summary
+    assert code == 0, summary
+
+
+def test_conformance_2026_07_28_passes_for_modern_clients_through_the_proxy_in_front_of_a_modern_server(
+    proxy_to_fixture_modern: str, tmp_path: Path
+):
+    code, scenarios, summary = run_conformance(proxy_to_fixture_modern, "2026-07-28", tmp_path)
+    assert len(scenarios) == REQUIRED_2026_07_28, summary
+    assert sorted(name for name, (_, fails) in scenarios.items() if fails) == [], summary
+    assert code == 0, summary

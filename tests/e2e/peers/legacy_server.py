@@ -74,7 +74,9 @@ class _QuietStandaloneClose(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         exc = record.exc_info[1] if record.exc_info else None
-        return not (record.getMessage() == "Error in standalone SSE writer" and isinstance(exc, anyio.ClosedResourceError))
+        return not (
+            record.getMessage() == "Error in standalone SSE writer" and isinstance(exc, anyio.ClosedResourceError)
+        )
 
 
 logging.getLogger("mcp.server.streamable_http").addFilter(_QuietStandaloneClose())
@@ -356,9 +358,7 @@ def _create_initialization_options(
 ) -> InitializationOptions:
     # FastMCP 1.x passes no NotificationOptions (listChanged: false everywhere) and the
     # low-level server hard-codes resources.subscribe=False even with a subscribe handler.
-    options = _orig_create_initialization_options(
-        NotificationOptions(tools_changed=True), experimental_capabilities
-    )
+    options = _orig_create_initialization_options(NotificationOptions(tools_changed=True), experimental_capabilities)
     if options.capabilities.resources is not None:
         options.capabilities.resources.subscribe = True
     return options

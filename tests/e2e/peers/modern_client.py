@@ -29,6 +29,35 @@ Every output object (except ``raw``) also carries these generic observations:
                  of every JSON-RPC message in the response body (JSON or SSE), plus
                  ``bodyEnd`` ("eof" | "closed-early" | None while still open).
 
+Scenarios (args with defaults) and their specific output keys:
+  discover      (explicit=true unless connected via initialize) negotiatedDiscover, rawDiscover,
+                supportedVersions, capabilities, serverInfo, instructions, ttlMs, cacheScope, resultType
+  tools         (tool=echo, arguments={"text":"hi"}) tools, listHints, result
+  progress      (tool=progress, arguments, expect_progress=0) progress [[p,total,msg]], result
+  elicitation   (tool=elicit, arguments={"message":"who?"}) elicitAction, elicitations, result,
+                rounds (per tools/call POST: id, inputResponses/requestState sent and received),
+                requestStateEchoedExact   -- sampling / roots / multi report rounds the same way
+  sampling      (tool=sample, arguments={"prompt":"hello"}) samplings
+  roots         (tool=roots) listRootsCalls
+  multi         (tool=multi) callbackTypes
+  logging       (level=warning as _meta io.modelcontextprotocol/logLevel, tool=log, expect_logs=0,
+                set_level=false) logs [[level,logger,data]], result
+  list_changed  (trigger_tool=add_tool, trigger_arguments={}) toolsBefore, ack, subscriptionId,
+                listChangedArrived, toolsAfter, toolsAfterFromWire, events, listChangedNotifications
+  subscribe     (uri=test://watched, trigger_tool=touch, trigger_arguments={"uri":uri},
+                quiet_window=1, second_filter={"toolsListChanged":true}) ack, updateArrived, events,
+                updates, secondAck, secondEvents, updateAfterResubscribe
+  prompts       (prompt=greet, prompt_arguments={"name":"alice"}) prompts, listHints, messages
+  completion    (prompt=greet | resource_uri, argument={"name":"name","value":"al"}) values, total, hasMore
+  resources     (uri=test://static) resources, resourceTemplates, listHints, contents, readHints
+  cancel        (tool=slow, arguments={"seconds":10}, after=0.5, cancel_on_progress=true,
+                check_tool=cancelled_count, check_arguments={}, check_delay=0.3) cancelled,
+                cancelReason, elapsed, cancelledPostStatus, cancelledPostBodyEnd,
+                cancelNotificationPosted, progress, checkResult/checkText or checkError
+  raw           (request: JSON value or string, headers (null value removes a default),
+                auto_headers=false, http_method=POST, read_window=wait) request, status, headers,
+                contentType, bodyComplete, body | events | text   -- no SDK client involved
+
 Common args: mode (default "2026-07-28"; "auto" for discover), wait (bounded wait for an
 expected notification, default 5 s, capped by --timeout), cache (default true: the SDK's
 default ttlMs-honouring response cache; false disables it), elicit_action / elicit_content /
@@ -783,7 +812,8 @@ async def run_raw(url: str, args: dict[str, Any], timeout: float, out: dict[str,
             headers[k.lower()] = str(v)
     content = request.encode() if isinstance(request, str) else json.dumps(request).encode()
     method = args.get("http_method", "POST")
-    read_window = min(float(args.get("read_window", args.get("wait", DEFAULT_WAIT))), timeout)
+    # leave headroom under the overall --timeout so an open SSE stream is reported, not a timeout
+    read_window = min(float(args.get("read_window", args.get("wait", DEFAULT_WAIT))), timeout * 0.8)
     want_id = request.get("id") if isinstance(request, dict) else None
     out["request"] = {"method": method, "headers": headers, "body": request}
     obs.phase = f"raw {method}"
