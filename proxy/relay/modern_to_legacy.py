@@ -500,6 +500,17 @@ class ListenBridge:
         except UpstreamError as exc:
             await session.close()
             raise upstream_error(exc) from None
+        try:
+            # Confirms the session before acknowledging anything; servers that track their
+            # sessions from the requests they see also learn of this one.
+            await session.call("ping", timeout_s=10.0)
+        except (UpstreamError, ProxyError, TimeoutError) as exc:
+            await session.close()
+            raise (
+                upstream_error(exc)
+                if isinstance(exc, UpstreamError)
+                else ProxyError(jsonrpc.INTERNAL_ERROR, f"the upstream session for this subscription failed: {exc}")
+            ) from None
         subscribed: list[str] = []
         resources = session.server_capabilities.get("resources")
         if uris and isinstance(resources, dict) and resources.get("subscribe") and session.push_channel:

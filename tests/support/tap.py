@@ -2,7 +2,8 @@
 
 It forwards every request unchanged (Host and Origin included) and streams every response
 back unchanged, while writing each JSON-RPC message it sees to a JSON-lines file:
-{"dir": "to_server"|"to_client", "session": id|null, "message": {...}}.
+{"dir": "to_server"|"to_client", "exchange": n, "session": id|null, "message": {...}}, where
+`exchange` numbers the HTTP request/response pairs.
 Tests then validate what the proxy sent against the schema of the revision it negotiated.
 
     python -m tests.support.tap --port PORT --target URL --record FILE
@@ -28,18 +29,22 @@ class Tap:
         self.target = target
         self.record = record.open("a", buffering=1)
         self.client: aiohttp.ClientSession | None = None
+        self.exchanges = 0
 
-    def write(self, direction: str, session: str | None, message: Any) -> None:
+    def write(self, direction: str, exchange: int, session: str | None, message: Any) -> None:
         for item in message if isinstance(message, list) else [message]:
-            self.record.write(json.dumps({"dir": direction, "session": session, "message": item}) + "\n")
+            line = {"dir": direction, "exchange": exchange, "session": session, "message": item}
+            self.record.write(json.dumps(line) + "\n")
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         assert self.client is not None
         body = await request.read()
         session = request.headers.get("Mcp-Session-Id")
+        self.exchanges += 1
+        exchange = self.exchanges
         if body:
             try:
-                self.write("to_server", session, json.loads(body))
+                self.write("to_server", exchange, session, json.loads(body))
             except ValueError:
                 pass
         headers = {k: v for k, v in request.headers.items() if k.lower() not in _HOP}
@@ -61,16 +66,17 @@ class Tap:
                     if decoder is not None:
                         for event in decoder.feed(chunk):
                             if event.data.strip():
-                                self.write("to_client", session, json.loads(event.data))
+                                self.write("to_client", exchange, session, json.loads(event.data))
                     else:
                         buffered += chunk
             except (ConnectionError, aiohttp.ClientError):
                 return response
             if decoder is None and buffered.strip():
                 try:
-                    self.write("to_client", session, json.loads(buffered))
+                    self.write("to_client", exchange, session, json.loads(buffered))
                 except ValueError:
-                    self.write("to_client", session, {"non_json_body": buffered[:200].decode("utf-8", "replace")})
+                    text = buffered[:200].decode("utf-8", "replace")
+                    self.write("to_client", exchange, session, {"non_json_body": text})
             await response.write_eof()
             return response
 
@@ -101,37 +107,40 @@ def read_record(path: Path) -> list[dict[str, Any]]:
 
 
 def schema_violations(path: Path) -> tuple[int, list[str]]:
-    """Validate every message the proxy sent to the client; returns (checked, problems)."""
+    """Validate every message the proxy sent to the client; returns (checked, problems).
+
+    A reply is checked against the result type of the request of its own HTTP exchange, in the
+    revision that request spoke: its `_meta` protocol version (modern), or the version its
+    legacy session negotiated at initialize.
+    """
+    from proxy.protocol import meta
+
     from .schema import server_message_errors
 
-    entries = read_record(path)
-    versions: dict[str | None, str] = {}
-    methods: dict[tuple[str | None, Any], str] = {}
-    pending_init: dict[Any, str] = {}
+    versions: dict[str | None, str] = {}  # legacy session id -> negotiated version
+    requests: dict[int, dict[str, Any]] = {}  # exchange -> the request sent in it
     checked = 0
     problems: list[str] = []
-    for entry in entries:
-        message, session = entry["message"], entry["session"]
+    for entry in read_record(path):
+        message, session, exchange = entry["message"], entry["session"], entry["exchange"]
         if entry["dir"] == "to_server":
-            if isinstance(message, dict) and "method" in message and "id" in message:
-                methods[(session, message["id"])] = message["method"]
-                if message["method"] == "initialize":
-                    pending_init[message["id"]] = message["method"]
+            if isinstance(message, dict) and "method" in message:
+                requests[exchange] = message
             continue
         if not isinstance(message, dict):
             problems.append(f"non-object message to client: {message!r:.200}")
             continue
-        result = message.get("result")
-        if isinstance(result, dict) and "protocolVersion" in result and message.get("id") in pending_init:
-            versions[session] = result["protocolVersion"]
-            method = "initialize"
-        else:
-            method = methods.get((session, message.get("id")))
-        version = versions.get(session)
+        request = requests.get(exchange, {})
+        method = request.get("method")
+        request_meta = meta.meta_of(request.get("params")) or {}
+        if method == "initialize" and isinstance(message.get("result"), dict):
+            versions[session] = message["result"].get("protocolVersion")
+        version = request_meta.get(meta.PROTOCOL_VERSION) or versions.get(session)
         if version is None:
             continue  # replies outside a legacy session (errors before initialize) have no revision
         checked += 1
-        for problem in server_message_errors(version, message, method):
+        reply_to = method if message.get("id") == request.get("id") else None
+        for problem in server_message_errors(version, message, reply_to):
             problems.append(f"[{version}] {problem} in {json.dumps(message)[:300]}")
     return checked, problems
 

@@ -179,7 +179,7 @@ async def _log(ctx: Context, level: str, message: str) -> None:
 
 def _is_cancelled_by_client(ctx: Context) -> bool:
     """True when the running request was cancelled by notifications/cancelled."""
-    responder = ctx.session._in_flight.get(ctx.request_context.request_id)  # noqa: SLF001
+    responder = ctx.session._in_flight.get(ctx.request_context.request_id)
     return bool(responder is not None and responder.cancelled)
 
 
@@ -264,7 +264,7 @@ async def touch(uri: str, ctx: Context) -> str:
 @mcp.tool(description="Sleep `seconds` in small steps, reporting progress each step.", structured_output=False)
 async def slow(seconds: float, ctx: Context) -> str:
     step = 0.1
-    steps = max(1, int(round(seconds / step)))
+    steps = max(1, round(seconds / step))
     try:
         for i in range(1, steps + 1):
             await anyio.sleep(seconds / steps)
