@@ -50,6 +50,8 @@ def classify_post(body: object, session_id: str | None, protocol_version_header:
     if session_id is not None:
         return Route.LEGACY_SESSION
     if protocol_version_header in MODERN_VERSIONS:
+        if jsonrpc.kind(body) != "request":
+            return Route.MODERN  # a modern notification carries no _meta envelope; its handler decides
         return _missing_meta(protocol_version_header)
     return Rejection(
         400,

@@ -189,10 +189,13 @@ def _same_value(header: str, value: object) -> bool:
     return header == value
 
 
-def method_problem(method: str, server_capabilities: JSONDict) -> Rejection | None:
-    """Method-level check against what the upstream backs (-32601 travels with HTTP 404)."""
+def method_problem(method: str, server_capabilities: JSONDict | None) -> Rejection | None:
+    """Method-level check (-32601 travels with HTTP 404): methods 2026-07-28 removed, and, given
+    the upstream's capabilities, methods it does not back."""
     if method in REMOVED_METHODS or method.startswith("tasks/"):
         return Rejection(404, jsonrpc.METHOD_NOT_FOUND, f"Method not found: {method}")
+    if server_capabilities is None:
+        return None
     capability = BACKING_CAPABILITY.get(method)
     if capability is not None and capability not in server_capabilities:
         return Rejection(404, jsonrpc.METHOD_NOT_FOUND, f"Method not found: {method} (the server has no {capability})")

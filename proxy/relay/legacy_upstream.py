@@ -230,11 +230,12 @@ class SessionPool:
         self._clock = clock
         self._sessions: dict[tuple[str, str], list[UpstreamSession]] = {}
         self._opening: dict[tuple[str, str], asyncio.Future[UpstreamSession]] = {}
+        self._dedicated: set[UpstreamSession] = set()  # sessions of one user each (listen streams)
         self.on_change: Callable[[int], None] = lambda delta: None
         self.reinitialized = 0
 
     def __len__(self) -> int:
-        return sum(len(group) for group in self._sessions.values())
+        return sum(len(group) for group in self._sessions.values()) + len(self._dedicated)
 
     def any_session(self) -> UpstreamSession | None:
         for group in self._sessions.values():
@@ -305,6 +306,27 @@ class SessionPool:
         log.info("upstream_session_opened", upstream=self._upstream.name, version=session.version)
         return session
 
+    async def open_dedicated(
+        self,
+        capabilities: JSONDict,
+        client_info: JSONDict | None,
+        auth_headers: dict[str, str],
+        owner: SessionOwner,
+        push_wait_s: float,
+    ) -> UpstreamSession:
+        """A session for one user only (never shared), counted against `max_sessions`."""
+        if len(self) >= self._config.max_sessions and not await self._evict_one():
+            raise ProxyError(jsonrpc.LIMIT_EXCEEDED, "the proxy holds its maximum of upstream sessions")
+        session = UpstreamSession(self._upstream, ("", ""), capabilities, auth_headers, owner, self._clock)
+        self._dedicated.add(session)
+        self.on_change(1)
+        try:
+            await session.open(client_info, push_wait_s=push_wait_s)
+        except BaseException:
+            await self.discard(session)
+            raise
+        return session
+
     async def replace(self, session: UpstreamSession) -> UpstreamSession:
         """The upstream forgot `session` (HTTP 404): open a fresh one with the same key."""
         await self.discard(session, delete=False)
@@ -323,6 +345,9 @@ class SessionPool:
         group = self._sessions.get(session.key, [])
         if session in group:
             group.remove(session)
+            self.on_change(-1)
+        elif session in self._dedicated:
+            self._dedicated.discard(session)
             self.on_change(-1)
         await session.close(delete=delete)
 
@@ -348,5 +373,5 @@ class SessionPool:
                     await self.discard(session, delete=False)
 
     async def close_all(self) -> None:
-        for session in [s for g in self._sessions.values() for s in g]:
+        for session in [s for g in self._sessions.values() for s in g] + list(self._dedicated):
             await self.discard(session)

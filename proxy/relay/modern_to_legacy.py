@@ -96,6 +96,9 @@ class Call:
                                     return
                             elif "id" in message:
                                 self.on_server_request(message)
+                            elif message["method"] == "notifications/cancelled":
+                                params = message.get("params") if isinstance(message.get("params"), dict) else {}
+                                self.withdraw(params.get("requestId"))
                             else:
                                 self.events.put_nowait(("note", message))
                     raise UpstreamProtocolError(
@@ -202,6 +205,7 @@ class ModernToLegacy:
         self.pool_upstream = upstream
         self._parked: dict[str, Call] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
+        self.listens: set[ListenBridge] = set()
 
     # ------------------------------------------------------------ what sessions receive unasked
 
@@ -249,6 +253,10 @@ class ModernToLegacy:
         params = request.message.get("params") or {}
         if "requestState" in params:
             return await self._resume(request, channel, principal)
+        front_id = request.message["id"]
+        removed = method_problem(request.method, None)
+        if removed is not None:
+            return jsonrpc.error_response(front_id, removed.code, removed.message), removed.status
         interactive = request.method in m2l.INPUT_REQUIRED_METHODS and any(
             k in request.capabilities for k in _INPUT_CAPABILITIES
         )
@@ -261,7 +269,6 @@ class ModernToLegacy:
             )
         except UpstreamError as exc:
             raise upstream_error(exc) from None
-        front_id = request.message["id"]
         problem = method_problem(request.method, modern_server_capabilities(session.server_capabilities))
         if problem is not None or request.method == "server/discover":
             self.pool.release(session)
@@ -443,6 +450,11 @@ class ModernToLegacy:
     async def close_all(self) -> None:
         for call in list(self._parked.values()):
             await call.abandon("the proxy is shutting down")
+        for bridge in list(self.listens):
+            bridge.queue.put_nowait(None)
+            await bridge.close()
+        if self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
         await self.pool.close_all()
 
 
@@ -491,21 +503,20 @@ class ListenBridge:
         uris = wanted.get("resourceSubscriptions", [])
         if not isinstance(uris, list) or not all(isinstance(u, str) for u in uris):
             raise ProxyError(jsonrpc.INVALID_PARAMS, "resourceSubscriptions must be a list of URIs", status=400)
-        session = UpstreamSession(
-            self._relay.pool_upstream, ("listen", ""), self._request.capabilities, self._auth_headers, owner=self
-        )
-        self._session = session
         try:
-            await session.open(self._request.client_info, push_wait_s=0.25)
+            session = await self._relay.pool.open_dedicated(
+                self._request.capabilities, self._request.client_info, self._auth_headers, owner=self, push_wait_s=0.25
+            )
         except UpstreamError as exc:
-            await session.close()
             raise upstream_error(exc) from None
+        self._session = session
+        self._relay.listens.add(self)
         try:
             # Confirms the session before acknowledging anything; servers that track their
             # sessions from the requests they see also learn of this one.
             await session.call("ping", timeout_s=10.0)
         except (UpstreamError, ProxyError, TimeoutError) as exc:
-            await session.close()
+            await self.close()
             raise (
                 upstream_error(exc)
                 if isinstance(exc, UpstreamError)
@@ -525,12 +536,13 @@ class ListenBridge:
 
     async def close(self) -> None:
         session = self._session
+        self._relay.listens.discard(self)
         if session is None or session.closed:
             return
         with contextlib.suppress(UpstreamError, ProxyError, TimeoutError):
             for uri in self.honored.get("resourceSubscriptions", ()):
                 await session.call("resources/unsubscribe", {"uri": uri}, timeout_s=5.0)
-        await session.close()
+        await self._relay.pool.discard(session)
 
     @property
     def alive(self) -> bool:

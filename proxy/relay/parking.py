@@ -56,7 +56,7 @@ class RequestStateCodec:
             "m": method,
             "d": digest,
             "r": round_,
-            "exp": int(self._clock() + ttl_s),
+            "exp": round(self._clock() + ttl_s, 3),
             "inst": self.instance,
         }
         payload = orjson.dumps(claims)
