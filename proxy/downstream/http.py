@@ -21,6 +21,7 @@ from ..protocol import jsonrpc
 from ..protocol.classify import Rejection, Route, classify_post
 from ..protocol.headers import PROTOCOL_VERSION_HEADER, SESSION_HEADER
 from ..protocol.modern_inbound import ModernRequest, header_view, validate_request
+from ..protocol.modern_to_legacy import listen_closed
 from ..protocol.versions import LEGACY_VERSIONS
 from ..relay.legacy_to_modern import LegacyToModern, upstream_error, upstream_timeout
 from ..relay.modern_to_legacy import ListenBridge, ModernToLegacy
@@ -282,6 +283,8 @@ class McpEndpoint:
                         break  # the upstream session is gone: end the stream, the client may listen again
                     continue
                 if message is None:
+                    # The proxy ends the subscription (shutdown): say so with the completion result.
+                    await sse.send(listen_closed(bridge.subscription_id))
                     break
                 await sse.send(message)
         except (ConnectionError, RuntimeError):
