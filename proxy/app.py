@@ -18,11 +18,17 @@ from .downstream.admin import Admin
 from .downstream.guard import Guard, json_errors
 from .downstream.http import McpEndpoint
 from .metrics import Metrics
+from .protocol.detection import Detected
+from .protocol.versions import Era
+from .relay.detect import EraDetector, probe_http, probe_stdio
 from .relay.legacy_to_modern import LegacyToModern
+from .relay.legacy_upstream import SessionFactory, StdioLegacySession
 from .relay.modern_to_legacy import ModernToLegacy
 from .relay.modern_to_legacy import probe as probe_legacy
+from .relay.passthrough import LegacyFacade, ModernPassThrough
 from .sessions import InMemorySessionStore, SessionIds, SessionStore
 from .upstream.http import HttpUpstream
+from .upstream.stdio import StdioChannel, StdioModernUpstream, process_factory
 
 log = structlog.get_logger("mcp_era_proxy")
 
@@ -30,6 +36,7 @@ METRICS = web.AppKey("metrics", Metrics)
 RELAY = web.AppKey("relay", LegacyToModern)
 MODERN_RELAY = web.AppKey("modern_relay", ModernToLegacy)
 ADMIN = web.AppKey("admin", Admin)
+DETECTOR = web.AppKey("detector", EraDetector)
 
 
 def create_app(
@@ -42,29 +49,71 @@ def create_app(
 ) -> tuple[web.Application, web.Application | None]:
     """The MCP application, and the admin application when it listens separately."""
     metrics = metrics or Metrics()
-    owns_session = client_session is None
-    session = client_session or HttpUpstream.client_session(settings.upstream)
-    upstream = HttpUpstream(settings.upstream, session)
+    config = settings.upstream
     secret = settings.security.secret.encode() if settings.security.secret else secrets.token_bytes(32)
-    legacy_clients: LegacyToModern | None = None
-    modern_clients: ModernToLegacy | None = None
-    if settings.upstream.era == "modern":
-        ids = SessionIds(secret, settings.sessions.max_lifetime_s, clock)
-        legacy_clients = LegacyToModern(settings, upstream, store or InMemorySessionStore(), ids, metrics, clock)
-        probe: Callable[[], Awaitable[object]] = legacy_clients.probe
+    ids = SessionIds(secret, settings.sessions.max_lifetime_s, clock)
+    http: HttpUpstream | None = None
+    stdio: StdioModernUpstream | None = None
+    modern_stdio: ModernPassThrough | None = None
+    legacy_stdio: LegacyFacade | None = None
+    session_factory: SessionFactory | None = None
+    owns_session = client_session is None
+    if config.transport == "http":
+        http = HttpUpstream(config, client_session or HttpUpstream.client_session(config))
+        modern_upstream: Any = http
+        probe: Callable[[], Awaitable[Detected]] = partial(probe_http, http, config.probe_timeout_s)
     else:
-        modern_clients = ModernToLegacy(settings, upstream, metrics, secret, clock)
-        probe = partial(probe_legacy, modern_clients)
-    endpoint = McpEndpoint(settings, upstream, metrics, legacy_clients=legacy_clients, modern_clients=modern_clients)
-    admin = Admin(settings, upstream, metrics, probe=probe, upstream_era=lambda: settings.upstream.era)
+        assert config.command is not None
+        make = process_factory(config.command, config.name, config.env, config.cwd)
+        stdio = modern_upstream = StdioModernUpstream(
+            config.name, make, grace_s=config.shutdown_grace_s, backoff_max_s=config.restart_backoff_max_s
+        )
+        session_factory = partial(StdioLegacySession, make, config.name, config.shutdown_grace_s)
+        modern_stdio = ModernPassThrough(settings, stdio, metrics)
+        legacy_stdio = LegacyFacade(settings, make, config.name, InMemorySessionStore(), ids, metrics, clock)
+
+        async def probe_channel() -> StdioChannel:
+            channel = StdioChannel(make, config.name)
+            await channel.start()
+            return channel
+
+        probe = partial(probe_stdio, probe_channel, config.probe_timeout_s)
+    detector = EraDetector(config.era, probe)
+    legacy_clients = LegacyToModern(settings, modern_upstream, store or InMemorySessionStore(), ids, metrics, clock)
+    legacy_clients.on_era_mismatch = detector.suspect
+    modern_clients = ModernToLegacy(settings, modern_upstream, metrics, secret, clock, session_factory)
+    modern_clients.on_era_mismatch = detector.suspect
+    endpoint = McpEndpoint(
+        settings,
+        metrics,
+        detector,
+        legacy_clients=legacy_clients,
+        modern_clients=modern_clients,
+        http_upstream=http,
+        modern_stdio=modern_stdio,
+        legacy_stdio=legacy_stdio,
+    )
+
+    async def ready() -> None:
+        if await detector.current() is Era.MODERN:
+            await legacy_clients.probe()
+        else:
+            await probe_legacy(modern_clients)
+
+    admin = Admin(
+        settings,
+        metrics,
+        last_ok=lambda: modern_upstream.last_ok if detector.era is Era.MODERN else (http.last_ok if http else None),
+        probe=ready,
+        upstream_era=lambda: detector.era.value if detector.era is not None else "unknown",
+    )
 
     guard = Guard(settings, settings.path)
     app = web.Application(middlewares=[json_errors, guard.middleware], client_max_size=settings.security.max_body_bytes)
     app[METRICS] = metrics
-    if legacy_clients is not None:
-        app[RELAY] = legacy_clients
-    if modern_clients is not None:
-        app[MODERN_RELAY] = modern_clients
+    app[RELAY] = legacy_clients
+    app[MODERN_RELAY] = modern_clients
+    app[DETECTOR] = detector
     app[ADMIN] = admin
     app.router.add_post(settings.path, endpoint.post)
     app.router.add_get(settings.path, endpoint.get)
@@ -76,25 +125,36 @@ def create_app(
     admin_app.router.add_get("/metrics", admin.metrics)
 
     async def lifecycle(app: web.Application) -> AsyncIterator[None]:
-        tasks = []
-        if legacy_clients is not None:
-            tasks.append(asyncio.create_task(_every(_reap_interval(settings), legacy_clients.reap)))
-        if modern_clients is not None:
-            interval = max(min(settings.upstream.pool.idle_timeout_s, settings.upstream.pool.ping_interval_s) / 4, 0.25)
-            tasks.append(asyncio.create_task(_every(min(interval, 30.0), modern_clients.maintain)))
+        pool = settings.upstream.pool
+        pool_interval = min(max(min(pool.idle_timeout_s, pool.ping_interval_s) / 4, 0.25), 30.0)
+        jobs = [(_reap_interval(settings), legacy_clients.reap), (pool_interval, modern_clients.maintain)]
+        if legacy_stdio is not None:
+            jobs.append((_reap_interval(settings), legacy_stdio.reap))
+        tasks = [asyncio.create_task(_every(interval, job)) for interval, job in jobs]
+        tasks.append(asyncio.create_task(_detect_early(detector)))
         yield
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-        if legacy_clients is not None:
-            await legacy_clients.close_all()
-        if modern_clients is not None:
-            await modern_clients.close_all()
-        if owns_session:
-            await session.close()
+        await legacy_clients.close_all()
+        await modern_clients.close_all()
+        if legacy_stdio is not None:
+            await legacy_stdio.close_all()
+        if stdio is not None:
+            await stdio.close()
+        if http is not None and owns_session:
+            await http.close()
 
     app.cleanup_ctx.append(lifecycle)
     return app, (None if admin_app is app else admin_app)
+
+
+async def _detect_early(detector: EraDetector) -> None:
+    """Learn the upstream's era at start, so the first request does not wait for it."""
+    try:
+        await detector.current()
+    except Exception as exc:
+        log.warning("upstream_era_unknown", error=str(exc) or exc.__class__.__name__)
 
 
 def _reap_interval(settings: Settings) -> float:

@@ -31,6 +31,14 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--config", metavar="FILE", help="YAML configuration file")
     parser.add_argument("--upstream", metavar="URL", help="upstream MCP endpoint (Streamable HTTP)")
+    parser.add_argument(
+        "--upstream-command", metavar="'CMD ARGS'", help="or: start this MCP server and speak to it over stdio"
+    )
+    parser.add_argument(
+        "--upstream-era",
+        choices=["auto", "legacy", "modern"],
+        help="protocol era of the upstream (default: auto-detect)",
+    )
     parser.add_argument("--listen", metavar="HOST:PORT", help="address of the MCP endpoint (default 127.0.0.1:8080)")
     parser.add_argument("--admin-listen", metavar="HOST:PORT", help="separate address for /metrics, /healthz, /readyz")
     parser.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
@@ -45,6 +53,8 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         args.config,
         **{
             "upstream.url": args.upstream,
+            "upstream.command": args.upstream_command,
+            "upstream.era": args.upstream_era,
             "listen": args.listen,
             "admin_listen": args.admin_listen,
             "logging.level": args.log_level,
@@ -74,7 +84,13 @@ async def serve(settings: Settings, stop: asyncio.Event | None = None) -> None:
             host, port = parse_listen(address)
             await web.TCPSite(runner, host, port, reuse_address=True).start()
             log.info("listening", address=f"http://{address}{settings.path if application is app else ''}")
-        log.info("started", version=__version__, upstream=settings.upstream.name, upstream_url=settings.upstream.url)
+        log.info(
+            "started",
+            version=__version__,
+            upstream=settings.upstream.name,
+            upstream_transport=settings.upstream.transport,
+            upstream_era=settings.upstream.era,
+        )
         await stop.wait()
         log.info("stopping")
     finally:

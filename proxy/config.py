@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import shlex
 from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
@@ -67,9 +68,25 @@ class PoolConfig(_Section):
 
 
 class UpstreamConfig(_Section):
-    url: str = Field(description="Streamable HTTP endpoint of the MCP server behind the proxy.")
+    url: str | None = Field(None, description="Streamable HTTP endpoint of the MCP server behind the proxy.")
+    command: list[str] | None = Field(
+        None, description="Or: the MCP server to start and speak to over stdio (program and arguments)."
+    )
+    env: dict[str, str] = Field(default_factory=dict, description="Extra environment for the stdio server.")
+    cwd: str | None = Field(None, description="Working directory of the stdio server.")
     name: str = Field("upstream", description="Label used in logs and metrics (never the URL).")
-    era: Literal["legacy", "modern"] = Field("modern", description="Protocol era the upstream speaks.")
+    era: Literal["auto", "legacy", "modern"] = Field(
+        "auto", description="Protocol era the upstream speaks; `auto` detects it (and re-detects when it changes)."
+    )
+    probe_timeout_s: float = Field(
+        4.0, gt=0, description="How long era detection waits for a stdio server's answer to server/discover."
+    )
+    restart_backoff_max_s: float = Field(
+        30.0, gt=0, description="Backoff ceiling for restarting a crashed stdio server."
+    )
+    shutdown_grace_s: float = Field(
+        5.0, gt=0, description="A stdio server gets this long after stdin closes, then SIGTERM, then SIGKILL."
+    )
     headers: dict[str, str] = Field(
         default_factory=dict, description="Extra static headers sent on every upstream request."
     )
@@ -100,11 +117,32 @@ class UpstreamConfig(_Section):
 
     @field_validator("url")
     @classmethod
-    def _http_url(cls, value: str) -> str:
+    def _http_url(cls, value: str | None) -> str | None:
+        if value is None:
+            return value
         parts = urlsplit(value)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError(f"expected an http(s) URL, got {value!r}")
         return value
+
+    @field_validator("command", mode="before")
+    @classmethod
+    def _command(cls, value: object) -> object:
+        if isinstance(value, str):
+            value = shlex.split(value)
+        if isinstance(value, list) and not value:
+            raise ValueError("must name a program")
+        return value
+
+    @model_validator(mode="after")
+    def _one_transport(self) -> UpstreamConfig:
+        if (self.url is None) == (self.command is None):
+            raise ValueError("set exactly one of upstream.url (Streamable HTTP) and upstream.command (stdio)")
+        return self
+
+    @property
+    def transport(self) -> str:
+        return "http" if self.url is not None else "stdio"
 
     @field_validator("name")
     @classmethod

@@ -11,7 +11,6 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from ..config import Settings
 from ..metrics import Metrics
-from ..upstream.http import HttpUpstream
 from .sse import json_response
 
 
@@ -19,14 +18,15 @@ class Admin:
     def __init__(
         self,
         settings: Settings,
-        upstream: HttpUpstream,
         metrics: Metrics,
+        *,
+        last_ok: Callable[[], float | None],
         probe: Callable[[], Awaitable[object]],
         upstream_era: Callable[[], str],
     ) -> None:
         self._settings = settings
-        self._upstream = upstream
         self._metrics = metrics
+        self._last_ok = last_ok
         self._probe = probe
         self._upstream_era = upstream_era
         self.draining = False
@@ -36,7 +36,7 @@ class Admin:
 
     async def readyz(self, request: web.Request) -> web.Response:
         window = self._settings.readiness.window_s
-        last = self._upstream.last_ok
+        last = self._last_ok()
         fresh = last is not None and time.monotonic() - last < window
         error = None
         if not fresh and not self.draining:
@@ -47,7 +47,7 @@ class Admin:
             except Exception as exc:
                 error = str(exc) or exc.__class__.__name__
         ready = fresh and not self.draining
-        body = {"ready": ready, "upstream": self._upstream.name, "upstream_era": self._upstream_era()}
+        body = {"ready": ready, "upstream": self._settings.upstream.name, "upstream_era": self._upstream_era()}
         if error:
             body["error"] = error
         if self.draining:

@@ -22,15 +22,18 @@ from ..protocol.classify import Rejection, Route, classify_post
 from ..protocol.headers import PROTOCOL_VERSION_HEADER, SESSION_HEADER
 from ..protocol.modern_inbound import ModernRequest, header_view, validate_request
 from ..protocol.modern_to_legacy import listen_closed
-from ..protocol.versions import LEGACY_VERSIONS
+from ..protocol.versions import LEGACY_VERSIONS, Era
+from ..relay.detect import EraDetector
 from ..relay.legacy_to_modern import LegacyToModern, upstream_error, upstream_timeout
 from ..relay.modern_to_legacy import ListenBridge, ModernToLegacy
+from ..relay.passthrough import LegacyFacade, ModernPassThrough
 from ..sessions import LegacySession, principal_of, short_hash
 from ..upstream.errors import UpstreamError
 from ..upstream.http import HttpUpstream
 from .sse import SSE_HEADERS, RequestReply, SseStream, json_response
 
 log = structlog.get_logger("mcp_era_proxy.http")
+LegacySessions = LegacyToModern | LegacyFacade  # both hold legacy sessions behind one interface
 
 # Headers carried from the client to the upstream, beside the ones the proxy computes.
 _TRACE_HEADERS = ("traceparent", "tracestate", "baggage")
@@ -42,33 +45,46 @@ def error_reply(exc: ProxyError, request_id: Any = None) -> web.Response:
 
 
 class McpEndpoint:
-    """One relay per translated pairing; the same-era pairing is passed through.
+    """Routes each message by the client's era and the upstream's (detected) era.
 
-    With a modern upstream `legacy_clients` serves legacy clients (modern ones pass through);
-    with a legacy upstream `modern_clients` serves modern clients (legacy ones pass through).
+    Translated pairs go to their relay: `legacy_clients` (legacy client, modern upstream) and
+    `modern_clients` (modern client, legacy upstream). Same-era pairs are relayed byte for byte
+    over HTTP, or message by message over stdio (`modern_stdio`, `legacy_stdio`).
     """
 
     def __init__(
         self,
         settings: Settings,
-        upstream: HttpUpstream,
         metrics: Metrics,
+        detector: EraDetector,
         *,
-        legacy_clients: LegacyToModern | None = None,
-        modern_clients: ModernToLegacy | None = None,
+        legacy_clients: LegacyToModern,
+        modern_clients: ModernToLegacy,
+        http_upstream: HttpUpstream | None = None,
+        modern_stdio: ModernPassThrough | None = None,
+        legacy_stdio: LegacyFacade | None = None,
     ) -> None:
         self._settings = settings
+        self._metrics = metrics
+        self._detector = detector
         self._legacy_clients = legacy_clients
         self._modern_clients = modern_clients
-        self._upstream = upstream
-        self._metrics = metrics
-        self._upstream_era = settings.upstream.era
+        self._http = http_upstream
+        self._modern_stdio = modern_stdio
+        self._legacy_stdio = legacy_stdio
+        self._upstream_name = settings.upstream.name
         self._keepalive_s = settings.streams.keepalive_s
 
-    @property
-    def _relay(self) -> LegacyToModern:
-        assert self._legacy_clients is not None
-        return self._legacy_clients
+    async def _era(self) -> Era:
+        try:
+            return await self._detector.current()
+        except UpstreamError as exc:
+            self._metrics.upstream_errors.labels(self._upstream_name, exc.kind).inc()
+            raise upstream_error(exc) from None
+
+    def _legacy_relay(self, era: Era) -> LegacySessions | None:
+        """Who holds legacy sessions for this upstream era (None: relayed byte for byte)."""
+        return self._legacy_clients if era is Era.MODERN else self._legacy_stdio
 
     # ------------------------------------------------------------ caller context
 
@@ -118,40 +134,41 @@ class McpEndpoint:
         route = classify_post(body, session_id, request.headers.get(PROTOCOL_VERSION_HEADER))
         if isinstance(route, Rejection):
             raise ProxyError(route.code, route.message, status=route.status)
+        era = await self._era()
+        record.upstream_era = era.value
         if route is Route.MODERN:
             record.downstream_era = "modern"
             record.method = body.get("method")
-            if self._modern_clients is not None:
-                return await self._modern(request, body, record)
-            return await self._pass_through(request, "POST", raw, record, legacy=False)
-        if self._legacy_clients is None:  # legacy client, legacy upstream: same era
+            return await self._modern(request, raw, body, record, era)
+        relay = self._legacy_relay(era)
+        if relay is None:  # legacy client, legacy HTTP upstream: the upstream's own session
             record.method = body.get("method") if isinstance(body, dict) else "batch"
             return await self._pass_through(request, "POST", raw, record, legacy=True)
         if route is Route.LEGACY_INITIALIZE:
-            return await self._initialize(request, body, record)
+            return await self._initialize(request, relay, body, record)
         assert session_id is not None
-        session = await self._session(request, session_id)
+        session = await self._session(request, relay, session_id)
         record.session = session.id
         if route is Route.LEGACY_BATCH:
-            return await self._batch(request, session, body, record)
-        return await self._legacy_message(request, session, body, record)
+            return await self._batch(request, relay, session, body, record)
+        return await self._legacy_message(request, relay, session, body, record)
 
-    async def _initialize(self, request: web.Request, body: dict[str, Any], record: _Record) -> web.StreamResponse:
+    async def _initialize(
+        self, request: web.Request, relay: LegacySessions, body: dict[str, Any], record: _Record
+    ) -> web.StreamResponse:
         record.method = "initialize"
         if jsonrpc.kind(body) != "request":
             raise ProxyError(jsonrpc.INVALID_REQUEST, "initialize must be a JSON-RPC request", status=400)
         try:
-            result, session_id = await self._relay.initialize(
-                body, self._principal(request), self._auth_headers(request)
-            )
+            result, session_id = await relay.initialize(body, self._principal(request), self._auth_headers(request))
         except ProxyError as exc:
             record.outcome = exc.outcome
             return error_reply(exc, body["id"])
         record.session = session_id
         return json_response(jsonrpc.result_response(body["id"], result), headers={SESSION_HEADER: session_id})
 
-    async def _session(self, request: web.BaseRequest, session_id: str) -> LegacySession:
-        session = await self._relay.resolve(session_id, self._principal(request))
+    async def _session(self, request: web.BaseRequest, relay: LegacySessions, session_id: str) -> LegacySession:
+        session = await relay.resolve(session_id, self._principal(request))
         if session is None:
             raise session_not_found()
         version = request.headers.get(PROTOCOL_VERSION_HEADER)
@@ -162,29 +179,40 @@ class McpEndpoint:
         return session
 
     async def _legacy_message(
-        self, request: web.Request, session: LegacySession, body: dict[str, Any], record: _Record
+        self,
+        request: web.Request,
+        relay: LegacySessions,
+        session: LegacySession,
+        body: dict[str, Any],
+        record: _Record,
     ) -> web.StreamResponse:
         kind = jsonrpc.kind(body)
         record.method = body.get("method") if kind != "response" else "response"
         if kind == "invalid":
             raise ProxyError(jsonrpc.INVALID_REQUEST, "not a valid JSON-RPC 2.0 message", status=400)
         if kind == "notification":
-            await self._relay.handle_notification(session, body)
+            await relay.handle_notification(session, body)
             return web.Response(status=202)
         if kind == "response":
-            if not self._relay.handle_response(session, body):
+            if not relay.handle_response(session, body):
                 log.info("unexpected_response", session=short_hash(session.id), id=body.get("id"))
             return web.Response(status=202)
         reply = RequestReply(request, self._keepalive_s)
-        message = await self._run(request, session, body, reply, record)
+        message = await self._run(request, relay, session, body, reply, record)
         return await reply.finish(message)
 
     async def _run(
-        self, request: web.Request, session: LegacySession, body: dict[str, Any], reply: RequestReply, record: _Record
+        self,
+        request: web.Request,
+        relay: LegacySessions,
+        session: LegacySession,
+        body: dict[str, Any],
+        reply: RequestReply,
+        record: _Record,
     ) -> dict[str, Any] | None:
         """One legacy request; returns the final message (None: the client cancelled it)."""
         try:
-            message = await self._relay.handle_request(session, body, reply, self._auth_headers(request))
+            message = await relay.handle_request(session, body, reply, self._auth_headers(request))
         except ProxyError as exc:
             record.outcome = exc.outcome
             if exc.status != 200 and not reply.stream.started:
@@ -197,7 +225,7 @@ class McpEndpoint:
         return message
 
     async def _batch(
-        self, request: web.Request, session: LegacySession, body: list[Any], record: _Record
+        self, request: web.Request, relay: LegacySessions, session: LegacySession, body: list[Any], record: _Record
     ) -> web.StreamResponse:
         """JSON-RPC batches exist only in 2025-03-26 (reference §7.1)."""
         record.method = "batch"
@@ -213,15 +241,17 @@ class McpEndpoint:
             if kind == "invalid":
                 raise ProxyError(jsonrpc.INVALID_REQUEST, "batch holds an invalid JSON-RPC message", status=400)
             if kind == "notification":
-                await self._relay.handle_notification(session, item)
+                await relay.handle_notification(session, item)
             elif kind == "response":
-                self._relay.handle_response(session, item)
+                relay.handle_response(session, item)
             else:
                 requests.append(item)
         if not requests:
             return web.Response(status=202)
         reply = RequestReply(request, self._keepalive_s)
-        results = await asyncio.gather(*(self._run(request, session, item, reply, _Record()) for item in requests))
+        results = await asyncio.gather(
+            *(self._run(request, relay, session, item, reply, _Record()) for item in requests)
+        )
         finals = [r for r in results if r is not None]
         if not reply.stream.started:
             return json_response(finals)
@@ -231,9 +261,10 @@ class McpEndpoint:
 
     # ------------------------------------------------------------ modern clients, legacy upstream
 
-    async def _modern(self, request: web.Request, body: Any, record: _Record) -> web.StreamResponse:
-        """Validate exactly as a 2026-07-28 server must, then run it on the legacy upstream."""
-        assert self._modern_clients is not None
+    async def _modern(
+        self, request: web.Request, raw: bytes, body: Any, record: _Record, era: Era
+    ) -> web.StreamResponse:
+        """Validate exactly as a 2026-07-28 server must, then translate or relay it."""
         kind = jsonrpc.kind(body)
         if kind == "notification":
             return web.Response(status=202)  # nothing to act on: over HTTP a closed stream cancels
@@ -244,12 +275,20 @@ class McpEndpoint:
             raise ProxyError(
                 checked.code, checked.message, status=checked.status, data=checked.data, outcome="rejected"
             )
+        if era is Era.MODERN and self._modern_stdio is None:
+            return await self._pass_through(request, "POST", raw, record, legacy=False)
         principal, auth = self._principal(request), self._auth_headers(request)
         if checked.method == "subscriptions/listen":
+            if era is Era.MODERN:
+                return await self._listen_same_era(request, checked)
             return await self._listen(request, checked, principal, auth, record)
         reply = RequestReply(request, self._keepalive_s)
         try:
-            message, status = await self._modern_clients.handle(checked, reply, principal, auth)
+            if era is Era.MODERN:
+                assert self._modern_stdio is not None
+                message, status = await self._modern_stdio.handle(checked, reply)
+            else:
+                message, status = await self._modern_clients.handle(checked, reply, principal, auth)
         except ProxyError as exc:
             record.outcome = exc.outcome
             if not reply.stream.started:
@@ -259,10 +298,28 @@ class McpEndpoint:
             record.outcome = "error" if status == 200 else "rejected"
         return await reply.finish(message, status)
 
+    async def _listen_same_era(self, request: web.Request, checked: ModernRequest) -> web.StreamResponse:
+        assert self._modern_stdio is not None
+        sse = SseStream(request, self._keepalive_s)
+        gauge = self._metrics.streams_open.labels("downstream_listen")
+        gauge.inc()
+        try:
+            await self._modern_stdio.listen(checked, sse.send)
+        except ProxyError as exc:
+            if not sse.started:
+                raise
+            with contextlib.suppress(ConnectionError, RuntimeError):
+                await sse.send(exc.reply(checked.message["id"]))
+        except (ConnectionError, RuntimeError):
+            pass  # the client went away: leaving the exchange cancelled the listen upstream
+        finally:
+            gauge.dec()
+            sse.abort()
+        return await sse.close()
+
     async def _listen(
         self, request: web.Request, checked: ModernRequest, principal: str, auth: dict[str, str], record: _Record
     ) -> web.StreamResponse:
-        assert self._modern_clients is not None
         bridge = ListenBridge(self._modern_clients, checked, principal, auth)
         try:
             acknowledgement = await bridge.open()
@@ -311,9 +368,10 @@ class McpEndpoint:
                 headers[name] = value
             elif legacy and lowered == "last-event-id":
                 headers[name] = value
+        assert self._http is not None, "byte-for-byte relaying needs an HTTP upstream"
         try:
             async with asyncio.timeout(self._settings.upstream.request_timeout_s if method == "POST" else None):
-                async with self._upstream.forward(method, raw, headers) as upstream:
+                async with self._http.forward(method, raw, headers) as upstream:
                     out_headers = {}
                     for name in ("Content-Type", "WWW-Authenticate", "Allow") + ((SESSION_HEADER,) if legacy else ()):
                         if name in upstream.headers:
@@ -328,10 +386,10 @@ class McpEndpoint:
                     await response.write_eof()
                     return response
         except UpstreamError as exc:
-            self._metrics.upstream_errors.labels(self._upstream.name, exc.kind).inc()
+            self._metrics.upstream_errors.labels(self._upstream_name, exc.kind).inc()
             raise upstream_error(exc) from None
         except TimeoutError:
-            raise upstream_timeout(self._upstream.name) from None
+            raise upstream_timeout(self._upstream_name) from None
 
     # ------------------------------------------------------------ GET / DELETE
 
@@ -339,11 +397,12 @@ class McpEndpoint:
         session_id = request.headers.get(SESSION_HEADER)
         if session_id is None:
             return _method_not_allowed()
-        if self._legacy_clients is None:
-            return await self._pass_through(request, "GET", None, _Record(), legacy=True)
         try:
-            session = await self._session(request, session_id)
-            stream_handle = self._relay.open_get_stream(session)
+            relay = self._legacy_relay(await self._era())
+            if relay is None:
+                return await self._pass_through(request, "GET", None, _Record(), legacy=True)
+            session = await self._session(request, relay, session_id)
+            stream_handle = relay.open_get_stream(session)
         except ProxyError as exc:
             return error_reply(exc)
         sse = SseStream(request, self._keepalive_s)
@@ -360,7 +419,7 @@ class McpEndpoint:
             pass  # the client went away
         finally:
             gauge.dec()
-            self._relay.close_get_stream(session.id, stream_handle)
+            relay.close_get_stream(session.id, stream_handle)
             sse.abort()
         with contextlib.suppress(ConnectionError, RuntimeError):
             await sse.close()
@@ -370,26 +429,30 @@ class McpEndpoint:
         session_id = request.headers.get(SESSION_HEADER)
         if session_id is None:
             return _method_not_allowed()
-        if self._legacy_clients is None:
-            return await self._pass_through(request, "DELETE", None, _Record(), legacy=True)
-        session = await self._relay.resolve(session_id, self._principal(request))
+        try:
+            relay = self._legacy_relay(await self._era())
+            if relay is None:
+                return await self._pass_through(request, "DELETE", None, _Record(), legacy=True)
+        except ProxyError as exc:
+            return error_reply(exc)
+        session = await relay.resolve(session_id, self._principal(request))
         if session is None:
             return error_reply(session_not_found())
-        await self._relay.close(session.id, reason="deleted")
+        await relay.close(session.id, reason="deleted")
         return web.Response(status=200)
 
     # ------------------------------------------------------------ observability
 
     def _observe(self, record: _Record, started: float) -> None:
         elapsed = time.perf_counter() - started
-        labels = (method_label(record.method), record.downstream_era, self._upstream_era)
+        labels = (method_label(record.method), record.downstream_era, record.upstream_era)
         self._metrics.requests.labels(*labels, record.outcome).inc()
         self._metrics.request_duration.labels(*labels).observe(elapsed)
         log.info(
             "request",
             method=record.method if isinstance(record.method, str) else None,
             downstream_era=record.downstream_era,
-            upstream_era=self._upstream_era,
+            upstream_era=record.upstream_era,
             outcome=record.outcome,
             status=record.status,
             latency_ms=round(elapsed * 1000, 3),
@@ -400,11 +463,12 @@ class McpEndpoint:
 class _Record:
     """What the access log and metrics say about one POST."""
 
-    __slots__ = ("downstream_era", "method", "outcome", "request_id", "session", "status")
+    __slots__ = ("downstream_era", "method", "outcome", "request_id", "session", "status", "upstream_era")
 
     def __init__(self) -> None:
         self.method: Any = None
         self.downstream_era = "legacy"
+        self.upstream_era = "unknown"
         self.outcome = "ok"
         self.status = 200
         self.session: str | None = None

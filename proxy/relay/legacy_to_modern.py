@@ -24,6 +24,7 @@ from ..metrics import Metrics, method_label
 from ..protocol import jsonrpc, meta
 from ..protocol import legacy_to_modern as l2m
 from ..protocol.capabilities import modern_client_capabilities
+from ..protocol.detection import recognized_modern_error
 from ..protocol.headers import ParamHeader
 from ..protocol.versions import LATEST_MODERN, pick_modern
 from ..sessions import LegacySession, SessionIds, SessionStore, short_hash
@@ -91,6 +92,8 @@ class LegacyToModern:
         self._tool_headers: dict[str, _ToolHeaders] = {}
         self._discover = DiscoverCache(self._fetch_discover)
         self._discover_auth: dict[str, dict[str, str]] = {}
+        # Called when an answer says the upstream no longer speaks 2026-07-28 (era re-detection).
+        self.on_era_mismatch: Callable[[str], None] = lambda reason: None
         self._modern_version = LATEST_MODERN
 
     # ------------------------------------------------------------ sessions
@@ -353,6 +356,8 @@ class LegacyToModern:
             except UpstreamError as exc:
                 self._metrics.upstream_errors.labels(self._upstream.name, exc.kind).inc()
                 log.warning("upstream_failed", upstream=self._upstream.name, method=method, error=str(exc))
+                if isinstance(exc, UpstreamHTTPError) and exc.status in (400, 404, 405):
+                    self.on_era_mismatch(f"HTTP {exc.status} without a modern error body")
                 raise upstream_error(exc) from None
             except TimeoutError:
                 self._metrics.upstream_errors.labels(self._upstream.name, "timeout").inc()
@@ -361,6 +366,9 @@ class LegacyToModern:
             if "error" in final:
                 error = final["error"]
                 code = error.get("code")
+                if final.get("id") is None and not recognized_modern_error(error):
+                    # A reply that could not even read our request: not a 2026-07-28 server (any more).
+                    self.on_era_mismatch(f"error {code} without an id")
                 if code == jsonrpc.UNSUPPORTED_PROTOCOL_VERSION and code not in retried:
                     retried.add(code)
                     await self._renegotiate(session, error)

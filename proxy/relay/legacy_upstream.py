@@ -15,6 +15,7 @@ import itertools
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from functools import partial
 from typing import Any, Protocol
 
 import orjson
@@ -27,8 +28,15 @@ from ..protocol import jsonrpc
 from ..protocol import modern_to_legacy as m2l
 from ..protocol.headers import PROTOCOL_VERSION_HEADER, SESSION_HEADER
 from ..protocol.versions import legacy_at_least
-from ..upstream.errors import UpstreamError, UpstreamHTTPError, UpstreamProtocolError, UpstreamSessionGone
+from ..upstream.errors import (
+    UpstreamError,
+    UpstreamHTTPError,
+    UpstreamProtocolError,
+    UpstreamSessionGone,
+    UpstreamUnavailable,
+)
 from ..upstream.http import HttpUpstream, Reply
+from ..upstream.stdio import StdioChannel, StdioProcess, StdioReply
 
 JSONDict = dict[str, Any]
 log = structlog.get_logger("mcp_era_proxy.upstream")
@@ -45,6 +53,8 @@ class SessionOwner(Protocol):
 
 
 class UpstreamSession:
+    """One legacy session with the upstream; HTTP by default (see StdioLegacySession for stdio)."""
+
     def __init__(
         self,
         upstream: HttpUpstream,
@@ -55,6 +65,7 @@ class UpstreamSession:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.upstream = upstream
+        self.name = upstream.name
         self.key = key
         self.capabilities = capabilities  # the modern clientCapabilities this session was opened for
         self.auth_headers = auth_headers
@@ -112,7 +123,7 @@ class UpstreamSession:
                         error.get("code", jsonrpc.INTERNAL_ERROR), str(error.get("message")), data=error.get("data")
                     )
                 return message.get("result") or {}
-        raise UpstreamProtocolError(self.upstream.name, f"sent no reply to {method}")
+        raise UpstreamProtocolError(self.name, f"sent no reply to {method}")
 
     # ------------------------------------------------------------ lifecycle
 
@@ -136,9 +147,13 @@ class UpstreamSession:
         try:
             self.initialize_result = m2l.check_initialize_result(result)
         except m2l.InitializeRejected as exc:
-            raise UpstreamProtocolError(self.upstream.name, str(exc)) from None
+            raise UpstreamProtocolError(self.name, str(exc)) from None
         self.version = self.initialize_result["protocolVersion"]
         await self.send(jsonrpc.notification("notifications/initialized"))
+        await self._start_push(push_wait_s)
+
+    async def _start_push(self, push_wait_s: float) -> None:
+        """Open the standalone GET stream that carries what the server starts on its own."""
         loop = asyncio.get_running_loop()
         self._get_ready = loop.create_future()
         self._get_task = asyncio.create_task(self._run_get(), name="upstream-get")
@@ -212,6 +227,15 @@ class UpstreamSession:
             self.owner.on_notification(self, message)
 
 
+HttpLegacySession = UpstreamSession
+
+
+class SessionFactory(Protocol):
+    def __call__(
+        self, key: tuple[str, str], capabilities: JSONDict, auth_headers: dict[str, str], owner: SessionOwner
+    ) -> UpstreamSession: ...
+
+
 def _canonical(value: object) -> str:
     return orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode()
 
@@ -223,11 +247,13 @@ class SessionPool:
         config: PoolConfig,
         owner: SessionOwner,
         clock: Callable[[], float] = time.monotonic,
+        session_factory: SessionFactory | None = None,
     ) -> None:
         self._upstream = upstream
         self._config = config
         self._owner = owner
         self._clock = clock
+        self._factory: SessionFactory = session_factory or partial(HttpLegacySession, upstream, clock=clock)
         self._sessions: dict[tuple[str, str], list[UpstreamSession]] = {}
         self._opening: dict[tuple[str, str], asyncio.Future[UpstreamSession]] = {}
         self._dedicated: set[UpstreamSession] = set()  # sessions of one user each (listen streams)
@@ -288,7 +314,7 @@ class SessionPool:
             raise ProxyError(jsonrpc.LIMIT_EXCEEDED, "too many concurrent interactive calls for this caller")
         if len(self) >= self._config.max_sessions and not await self._evict_one():
             raise ProxyError(jsonrpc.LIMIT_EXCEEDED, "the proxy holds its maximum of upstream sessions")
-        session = UpstreamSession(self._upstream, key, capabilities, auth_headers, self._owner, self._clock)
+        session = self._factory(key, capabilities, auth_headers, self._owner)
         future: asyncio.Future[UpstreamSession] = asyncio.get_running_loop().create_future()
         self._opening[key] = future
         try:
@@ -317,7 +343,7 @@ class SessionPool:
         """A session for one user only (never shared), counted against `max_sessions`."""
         if len(self) >= self._config.max_sessions and not await self._evict_one():
             raise ProxyError(jsonrpc.LIMIT_EXCEEDED, "the proxy holds its maximum of upstream sessions")
-        session = UpstreamSession(self._upstream, ("", ""), capabilities, auth_headers, owner, self._clock)
+        session = self._factory(("", ""), capabilities, auth_headers, owner)
         self._dedicated.add(session)
         self.on_change(1)
         try:
@@ -331,9 +357,7 @@ class SessionPool:
         """The upstream forgot `session` (HTTP 404): open a fresh one with the same key."""
         await self.discard(session, delete=False)
         self.reinitialized += 1
-        fresh = UpstreamSession(
-            self._upstream, session.key, session.capabilities, session.auth_headers, self._owner, self._clock
-        )
+        fresh = self._factory(session.key, session.capabilities, session.auth_headers, self._owner)
         await fresh.open(None)
         fresh.exclusive, fresh.inflight = session.exclusive, session.inflight
         self._sessions.setdefault(session.key, []).append(fresh)
@@ -375,3 +399,79 @@ class SessionPool:
     async def close_all(self) -> None:
         for session in [s for g in self._sessions.values() for s in g] + list(self._dedicated):
             await self.discard(session)
+
+
+class _ChannelUpstream:
+    """A stdio channel with the request interface UpstreamSession uses for HTTP."""
+
+    def __init__(self, channel: StdioChannel) -> None:
+        self.name = channel.name
+        self._channel = channel
+
+    @asynccontextmanager
+    async def exchange(self, message: JSONDict, headers: Any = None) -> AsyncIterator[StdioReply]:
+        route = self._channel.open_route(message)
+        try:
+            try:
+                await self._channel.write(message)
+            except ConnectionError as exc:
+                raise UpstreamUnavailable(self.name, f"cannot be written to ({exc})") from None
+            yield StdioReply(route)
+        finally:
+            self._channel.close_route(route)
+
+    async def send(self, message: JSONDict, headers: Any = None) -> None:
+        try:
+            await self._channel.write(message)
+        except ConnectionError as exc:
+            raise UpstreamUnavailable(self.name, f"cannot be written to ({exc})") from None
+
+
+class StdioLegacySession(UpstreamSession):
+    """A legacy stdio server holds one session per process: this session is a process.
+
+    Everything the server sends outside a reply (its requests, notifications) is what the GET
+    stream carries over HTTP, and goes the same way: to the owner.
+    """
+
+    def __init__(
+        self,
+        make_process: Callable[..., StdioProcess],
+        name: str,
+        grace_s: float,
+        key: tuple[str, str],
+        capabilities: JSONDict,
+        auth_headers: dict[str, str],
+        owner: SessionOwner,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._grace_s = grace_s
+        self.channel = StdioChannel(make_process, name, on_unsolicited=self._dispatch, on_exit=self._exited)
+        super().__init__(
+            _ChannelUpstream(self.channel),
+            key,
+            capabilities,
+            auth_headers,
+            owner,  # type: ignore[arg-type]
+            clock,
+        )
+
+    def headers(self) -> dict[str, str]:
+        return {}  # stdio has no header layer
+
+    async def open(self, client_info: JSONDict | None, *, push_wait_s: float = 0.0) -> None:
+        try:
+            await self.channel.start()
+        except OSError as exc:
+            raise UpstreamUnavailable(self.name, f"could not be started: {exc}") from None
+        await super().open(client_info, push_wait_s=push_wait_s)
+
+    async def _start_push(self, push_wait_s: float) -> None:
+        self.push_channel = True  # the one stdout carries everything
+
+    def _exited(self, code: int | None) -> None:
+        self.closed = True
+
+    async def close(self, *, delete: bool = True) -> None:
+        self.closed = True
+        await self.channel.stop(self._grace_s)

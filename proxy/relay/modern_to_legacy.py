@@ -22,12 +22,13 @@ from ..metrics import Metrics, method_label
 from ..protocol import jsonrpc, meta
 from ..protocol import modern_to_legacy as m2l
 from ..protocol.capabilities import ALL_INPUT_CAPABILITIES, modern_server_capabilities
+from ..protocol.detection import names_modern_versions, recognized_modern_error
 from ..protocol.modern_inbound import ModernRequest, method_problem
 from ..upstream.errors import UpstreamError, UpstreamProtocolError, UpstreamSessionGone
 from ..upstream.http import HttpUpstream
 from .channel import ReplyChannel
 from .legacy_to_modern import upstream_error, upstream_timeout
-from .legacy_upstream import SessionPool, UpstreamSession
+from .legacy_upstream import SessionFactory, SessionPool, UpstreamSession
 from .parking import RequestStateCodec, new_park_id, params_digest
 
 JSONDict = dict[str, Any]
@@ -195,16 +196,19 @@ class ModernToLegacy:
         metrics: Metrics,
         secret: bytes,
         clock: Callable[[], float] = time.time,
+        session_factory: SessionFactory | None = None,
     ) -> None:
         self._settings = settings
         self._upstream = upstream
         self._metrics = metrics
-        self.pool = SessionPool(upstream, settings.upstream.pool, owner=self)
+        self.pool = SessionPool(upstream, settings.upstream.pool, owner=self, session_factory=session_factory)
         self.pool.on_change = lambda delta: metrics.upstream_sessions.labels(upstream.name).inc(delta)
         self.codec = RequestStateCodec(secret, secrets.token_hex(4), clock)
         self.pool_upstream = upstream
         self._parked: dict[str, Call] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
+        # Called when an answer says the upstream is not a legacy server (era re-detection).
+        self.on_era_mismatch: Callable[[str], None] = lambda reason: None
         self.listens: set[ListenBridge] = set()
 
     # ------------------------------------------------------------ what sessions receive unasked
@@ -269,6 +273,11 @@ class ModernToLegacy:
             )
         except UpstreamError as exc:
             raise upstream_error(exc) from None
+        except ProxyError as exc:
+            upstream = exc.data.get("upstreamError") if isinstance(exc.data, dict) else None
+            if names_modern_versions(upstream) or recognized_modern_error(upstream):
+                self.on_era_mismatch("initialize refused by a modern server")
+            raise
         problem = method_problem(request.method, modern_server_capabilities(session.server_capabilities))
         if problem is not None or request.method == "server/discover":
             self.pool.release(session)

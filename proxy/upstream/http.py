@@ -69,6 +69,9 @@ class HttpUpstream:
         # auto_decompress stays on; responses are never re-compressed toward the client.
         return aiohttp.ClientSession(connector=connector, timeout=timeout, trust_env=False)
 
+    async def close(self) -> None:
+        await self._session.close()
+
     def _headers(self, extra: Mapping[str, str]) -> dict[str, str]:
         return {**self._static_headers, **extra}
 

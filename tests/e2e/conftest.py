@@ -94,13 +94,13 @@ def proxy_to_fixture_modern(start_proxy: ProxyFactory, fixture_modern: str) -> I
 
 @pytest.fixture(scope="session")
 def proxy_to_legacy_server(start_proxy: ProxyFactory, legacy_server: str) -> Iterator[str]:
-    with start_proxy(legacy_server, upstream__era="legacy") as url:
+    with start_proxy(legacy_server) as url:  # era detected (auto)
         yield url
 
 
 @pytest.fixture(scope="session")
 def proxy_to_fixture_legacy(start_proxy: ProxyFactory, fixture_legacy: str) -> Iterator[str]:
-    with start_proxy(fixture_legacy, upstream__era="legacy") as url:
+    with start_proxy(fixture_legacy) as url:  # era detected (auto)
         yield url
 
 

@@ -105,7 +105,13 @@ def make_proxy(aiohttp_server: Any, aiohttp_client: Any, fake: FakeModern) -> Ma
     async def build(*, clock: Any = None, upstream_url: str | None = None, **overrides: Any) -> Proxy:
         settings = load_settings(
             None,
-            **{"upstream.url": upstream_url or fake.url, "upstream.name": UPSTREAM_NAME, **overrides},
+            # The era is fixed: these tests are about the legacy-client relay (detection has its own).
+            **{
+                "upstream.url": upstream_url or fake.url,
+                "upstream.name": UPSTREAM_NAME,
+                "upstream.era": "modern",
+                **overrides,
+            },
         )
         app, admin = create_app(settings, **({"clock": clock} if clock is not None else {}))
         assert admin is None

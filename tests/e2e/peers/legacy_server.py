@@ -37,6 +37,14 @@ stream open they are lost and the tool call hangs).
 Cancellation is observable: every cancelled ``slow`` call writes a stderr line
 ``CANCELLED slow id=<request id> reason=<notifications/cancelled|transport>``
 and increments the counter returned by the ``cancelled_count`` tool.
+
+``--stdio`` (instead of ``--port``) serves the same server over the MCP stdio
+transport: newline-delimited JSON-RPC on stdin/stdout, nothing else on stdout
+(no READY line; fd 1 is pointed at stderr while serving, the wire uses a private
+duplicate), logs on stderr. One session per process: everything (responses,
+server->client requests, progress, logs, list_changed, resources/updated) is
+interleaved on stdout. Exits 0 when stdin reaches EOF (in-flight requests are
+cancelled, ``slow`` then reports ``reason=transport``) and on SIGTERM / SIGINT.
 """
 
 from __future__ import annotations
@@ -44,8 +52,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
+import signal
 import sys
 import weakref
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager, suppress
 from typing import Any
 
 # Logging must be configured before FastMCP calls basicConfig (it would install
@@ -63,6 +75,7 @@ from mcp.server.fastmcp import Context, FastMCP  # noqa: E402
 from mcp.server.lowlevel.server import NotificationOptions  # noqa: E402
 from mcp.server.models import InitializationOptions  # noqa: E402
 from mcp.server.session import ServerSession  # noqa: E402
+from mcp.server.stdio import stdio_server  # noqa: E402
 from mcp.shared.message import ServerMessageMetadata  # noqa: E402
 from pydantic import AnyUrl  # noqa: E402
 
@@ -385,6 +398,131 @@ def build_app(json_response: bool = False) -> Any:
     return mcp.streamable_http_app()
 
 
+# --------------------------------------------------------------------------- stdio transport
+
+_LINE_LIMIT = 64 * 1024 * 1024
+
+
+class _StdinLines:
+    """Async iterator over the wire's stdin lines (str, newline kept), as the SDK's stdio server reads them."""
+
+    def __init__(self, reader: asyncio.StreamReader | None, file: Any) -> None:
+        self._reader = reader  # None: not pollable (regular file), blocking reads in a thread
+        self._file = file
+
+    def __aiter__(self) -> _StdinLines:
+        return self
+
+    async def __anext__(self) -> str:
+        while True:
+            if self._reader is not None:
+                try:
+                    data = await self._reader.readline()
+                except ValueError:
+                    logger.warning("dropping a stdin line longer than %d bytes", _LINE_LIMIT)
+                    continue
+            else:
+                data = await anyio.to_thread.run_sync(self._file.readline)
+            if not data:
+                raise StopAsyncIteration
+            if not data.strip():
+                continue
+            return data.decode("utf-8", errors="replace")
+
+
+class _StdoutLines:
+    """The wire's stdout; each `write` lands whole (no await before the bytes are queued)."""
+
+    def __init__(self, writer: asyncio.StreamWriter | None, file: Any) -> None:
+        self._writer = writer  # None: not pollable (regular file), plain blocking writes
+        self._file = file
+        self._broken = False
+
+    async def write(self, text: str) -> None:
+        if self._broken:
+            return
+        data = text.encode("utf-8")
+        if self._writer is not None:
+            if self._writer.transport.is_closing():
+                self._broken = True
+                return
+            self._writer.write(data)
+            return
+        try:
+            self._file.write(data)
+        except OSError:
+            self._broken = True
+
+    async def flush(self) -> None:
+        if self._broken:
+            return
+        try:
+            if self._writer is not None:
+                await self._writer.drain()
+            else:
+                self._file.flush()
+        except (ConnectionError, OSError):
+            self._broken = True  # the client stopped reading; keep serving until stdin EOF
+
+
+@asynccontextmanager
+async def _stdio_pipes() -> AsyncIterator[tuple[_StdinLines, _StdoutLines]]:
+    """Take over stdin/stdout for the wire; fd 0 -> /dev/null and fd 1 -> stderr meanwhile."""
+    loop = asyncio.get_running_loop()
+    sys.stdout.flush()
+    wire_in, wire_out = os.dup(0), os.dup(1)
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
+    os.dup2(2, 1)  # stray prints must never reach the wire
+    was_blocking = (os.get_blocking(wire_in), os.get_blocking(wire_out))
+    in_file = os.fdopen(wire_in, "rb")
+    out_file = os.fdopen(wire_out, "wb")
+    reader: asyncio.StreamReader | None = asyncio.StreamReader(limit=_LINE_LIMIT)
+    writer: asyncio.StreamWriter | None = None
+    try:
+        await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), in_file)  # type: ignore[arg-type]
+    except (ValueError, OSError):
+        reader = None
+    try:
+        transport, protocol = await loop.connect_write_pipe(
+            lambda: asyncio.StreamReaderProtocol(asyncio.StreamReader()), out_file
+        )
+        writer = asyncio.StreamWriter(transport, protocol, None, loop)
+    except (ValueError, OSError):
+        writer = None
+    try:
+        yield _StdinLines(reader, in_file), _StdoutLines(writer, out_file)
+    finally:
+        if writer is not None:
+            writer.close()  # flushes what is still queued, then closes the wire
+            with suppress(Exception):
+                await asyncio.wait_for(writer.wait_closed(), 1)
+        else:
+            with suppress(OSError):
+                out_file.close()
+        with suppress(OSError, ValueError):
+            in_file.close()
+        for fd, blocking in zip((wire_in, wire_out), was_blocking, strict=True):
+            with suppress(OSError):
+                os.set_blocking(fd, blocking)  # shared with the parent (e.g. a tty)
+
+
+async def _serve_stdio() -> None:
+    _state["json_response"] = False  # server->client requests ride the one stdio stream
+    loop = asyncio.get_running_loop()
+    async with _stdio_pipes() as (stdin, stdout):
+        with anyio.CancelScope() as scope:
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.add_signal_handler(sig, scope.cancel)
+            try:
+                async with stdio_server(stdin, stdout) as (read_stream, write_stream):  # type: ignore[arg-type]
+                    await _server.run(read_stream, write_stream, _server.create_initialization_options())
+            finally:
+                for sig in (signal.SIGTERM, signal.SIGINT):
+                    loop.remove_signal_handler(sig)
+
+
 # --------------------------------------------------------------------------- main
 
 
@@ -432,7 +570,13 @@ async def _serve(port: int, json_response: bool) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Legacy-only (<= 2025-11-25) MCP e2e test server")
-    parser.add_argument("--port", type=int, required=True, help="TCP port on 127.0.0.1 (0 = pick a free one)")
+    transport = parser.add_mutually_exclusive_group(required=True)
+    transport.add_argument("--port", type=int, help="TCP port on 127.0.0.1 (0 = pick a free one)")
+    transport.add_argument(
+        "--stdio",
+        action="store_true",
+        help="serve over the MCP stdio transport (newline-delimited JSON-RPC on stdin/stdout) instead of HTTP",
+    )
     parser.add_argument(
         "--json-response",
         action="store_true",
@@ -440,8 +584,10 @@ def main(argv: list[str] | None = None) -> int:
         "notifications; elicitation/sampling/roots requests go on the GET stream)",
     )
     args = parser.parse_args(argv)
+    if args.stdio and args.json_response:
+        parser.error("--json-response applies to HTTP only")
     try:
-        asyncio.run(_serve(args.port, args.json_response))
+        asyncio.run(_serve_stdio() if args.stdio else _serve(args.port, args.json_response))
     except KeyboardInterrupt:
         pass
     return 0

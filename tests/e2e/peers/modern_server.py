@@ -19,6 +19,18 @@ Run with the mcp 2.3.0 virtualenv::
 Prints ``READY http://127.0.0.1:PORT/mcp`` (flushed) on stdout once listening
 (``--port 0`` picks a free port and prints the real one). Logs go to stderr.
 Exits cleanly on SIGTERM / SIGINT.
+
+``--stdio`` (instead of ``--port``) serves the same server over the MCP stdio
+transport: newline-delimited JSON-RPC on stdin/stdout, nothing else on stdout
+(no READY line; fd 1 is pointed at stderr while serving, the wire uses a private
+duplicate), logs on stderr. Exits 0 when stdin reaches EOF (in-flight requests,
+open listen streams included, are cancelled) and on SIGTERM / SIGINT (open
+listen streams first get their final result frame). The SDK's stdio server picks
+the era from the first request, so a line filter in front of it keeps the peer
+modern-only: every request that is ``initialize`` or lacks
+``_meta["io.modelcontextprotocol/protocolVersion"]`` is answered with JSON-RPC
+error -32022 ``{"supported": ["2026-07-28"], "requested": <protocolVersion|null>}``
+and never reaches the SDK.
 """
 
 from __future__ import annotations
@@ -27,7 +39,11 @@ import argparse
 import asyncio
 import json
 import logging
+import os
+import signal
 import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager, suppress
 import warnings
 from typing import Annotated, Any
 
@@ -39,8 +55,10 @@ logging.basicConfig(
     format="%(asctime)s %(levelname)s %(name)s: %(message)s",
 )
 
+import anyio  # noqa: E402
 import uvicorn  # noqa: E402
 from mcp.server.mcpserver import Context, MCPServer  # noqa: E402
+from mcp.server.stdio import stdio_server  # noqa: E402
 from mcp.server.transport_security import TransportSecuritySettings  # noqa: E402
 from mcp.shared.exceptions import MCPDeprecationWarning  # noqa: E402
 from mcp_types import (  # noqa: E402
@@ -58,6 +76,7 @@ from mcp_types import (  # noqa: E402
     InputRequiredResult,
     ListRootsRequest,
     ListRootsResult,
+    PROTOCOL_VERSION_META_KEY,
     PromptReference,
     ResourceTemplateReference,
     SamplingMessage,
@@ -380,6 +399,202 @@ def build_app(json_response: bool = False) -> Any:
     return ModernOnlyMiddleware(sdk_app)
 
 
+# --------------------------------------------------------------------------- stdio transport
+
+_LINE_LIMIT = 64 * 1024 * 1024
+
+
+class _StdinLines:
+    """Async iterator over the wire's stdin lines (str, newline kept), as the SDK's stdio server reads them."""
+
+    def __init__(self, reader: asyncio.StreamReader | None, file: Any) -> None:
+        self._reader = reader  # None: not pollable (regular file), blocking reads in a thread
+        self._file = file
+
+    def __aiter__(self) -> _StdinLines:
+        return self
+
+    async def __anext__(self) -> str:
+        while True:
+            if self._reader is not None:
+                try:
+                    data = await self._reader.readline()
+                except ValueError:
+                    logger.warning("dropping a stdin line longer than %d bytes", _LINE_LIMIT)
+                    continue
+            else:
+                data = await anyio.to_thread.run_sync(self._file.readline)
+            if not data:
+                raise StopAsyncIteration
+            return data.decode("utf-8", errors="replace")
+
+
+class _StdoutLines:
+    """The wire's stdout; each `write` lands whole (no await before the bytes are queued)."""
+
+    def __init__(self, writer: asyncio.StreamWriter | None, file: Any) -> None:
+        self._writer = writer  # None: not pollable (regular file), plain blocking writes
+        self._file = file
+        self._broken = False
+
+    async def write(self, text: str) -> None:
+        self.write_nowait(text)
+
+    def write_nowait(self, text: str) -> None:
+        if self._broken:
+            return
+        data = text.encode("utf-8")
+        if self._writer is not None:
+            if self._writer.transport.is_closing():
+                self._broken = True
+                return
+            self._writer.write(data)
+            return
+        try:
+            self._file.write(data)
+        except OSError:
+            self._broken = True
+
+    async def flush(self) -> None:
+        if self._broken:
+            return
+        try:
+            if self._writer is not None:
+                await self._writer.drain()
+            else:
+                self._file.flush()
+        except (ConnectionError, OSError):
+            self._broken = True  # the client stopped reading; keep serving until stdin EOF
+
+
+@asynccontextmanager
+async def _stdio_pipes() -> AsyncIterator[tuple[_StdinLines, _StdoutLines]]:
+    """Take over stdin/stdout for the wire; fd 0 -> /dev/null and fd 1 -> stderr meanwhile."""
+    loop = asyncio.get_running_loop()
+    sys.stdout.flush()
+    wire_in, wire_out = os.dup(0), os.dup(1)
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
+    os.dup2(2, 1)  # stray prints must never reach the wire
+    was_blocking = (os.get_blocking(wire_in), os.get_blocking(wire_out))
+    in_file = os.fdopen(wire_in, "rb")
+    out_file = os.fdopen(wire_out, "wb")
+    reader: asyncio.StreamReader | None = asyncio.StreamReader(limit=_LINE_LIMIT)
+    writer: asyncio.StreamWriter | None = None
+    try:
+        await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), in_file)  # type: ignore[arg-type]
+    except (ValueError, OSError):
+        reader = None
+    try:
+        transport, protocol = await loop.connect_write_pipe(
+            lambda: asyncio.StreamReaderProtocol(asyncio.StreamReader()), out_file
+        )
+        writer = asyncio.StreamWriter(transport, protocol, None, loop)
+    except (ValueError, OSError):
+        writer = None
+    try:
+        yield _StdinLines(reader, in_file), _StdoutLines(writer, out_file)
+    finally:
+        if writer is not None:
+            writer.close()  # flushes what is still queued, then closes the wire
+            with suppress(Exception):
+                await asyncio.wait_for(writer.wait_closed(), 1)
+        else:
+            with suppress(OSError):
+                out_file.close()
+        with suppress(OSError, ValueError):
+            in_file.close()
+        for fd, blocking in zip((wire_in, wire_out), was_blocking, strict=True):
+            with suppress(OSError):
+                os.set_blocking(fd, blocking)  # shared with the parent (e.g. a tty)
+
+
+def _legacy_rejection(line: str) -> str | None:
+    """The -32022 error line for a legacy request, or None to let the line through to the SDK."""
+    try:
+        msg = json.loads(line)
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(msg, dict) or not isinstance(msg.get("method"), str):
+        return None
+    req_id = msg.get("id")
+    if not isinstance(req_id, str | int) or isinstance(req_id, bool):
+        return None  # a notification: nothing to answer
+    params = msg.get("params")
+    meta = params.get("_meta") if isinstance(params, dict) else None
+    meta_version = meta.get(PROTOCOL_VERSION_META_KEY, None) if isinstance(meta, dict) else None
+    has_envelope = isinstance(meta, dict) and PROTOCOL_VERSION_META_KEY in meta
+    if msg["method"] != "initialize" and has_envelope:
+        return None
+    requested = params.get("protocolVersion") if isinstance(params, dict) else None
+    if not isinstance(requested, str):
+        requested = meta_version if isinstance(meta_version, str) else None
+    logger.info("rejecting legacy stdio request %r (requested=%r)", msg["method"], requested)
+    return json.dumps(
+        {
+            "jsonrpc": "2.0",
+            "id": req_id,
+            "error": {
+                "code": -32022,
+                "message": "Unsupported protocol version",
+                "data": {"supported": [MODERN_VERSION], "requested": requested},
+            },
+        },
+        separators=(",", ":"),
+    )
+
+
+class _ModernOnlyLines:
+    """Line filter in front of the SDK's stdio server: answers legacy requests itself."""
+
+    def __init__(self, lines: _StdinLines, stdout: _StdoutLines) -> None:
+        self._lines = lines
+        self._stdout = stdout
+
+    def __aiter__(self) -> _ModernOnlyLines:
+        return self
+
+    async def __anext__(self) -> str:
+        while True:
+            line = await self._lines.__anext__()
+            if not line.strip():
+                continue
+            rejection = _legacy_rejection(line)
+            if rejection is None:
+                return line
+            self._stdout.write_nowait(rejection + "\n")
+            await self._stdout.flush()
+
+
+def _close_listen_streams() -> None:
+    entry = mcp._lowlevel_server.get_request_handler("subscriptions/listen")  # pyright: ignore[reportPrivateUsage]
+    close = getattr(entry.handler, "close", None) if entry is not None else None
+    if close is not None:
+        close()
+
+
+async def _serve_stdio() -> None:
+    lowlevel = mcp._lowlevel_server  # pyright: ignore[reportPrivateUsage]
+    loop = asyncio.get_running_loop()
+    async with _stdio_pipes() as (stdin, stdout):
+        with anyio.CancelScope() as scope:
+
+            def on_signal() -> None:
+                # Let open listen streams send their final result frame, then stop.
+                _close_listen_streams()
+                loop.call_later(0.2, scope.cancel)
+
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.add_signal_handler(sig, on_signal)
+            try:
+                async with stdio_server(_ModernOnlyLines(stdin, stdout), stdout) as (read_stream, write_stream):  # type: ignore[arg-type]
+                    await lowlevel.run(read_stream, write_stream, lowlevel.create_initialization_options())
+            finally:
+                for sig in (signal.SIGTERM, signal.SIGINT):
+                    loop.remove_signal_handler(sig)
+
+
 # --------------------------------------------------------------------------- main
 
 
@@ -442,7 +657,13 @@ async def _serve(port: int, json_response: bool) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Modern-only (2026-07-28) MCP e2e test server")
-    parser.add_argument("--port", type=int, required=True, help="TCP port on 127.0.0.1 (0 = pick a free one)")
+    transport = parser.add_mutually_exclusive_group(required=True)
+    transport.add_argument("--port", type=int, help="TCP port on 127.0.0.1 (0 = pick a free one)")
+    transport.add_argument(
+        "--stdio",
+        action="store_true",
+        help="serve over the MCP stdio transport (newline-delimited JSON-RPC on stdin/stdout) instead of HTTP",
+    )
     parser.add_argument(
         "--json-response",
         action="store_true",
@@ -450,8 +671,10 @@ def main(argv: list[str] | None = None) -> int:
         "progress and log notifications; subscriptions/listen stays SSE)",
     )
     args = parser.parse_args(argv)
+    if args.stdio and args.json_response:
+        parser.error("--json-response applies to HTTP only")
     try:
-        asyncio.run(_serve(args.port, args.json_response))
+        asyncio.run(_serve_stdio() if args.stdio else _serve(args.port, args.json_response))
     except KeyboardInterrupt:
         pass
     return 0

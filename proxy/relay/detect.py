@@ -1,0 +1,91 @@
+"""Upstream era detection, cached per upstream and repeated when the assumption stops holding."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import structlog
+
+from ..protocol.detection import Detected, era_from_reply, probe_request
+from ..protocol.legacy_to_modern import upstream_headers
+from ..protocol.versions import LATEST_MODERN, Era
+from ..upstream.errors import UpstreamError, UpstreamHTTPError, UpstreamProtocolError
+
+log = structlog.get_logger("mcp_era_proxy.detect")
+Probe = Callable[[], Awaitable[Detected]]
+
+
+class EraDetector:
+    def __init__(self, configured: str, probe: Probe, clock: Callable[[], float] = time.monotonic) -> None:
+        self._configured = configured
+        self._probe = probe
+        self._clock = clock
+        self._detected: Detected | None = None if configured == "auto" else Detected(Era(configured), None)
+        self._lock = asyncio.Lock()
+        self.probed_at: float | None = None
+        self.on_change: Callable[[Era], None] = lambda era: None
+
+    @property
+    def era(self) -> Era | None:
+        """The era as last known (None before the first successful probe)."""
+        return self._detected.era if self._detected is not None else None
+
+    async def current(self) -> Era:
+        detected = self._detected
+        if detected is not None:
+            return detected.era
+        async with self._lock:
+            if self._detected is None:
+                found = await self._probe()
+                previous = self.era
+                self._detected, self.probed_at = found, self._clock()
+                log.info("upstream_era_detected", era=found.era.value, version=found.version)
+                if found.era != previous:
+                    self.on_change(found.era)
+            return self._detected.era
+
+    def suspect(self, reason: str) -> None:
+        """An answer did not fit the detected era: probe again before the next request."""
+        if self._configured == "auto" and self._detected is not None:
+            log.warning("upstream_era_suspect", era=self._detected.era.value, reason=reason)
+            self._detected = None
+
+
+async def probe_http(upstream: Any, timeout_s: float) -> Detected:
+    """server/discover over HTTP; the status does not matter, the body does (§1.3)."""
+    message = probe_request("era-probe")
+    try:
+        async with (
+            asyncio.timeout(timeout_s),
+            upstream.exchange(message, upstream_headers(message, LATEST_MODERN)) as reply,
+        ):
+            async for message in reply:
+                if "method" not in message:
+                    return era_from_reply(message)
+    except (UpstreamHTTPError, UpstreamProtocolError):
+        pass  # a body that is not a recognized modern reply: legacy
+    except TimeoutError:
+        raise UpstreamError(upstream.name, "did not answer the era probe in time") from None
+    return era_from_reply(None)
+
+
+async def probe_stdio(start: Callable[[], Awaitable[Any]], timeout_s: float) -> Detected:
+    """server/discover as the first line; silence past the timeout means legacy (§1.4)."""
+    channel = await start()
+    try:
+        message = probe_request("era-probe")
+        route = channel.open_route(message)
+        await channel.write(message)
+        try:
+            async with asyncio.timeout(timeout_s):
+                async for reply in route.messages():
+                    if "method" not in reply:
+                        return era_from_reply(reply)
+        except (TimeoutError, UpstreamError):
+            pass  # silence, or the process died on the probe: legacy
+        return era_from_reply(None)
+    finally:
+        await channel.stop(2.0)

@@ -1,0 +1,395 @@
+"""A supervised child process speaking MCP as newline-delimited JSON-RPC on stdin/stdout.
+
+Spec: 2026-07-28/basic/transports/stdio.mdx. One message per line in both directions; stderr is
+free-form and goes to the structured logs. Shutdown closes stdin first, then escalates to
+SIGTERM and SIGKILL; the process runs in its own process group so its children go with it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import time
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from contextlib import asynccontextmanager
+from typing import Any
+
+import structlog
+
+from ..protocol import jsonrpc
+from .errors import UpstreamUnavailable
+
+JSONDict = dict[str, Any]
+log = structlog.get_logger("mcp_era_proxy.stdio")
+
+_LINE_LIMIT = 64 * 1024 * 1024  # one JSON-RPC message per line; results can be large
+_STDERR_LINE_LIMIT = 4096
+
+
+class StdioProcess:
+    def __init__(
+        self,
+        argv: Sequence[str],
+        *,
+        name: str,
+        env: Mapping[str, str] | None = None,
+        cwd: str | None = None,
+        on_message: Callable[[JSONDict], None],
+        on_exit: Callable[[int | None], None] = lambda code: None,
+    ) -> None:
+        self.argv = list(argv)
+        self.name = name
+        self._env = {**os.environ, **(env or {})}
+        self._cwd = cwd
+        self._on_message = on_message
+        self._on_exit = on_exit
+        self._process: asyncio.subprocess.Process | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._write_lock = asyncio.Lock()
+        self.exited = asyncio.Event()
+
+    @property
+    def pid(self) -> int | None:
+        return self._process.pid if self._process is not None else None
+
+    @property
+    def running(self) -> bool:
+        return self._process is not None and self._process.returncode is None and not self.exited.is_set()
+
+    async def start(self) -> None:
+        self._process = await asyncio.create_subprocess_exec(
+            *self.argv,
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            env=self._env,
+            cwd=self._cwd,
+            limit=_LINE_LIMIT,
+            start_new_session=True,  # its own process group: stop() reaches its children too
+        )
+        self._tasks = [
+            asyncio.create_task(self._read_stdout(), name=f"stdio-out-{self.pid}"),
+            asyncio.create_task(self._read_stderr(), name=f"stdio-err-{self.pid}"),
+        ]
+        log.info("upstream_process_started", upstream=self.name, pid=self.pid)
+
+    async def write(self, message: JSONDict) -> None:
+        process = self._process
+        if process is None or process.stdin is None or not self.running:
+            raise ConnectionError(f"upstream process {self.name!r} is not running")
+        async with self._write_lock:
+            process.stdin.write(jsonrpc.encode(message) + b"\n")
+            await process.stdin.drain()
+
+    async def _read_stdout(self) -> None:
+        assert self._process is not None and self._process.stdout is not None
+        stdout = self._process.stdout
+        try:
+            while True:
+                try:
+                    line = await stdout.readline()
+                except ValueError:  # a line over the limit: skip the rest of it
+                    log.warning("upstream_line_too_long", upstream=self.name, limit=_LINE_LIMIT)
+                    await stdout.readuntil(b"\n")
+                    continue
+                if not line:
+                    break
+                if not line.strip():
+                    continue
+                try:
+                    message = jsonrpc.decode(line)
+                except jsonrpc.DecodeError:
+                    log.warning("upstream_invalid_line", upstream=self.name, line=line[:200].decode("utf-8", "replace"))
+                    continue
+                if jsonrpc.kind(message) == "invalid":
+                    log.warning("upstream_invalid_message", upstream=self.name, message=str(message)[:200])
+                    continue
+                self._on_message(message)
+        finally:
+            code = await self._process.wait()
+            self.exited.set()
+            log.info("upstream_process_exited", upstream=self.name, pid=self.pid, code=code)
+            self._on_exit(code)
+
+    async def _read_stderr(self) -> None:
+        assert self._process is not None and self._process.stderr is not None
+        stderr = self._process.stderr
+        while True:
+            try:
+                line = await stderr.readline()
+            except ValueError:
+                await stderr.readuntil(b"\n")
+                continue
+            if not line:
+                return
+            text = line.decode("utf-8", "replace").rstrip()
+            if text:
+                log.info("upstream_stderr", upstream=self.name, pid=self.pid, line=text[:_STDERR_LINE_LIMIT])
+
+    async def stop(self, grace_s: float = 5.0) -> int | None:
+        """Close stdin, then SIGTERM, then SIGKILL (each after `grace_s`); reap; close pipes."""
+        process = self._process
+        if process is None:
+            return None
+        if process.stdin is not None and not process.stdin.is_closing():
+            process.stdin.close()
+        for sig in (None, signal.SIGTERM, signal.SIGKILL):
+            if sig is not None and process.returncode is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(process.pid, sig)
+            try:
+                async with asyncio.timeout(grace_s):
+                    await self.exited.wait()
+                break
+            except TimeoutError:
+                continue
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        if process.stdin is not None:
+            with contextlib.suppress(ConnectionError, BrokenPipeError):
+                await process.stdin.wait_closed()
+        return process.returncode
+
+
+class _Route:
+    """The messages of one request, multiplexed out of the shared stdout."""
+
+    __slots__ = ("done", "id", "queue", "token", "wants_logs")
+
+    def __init__(self, request_id: Any, token: Any, wants_logs: bool) -> None:
+        self.id = request_id
+        self.token = token
+        self.wants_logs = wants_logs
+        self.queue: asyncio.Queue[JSONDict | BaseException] = asyncio.Queue()
+        self.done = False
+
+    async def messages(self) -> Any:
+        while True:
+            item = await self.queue.get()
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+            if "method" not in item:
+                self.done = True
+                return
+
+
+class StdioReply:
+    """What `exchange` yields for stdio: the same shape as the HTTP Reply (no headers)."""
+
+    status = 200
+    headers: Mapping[str, str] = {}
+
+    def __init__(self, route: _Route, on_message: Callable[[], None] = lambda: None) -> None:
+        self._route = route
+        self._on_message = on_message
+
+    async def _messages(self) -> Any:
+        async for message in self._route.messages():
+            self._on_message()
+            yield message
+
+    def __aiter__(self) -> Any:
+        return self._messages()
+
+
+class StdioChannel:
+    """Requests and their replies over one stdio process, multiplexed by request id.
+
+    Replies are routed by id; progress by token; listen notifications by subscription id; logs
+    to the one in-flight request that asked for them (stdio has no per-request stream, so with
+    several such requests at once a log message cannot be attributed and is dropped). Anything
+    else goes to `on_unsolicited`.
+    """
+
+    def __init__(
+        self,
+        process_factory: Callable[..., StdioProcess],
+        name: str,
+        on_unsolicited: Callable[[JSONDict], None] = lambda message: None,
+        on_exit: Callable[[int | None], None] = lambda code: None,
+    ) -> None:
+        self.name = name
+        self._routes: dict[Any, _Route] = {}
+        self._tokens: dict[Any, _Route] = {}
+        self._on_unsolicited = on_unsolicited
+        self._on_exit_callback = on_exit
+        self.process = process_factory(on_message=self._on_message, on_exit=self._on_exit)
+
+    @property
+    def running(self) -> bool:
+        return self.process.running
+
+    async def start(self) -> None:
+        await self.process.start()
+
+    async def stop(self, grace_s: float) -> int | None:
+        return await self.process.stop(grace_s)
+
+    def open_route(self, message: JSONDict) -> _Route:
+        params = message.get("params") if isinstance(message.get("params"), dict) else {}
+        request_meta = params.get("_meta") if isinstance(params.get("_meta"), dict) else {}
+        route = _Route(
+            message["id"], request_meta.get("progressToken"), "io.modelcontextprotocol/logLevel" in request_meta
+        )
+        if route.id in self._routes:
+            raise ValueError(f"request id {route.id!r} is already in flight on {self.name!r}")
+        self._routes[route.id] = route
+        if route.token is not None:
+            self._tokens[route.token] = route
+        return route
+
+    def close_route(self, route: _Route) -> None:
+        if self._routes.get(route.id) is route:
+            del self._routes[route.id]
+        if route.token is not None and self._tokens.get(route.token) is route:
+            del self._tokens[route.token]
+
+    async def write(self, message: JSONDict) -> None:
+        await self.process.write(message)
+
+    def _on_message(self, message: JSONDict) -> None:
+        if "method" not in message:
+            route = self._routes.get(message.get("id"))
+            if route is not None:
+                route.queue.put_nowait(message)
+            else:
+                log.debug("upstream_reply_dropped", upstream=self.name, id=message.get("id"))
+            return
+        params = message.get("params") if isinstance(message.get("params"), dict) else {}
+        route = None
+        if "id" not in message:
+            method = message["method"]
+            note_meta = params.get("_meta") if isinstance(params.get("_meta"), dict) else {}
+            if "io.modelcontextprotocol/subscriptionId" in note_meta:
+                route = self._routes.get(note_meta["io.modelcontextprotocol/subscriptionId"])
+            elif method == "notifications/progress":
+                route = self._tokens.get(params.get("progressToken"))
+            elif method == "notifications/message":
+                asking = [r for r in self._routes.values() if r.wants_logs]
+                route = asking[0] if len(asking) == 1 else None
+            elif method == "notifications/cancelled" and params.get("requestId") in self._routes:
+                # The server ended one of our requests (e.g. a listen at shutdown).
+                # The server ended one of our requests (a listen at its shutdown): read it as the end.
+                ended = self._routes[params["requestId"]]
+                ended.queue.put_nowait(jsonrpc.result_response(ended.id, {"resultType": "complete"}))
+                return
+        if route is not None:
+            route.queue.put_nowait(message)
+        else:
+            self._on_unsolicited(message)
+
+    def _on_exit(self, code: int | None) -> None:
+        for route in list(self._routes.values()):
+            route.queue.put_nowait(UpstreamUnavailable(self.name, f"exited (code {code}) during the request"))
+        self._routes.clear()
+        self._tokens.clear()
+        self._on_exit_callback(code)
+
+
+def process_factory(
+    argv: Sequence[str], name: str, env: Mapping[str, str] | None, cwd: str | None
+) -> Callable[..., StdioProcess]:
+    def make(*, on_message: Callable[[JSONDict], None], on_exit: Callable[[int | None], None]) -> StdioProcess:
+        return StdioProcess(argv, name=name, env=env, cwd=cwd, on_message=on_message, on_exit=on_exit)
+
+    return make
+
+
+class StdioModernUpstream:
+    """A modern (2026-07-28) stdio server: one process shared by every caller, supervised.
+
+    `exchange()` has the shape of HttpUpstream.exchange: the relays do not care which it is.
+    A crashed process fails its in-flight requests at once and is restarted with backoff.
+    """
+
+    transport = "stdio"
+
+    def __init__(
+        self,
+        name: str,
+        make_process: Callable[..., StdioProcess],
+        *,
+        grace_s: float,
+        backoff_max_s: float,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.name = name
+        self._make_process = make_process
+        self._grace_s = grace_s
+        self._backoff_max_s = backoff_max_s
+        self._clock = clock
+        self._channel: StdioChannel | None = None
+        self._lock = asyncio.Lock()
+        self._failures = 0
+        self._next_start = 0.0
+        self._closed = False
+        self.last_ok: float | None = None
+        self.restarts = 0
+
+    @property
+    def healthy(self) -> bool:
+        return self._channel is not None and self._channel.running
+
+    async def _running_channel(self) -> StdioChannel:
+        channel = self._channel
+        if channel is not None and channel.running:
+            return channel
+        async with self._lock:
+            if self._channel is not None and self._channel.running:
+                return self._channel
+            if self._closed:
+                raise UpstreamUnavailable(self.name, "is shut down")
+            wait = self._next_start - self._clock()
+            if wait > 0:  # crash loop: back off before starting it again
+                await asyncio.sleep(wait)
+            if self._channel is not None:
+                self.restarts += 1
+                await self._channel.stop(self._grace_s)
+            channel = StdioChannel(self._make_process, self.name, self._unsolicited, self._exited)
+            try:
+                await channel.start()
+            except OSError as exc:
+                self._exited(None)
+                raise UpstreamUnavailable(self.name, f"could not be started: {exc}") from None
+            self._channel = channel
+            return channel
+
+    def _exited(self, code: int | None) -> None:
+        self._failures += 1
+        delay = min(0.25 * 2 ** (self._failures - 1), self._backoff_max_s)
+        self._next_start = self._clock() + delay
+
+    def _unsolicited(self, message: JSONDict) -> None:
+        log.debug("upstream_message_unattributed", upstream=self.name, method=message.get("method"))
+
+    @asynccontextmanager
+    async def exchange(self, message: JSONDict, headers: Mapping[str, str] | None = None) -> AsyncIterator[StdioReply]:
+        channel = await self._running_channel()
+        route = channel.open_route(message)
+        try:
+            try:
+                await channel.write(message)
+            except ConnectionError as exc:
+                raise UpstreamUnavailable(self.name, f"cannot be written to ({exc})") from None
+            yield StdioReply(route, on_message=self.answered)
+        finally:
+            channel.close_route(route)
+            if not route.done and channel.running:
+                # No per-request stream to close on stdio: cancellation is a notification.
+                with contextlib.suppress(ConnectionError):
+                    await channel.write(jsonrpc.notification("notifications/cancelled", {"requestId": route.id}))
+
+    async def send(self, message: JSONDict, headers: Mapping[str, str] | None = None) -> None:
+        channel = await self._running_channel()
+        await channel.write(message)
+
+    def answered(self) -> None:
+        self.last_ok = self._clock()
+        self._failures = 0
+
+    async def close(self) -> None:
+        self._closed = True
+        if self._channel is not None:
+            await self._channel.stop(self._grace_s)
