@@ -68,6 +68,7 @@ class Call:
         self.round = 0
         self.upstream_id: int | None = None
         self.finished = False
+        self.detached = False  # the client got its answer; the upstream call just runs out
         self._task: asyncio.Task[None] | None = None
         self._expiry: asyncio.TimerHandle | None = None
 
@@ -93,7 +94,10 @@ class Call:
                         async for message in reply:
                             if "method" not in message:
                                 if message.get("id") in (self.upstream_id, None):
-                                    self.events.put_nowait(("final", message))
+                                    if self.detached:
+                                        self.finish()  # nobody waits for this result any more
+                                    else:
+                                        self.events.put_nowait(("final", message))
                                     return
                             elif "id" in message:
                                 self.on_server_request(message)
@@ -120,6 +124,8 @@ class Call:
 
     def on_server_request(self, request: JSONDict) -> None:
         decision = m2l.server_request(request, self.method, self.capabilities)
+        if self.detached and not isinstance(decision, m2l.Answer):
+            decision = m2l.Answer(error=jsonrpc.error_object(jsonrpc.INTERNAL_ERROR, "the client has gone"))
         if isinstance(decision, m2l.Answer):
             self.relay.background(self._reply(request["id"], decision))
             return
@@ -177,15 +183,28 @@ class Call:
             return
         pending = list(self.pending.values())
         self.pending.clear()
-        self.finish()
-        with contextlib.suppress(UpstreamError, ProxyError, TimeoutError):
-            async with asyncio.timeout(5.0):
-                for request, _ in pending:
-                    await self._reply(request["id"], m2l.abandoned_answer(request["method"]))
-                await self.session.send(
-                    jsonrpc.notification("notifications/cancelled", {"requestId": self.upstream_id, "reason": reason})
-                )
-        log.info("legacy_call_abandoned", upstream=self.session.upstream.name, method=self.method, reason=reason)
+        self.disarm()
+        try:
+            # Told while its stream is still open, and before the session serves anyone else:
+            # some servers mishandle a cancellation for a request whose stream already closed.
+            with contextlib.suppress(UpstreamError, ProxyError, TimeoutError):
+                async with asyncio.timeout(5.0):
+                    for request, _ in pending:
+                        await self._reply(request["id"], m2l.abandoned_answer(request["method"]))
+                    await self.session.send(
+                        jsonrpc.notification(
+                            "notifications/cancelled", {"requestId": self.upstream_id, "reason": reason}
+                        )
+                    )
+        finally:
+            self.finish()
+        log.info("legacy_call_abandoned", upstream=self.session.name, method=self.method, reason=reason)
+
+    def detach(self, timeout_s: float) -> None:
+        """The client has its answer; let the upstream finish the call on its own (bounded)."""
+        self.detached = True
+        self.pending.clear()
+        self.arm(timeout_s)
 
 
 class ModernToLegacy:
@@ -323,7 +342,9 @@ class ModernToLegacy:
                         call.finish()
                         raise upstream_error(payload) if isinstance(payload, UpstreamError) else payload
                     elif kind == "missing":
-                        self.background(call.abandon("the client lacks a capability the server needs"))
+                        # The server got an error for its request and may still end the call
+                        # by itself; cancel it only if it does not within the request timeout.
+                        call.detach(self._settings.upstream.request_timeout_s)
                         return jsonrpc.error_response(
                             front_id,
                             jsonrpc.MISSING_REQUIRED_CAPABILITY,

@@ -145,4 +145,4 @@ async def test_a_client_lacking_the_capability_a_legacy_tool_needs_gets_missing_
     assert status == 400
     assert reply["error"]["code"] == jsonrpc.MISSING_REQUIRED_CAPABILITY
     assert reply["error"]["data"]["requiredCapabilities"] == {"elicitation": {"form": {}}}
-    assert after_status == 200 and after["result"]["content"][0]["text"] == "echo: still here"
+    assert after_status == 200 and after["result"]["content"][0]["text"] == "echo: still here", after
