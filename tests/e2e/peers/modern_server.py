@@ -42,9 +42,9 @@ import logging
 import os
 import signal
 import sys
+import warnings
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager, suppress
-import warnings
 from typing import Annotated, Any
 
 # Logging must be configured before the SDK's MCPServer calls basicConfig, so
@@ -62,6 +62,7 @@ from mcp.server.stdio import stdio_server  # noqa: E402
 from mcp.server.transport_security import TransportSecuritySettings  # noqa: E402
 from mcp.shared.exceptions import MCPDeprecationWarning  # noqa: E402
 from mcp_types import (  # noqa: E402
+    PROTOCOL_VERSION_META_KEY,
     Completion,
     CompletionArgument,
     CompletionContext,
@@ -76,7 +77,6 @@ from mcp_types import (  # noqa: E402
     InputRequiredResult,
     ListRootsRequest,
     ListRootsResult,
-    PROTOCOL_VERSION_META_KEY,
     PromptReference,
     ResourceTemplateReference,
     SamplingMessage,
