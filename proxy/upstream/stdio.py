@@ -169,10 +169,11 @@ class _Route:
             item = await self.queue.get()
             if isinstance(item, BaseException):
                 raise item
-            yield item
             if "method" not in item:
-                self.done = True
+                self.done = True  # answered: leaving now must not cancel it
+                yield item
                 return
+            yield item
 
 
 class StdioReply:
