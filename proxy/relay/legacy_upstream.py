@@ -82,6 +82,7 @@ class UpstreamSession:
         self.push_channel = False  # the GET stream is open
         self.closed = False
         self.progress_routes: dict[str, Any] = {}  # upstream progress token -> call
+        self.active: set[Any] = set()  # calls running on this session
         self._get_task: asyncio.Task[None] | None = None
         self._get_ready: asyncio.Future[bool] | None = None
 

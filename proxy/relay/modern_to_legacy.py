@@ -81,6 +81,7 @@ class Call:
 
     def _bind(self, session: UpstreamSession) -> None:
         self.session = session
+        session.active.add(self)
         if self.upstream_token is not None:
             session.progress_routes[self.upstream_token] = self
         if self.interactive:
@@ -172,6 +173,7 @@ class Call:
         if self._task is not None and not self._task.done():
             self._task.cancel()
         self.session.progress_routes.pop(self.upstream_token or "", None)
+        self.session.active.discard(self)
         if self.session.exclusive is self:
             self.session.exclusive = None
         self.relay.pool.release(self.session)
@@ -261,7 +263,10 @@ class ModernToLegacy:
             call = session.exclusive
             if isinstance(call, Call):
                 call.withdraw(params.get("requestId"))
-        # Logs and list changes outside a call's stream have no modern request to go to.
+        elif method == "notifications/message" and len(session.active) == 1:
+            # Without a per-request stream (stdio), a log belongs to the one call running, if one.
+            next(iter(session.active)).events.put_nowait(("note", note))
+        # Other logs and list changes outside a call's stream have no modern request to go to.
 
     # ------------------------------------------------------------ requests
 

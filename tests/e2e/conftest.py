@@ -7,6 +7,7 @@ listens anywhere but 127.0.0.1, and every process is stopped at teardown.
 from __future__ import annotations
 
 import json
+import shlex
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -70,9 +71,10 @@ def start_proxy(logs_dir: Path) -> ProxyFactory:
     counter = iter(range(1_000_000))
 
     @contextmanager
-    def start(upstream: str, **env: str) -> Iterator[str]:
+    def start(upstream: str | None = None, *, command: str | None = None, **env: str) -> Iterator[str]:
         port = free_port()
-        argv = [sys.executable, "-m", "proxy", "--upstream", upstream, "--listen", f"127.0.0.1:{port}"]
+        target = ["--upstream", upstream] if upstream is not None else ["--upstream-command", str(command)]
+        argv = [sys.executable, "-m", "proxy", *target, "--listen", f"127.0.0.1:{port}"]
         environment = {f"MCP_ERA_PROXY_{k.upper()}": v for k, v in env.items()}
         with listening(argv, port, logs_dir / f"proxy-{next(counter)}.log", env=environment):
             yield f"http://127.0.0.1:{port}/mcp"
@@ -101,6 +103,24 @@ def proxy_to_legacy_server(start_proxy: ProxyFactory, legacy_server: str) -> Ite
 @pytest.fixture(scope="session")
 def proxy_to_fixture_legacy(start_proxy: ProxyFactory, fixture_legacy: str) -> Iterator[str]:
     with start_proxy(fixture_legacy) as url:  # era detected (auto)
+        yield url
+
+
+def stdio_command(python: Path, script: str) -> str:
+    return shlex.join([str(python), str(peers.PEER_SCRIPTS / script), "--stdio"])
+
+
+@pytest.fixture(scope="session")
+def proxy_to_modern_server_stdio(start_proxy: ProxyFactory) -> Iterator[str]:
+    """The proxy starting the mcp==2.3.0 modern-only server itself, over stdio."""
+    with start_proxy(command=stdio_command(peers.mcp2_python(), "modern_server.py")) as url:
+        yield url
+
+
+@pytest.fixture(scope="session")
+def proxy_to_legacy_server_stdio(start_proxy: ProxyFactory) -> Iterator[str]:
+    """The proxy starting mcp==1.30.0 legacy servers itself, over stdio (one process per session)."""
+    with start_proxy(command=stdio_command(peers.mcp1_python(), "legacy_server.py")) as url:
         yield url
 
 

@@ -37,6 +37,8 @@ PROFILES: dict[str, dict[str, Any]] = {
         "completion": {"prompt": "greet", "argument": {"name": "name", "value": "al"}},
         "resources": {"uri": "test://static"},
     },
+    # The same server, started by the proxy and spoken to over stdio.
+    "mcp2-modern-server-stdio": {},
     "fixture-modern": {
         "tools": {"tool": "test_simple_text", "arguments": {}},
         "progress": {"tool": "test_tool_with_progress", "arguments": {}},
@@ -54,6 +56,14 @@ PROFILES: dict[str, dict[str, Any]] = {
 }
 
 
+PROFILES["mcp2-modern-server-stdio"] = PROFILES["mcp2-modern-server"]
+PROXIES = {
+    "mcp2-modern-server": "proxy_to_modern_server",
+    "mcp2-modern-server-stdio": "proxy_to_modern_server_stdio",
+    "fixture-modern": "proxy_to_fixture_modern",
+}
+
+
 @pytest.fixture(params=sorted(PROFILES))
 def upstream(request: pytest.FixtureRequest) -> str:
     return request.param
@@ -66,9 +76,7 @@ def via_proxy(
     tap_factory: Callable[[str], AbstractContextManager[tuple[str, Path]]],
 ) -> Iterator[Callable[[str], dict[str, Any]]]:
     """Run a scenario through tap → proxy → upstream; afterwards check every message's schema."""
-    proxy_url = request.getfixturevalue(
-        "proxy_to_modern_server" if upstream == "mcp2-modern-server" else "proxy_to_fixture_modern"
-    )
+    proxy_url = request.getfixturevalue(PROXIES[upstream])
     with tap_factory(proxy_url) as (tap_url, record):
 
         def run(scenario: str, **overrides: Any) -> dict[str, Any]:
@@ -101,7 +109,7 @@ def test_initialize_reports_the_upstream_server_and_a_legacy_session(via_proxy, 
 def test_tools_are_listed_and_called(via_proxy, upstream):
     observed = via_proxy("tools")
     assert PROFILES[upstream]["tools"]["tool"] in observed["tools"]
-    expected = "echo: hi" if upstream == "mcp2-modern-server" else "This is a simple text response for testing."
+    expected = "This is a simple text response for testing." if upstream == "fixture-modern" else "echo: hi"
     assert texts(observed["result"]) == [expected]
     assert observed["result"]["isError"] is False
 
@@ -157,7 +165,7 @@ def test_log_level_set_by_the_client_filters_log_notifications(via_proxy, upstre
     observed = via_proxy("logging")
     levels = [entry[0] for entry in observed["logs"]]
     assert observed["setLevelResult"] == {}
-    if upstream == "mcp2-modern-server":
+    if upstream != "fixture-modern":
         assert levels == ["warning", "error"]  # debug and info were below the session's level
     else:
         assert levels == ["info", "info", "info"]
@@ -192,7 +200,7 @@ def test_prompts_are_listed_and_rendered(via_proxy, upstream):
 
 def test_completions_are_forwarded(via_proxy, upstream):
     observed = via_proxy("completion")
-    expected = ["alice", "alan"] if upstream == "mcp2-modern-server" else ["paris", "park", "party"]
+    expected = ["paris", "park", "party"] if upstream == "fixture-modern" else ["alice", "alan"]
     assert observed["values"] == expected
 
 

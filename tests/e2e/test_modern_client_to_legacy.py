@@ -54,7 +54,18 @@ PROFILES: dict[str, dict[str, Any]] = {
         "resources": {"uri": "test://static-text"},
     },
 }
-PROXIES = {"mcp1-legacy-server": "proxy_to_legacy_server", "fixture-legacy": "proxy_to_fixture_legacy"}
+# The same server started by the proxy over stdio. A legacy stdio server holds one session per
+# process, so a listen (its own session, its own process) cannot see what another process does:
+# the subscription is acknowledged but nothing triggers an update there.
+PROFILES["mcp1-legacy-server-stdio"] = {
+    **PROFILES["mcp1-legacy-server"],
+    "subscribe": {"uri": "test://watched", "trigger_tool": None},
+}
+PROXIES = {
+    "mcp1-legacy-server": "proxy_to_legacy_server",
+    "mcp1-legacy-server-stdio": "proxy_to_legacy_server_stdio",
+    "fixture-legacy": "proxy_to_fixture_legacy",
+}
 
 
 @pytest.fixture(params=sorted(PROFILES))
@@ -165,7 +176,7 @@ def test_multi_round_input_completes(via_proxy, upstream):
 def test_per_request_log_level_filters_logs(via_proxy, upstream):
     observed = via_proxy("logging")
     levels = [entry[0] for entry in observed["logs"]]
-    assert levels == (["warning", "error"] if upstream == "mcp1-legacy-server" else ["info"] * 3)
+    assert levels == (["info"] * 3 if upstream == "fixture-legacy" else ["warning", "error"])
 
 
 def test_without_a_log_level_no_logs_arrive(via_proxy, upstream):
@@ -195,7 +206,7 @@ def test_prompts_are_listed_and_rendered(via_proxy, upstream):
 
 def test_completions_are_forwarded(via_proxy, upstream):
     observed = via_proxy("completion")
-    assert observed["values"] == (["alice", "alan"] if upstream == "mcp1-legacy-server" else ["paris", "park", "party"])
+    assert observed["values"] == (["paris", "park", "party"] if upstream == "fixture-legacy" else ["alice", "alan"])
 
 
 def test_resources_are_listed_and_read(via_proxy, upstream):

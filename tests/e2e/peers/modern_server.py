@@ -161,6 +161,15 @@ async def progress(ctx: Context) -> str:
     return "progress done"
 
 
+@mcp.tool(description="Sleep `seconds` in 0.1 s steps, reporting progress each step.", structured_output=False)
+async def slow(seconds: float, ctx: Context) -> str:
+    steps = max(1, round(seconds / 0.1))
+    for i in range(1, steps + 1):
+        await ctx.report_progress(i, steps, f"step {i} of {steps}")
+        await asyncio.sleep(0.1)
+    return "slow done"
+
+
 @mcp.tool(description="Emit log messages at debug, info, warning and error.", structured_output=False)
 async def log(ctx: Context) -> str:
     for level in ("debug", "info", "warning", "error"):
