@@ -143,6 +143,8 @@ class McpEndpoint:
         relay = self._legacy_relay(era)
         if relay is None:  # legacy client, legacy HTTP upstream: the upstream's own session
             record.method = body.get("method") if isinstance(body, dict) else "batch"
+            if any(jsonrpc.kind(item) == "invalid" for item in (body if isinstance(body, list) else [body])):
+                raise ProxyError(jsonrpc.INVALID_REQUEST, "not a valid JSON-RPC 2.0 message", status=400)
             return await self._pass_through(request, "POST", raw, record, legacy=True)
         if route is Route.LEGACY_INITIALIZE:
             return await self._initialize(request, relay, body, record)

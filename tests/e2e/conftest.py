@@ -125,6 +125,44 @@ def proxy_to_legacy_server_stdio(start_proxy: ProxyFactory) -> Iterator[str]:
 
 
 @pytest.fixture(scope="session")
+def fixture_dual(logs_dir: Path) -> Iterator[str]:
+    """The conformance fixture serving both eras on one endpoint."""
+    port = free_port()
+    with listening(["bash", str(peers.peer_sh()), "fixture-dual", str(port)], port, logs_dir / "fixture-dual.log"):
+        yield f"http://127.0.0.1:{port}/mcp"
+
+
+@pytest.fixture(scope="session")
+def everything_http(logs_dir: Path) -> Iterator[str]:
+    """@modelcontextprotocol/server-everything over Streamable HTTP (legacy), for a direct baseline."""
+    port = free_port()
+    with listening(
+        ["bash", str(peers.peer_sh()), "everything-http", str(port)], port, logs_dir / "everything-http.log"
+    ):
+        yield f"http://127.0.0.1:{port}/mcp"
+
+
+@pytest.fixture(scope="session")
+def proxy_to_fixture_dual(start_proxy: ProxyFactory, fixture_dual: str) -> Iterator[str]:
+    with start_proxy(fixture_dual) as url:
+        yield url
+
+
+@pytest.fixture(scope="session")
+def proxy_to_fixture_stdio(start_proxy: ProxyFactory) -> Iterator[str]:
+    """The proxy starting the conformance fixture over stdio (dual-era; the first message decides)."""
+    with start_proxy(command=shlex.join(["bash", str(peers.peer_sh()), "fixture-stdio"])) as url:
+        yield url
+
+
+@pytest.fixture(scope="session")
+def proxy_to_everything_stdio(start_proxy: ProxyFactory) -> Iterator[str]:
+    """The proxy starting server-everything over stdio (legacy)."""
+    with start_proxy(command=shlex.join(["bash", str(peers.peer_sh()), "everything-stdio"])) as url:
+        yield url
+
+
+@pytest.fixture(scope="session")
 def tap_factory(logs_dir: Path) -> Callable[[str], AbstractContextManager[tuple[str, Path]]]:
     """A recording tap in front of a URL: (tap url, record file)."""
     counter = iter(range(1_000_000))
