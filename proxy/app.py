@@ -103,7 +103,7 @@ def create_app(
     admin = Admin(
         settings,
         metrics,
-        last_ok=lambda: modern_upstream.last_ok if detector.era is Era.MODERN else (http.last_ok if http else None),
+        last_ok=lambda: _last_ok(detector, http, stdio),
         probe=ready,
         upstream_era=lambda: detector.era.value if detector.era is not None else "unknown",
     )
@@ -147,6 +147,15 @@ def create_app(
 
     app.cleanup_ctx.append(lifecycle)
     return app, (None if admin_app is app else admin_app)
+
+
+def _last_ok(detector: EraDetector, http: HttpUpstream | None, stdio: StdioModernUpstream | None) -> float | None:
+    """When the upstream last answered; a stdio server counts only while its process runs."""
+    if http is not None:
+        return http.last_ok
+    if stdio is not None and detector.era is Era.MODERN and stdio.healthy:
+        return stdio.last_ok
+    return None  # legacy stdio: readiness asks a pooled session (process) each time
 
 
 async def _detect_early(detector: EraDetector) -> None:

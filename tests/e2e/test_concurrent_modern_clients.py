@@ -27,9 +27,10 @@ class ModernClient:
         self.ids = iter(range(1, 1000))
         self.received: list[dict[str, Any]] = []  # every message this client got, in order
 
-    async def call(
+    def request_body(
         self, method: str, params: dict[str, Any], *, log_level: str | None = None, progress: bool = False
-    ) -> tuple[int, dict[str, Any]]:
+    ) -> tuple[dict[str, Any], dict[str, str]]:
+        """A 2026-07-28 request and its headers, the envelope set from this client's profile."""
         request_id = next(self.ids)
         request_meta: dict[str, Any] = {
             meta.PROTOCOL_VERSION: MODERN,
@@ -49,6 +50,13 @@ class ModernClient:
         }
         if "name" in params:
             headers["Mcp-Name"] = params["name"]
+        return body, headers
+
+    async def call(
+        self, method: str, params: dict[str, Any], *, log_level: str | None = None, progress: bool = False
+    ) -> tuple[int, dict[str, Any]]:
+        body, headers = self.request_body(method, params, log_level=log_level, progress=progress)
+        request_id = body["id"]
         async with asyncio.timeout(20), self.http.post(self.url, data=json.dumps(body), headers=headers) as response:
             messages = await self._read(response)
         for message in messages:
