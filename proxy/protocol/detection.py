@@ -54,7 +54,7 @@ def era_from_reply(reply: object) -> Detected:
         error = reply.get("error")
         if recognized_modern_error(error):
             data = error.get("data") if isinstance(error.get("data"), dict) else {}
-            return Detected(Era.MODERN, pick_modern(data.get("supported")) or LATEST_MODERN)
+            return Detected(Era.MODERN, pick_modern(data.get("supported")))
     return Detected(Era.LEGACY, None)
 
 

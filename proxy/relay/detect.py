@@ -24,6 +24,7 @@ class EraDetector:
         self._probe = probe
         self._clock = clock
         self._detected: Detected | None = None if configured == "auto" else Detected(Era(configured), None)
+        self._last: Era | None = self._detected.era if self._detected is not None else None  # survives suspect()
         self._lock = asyncio.Lock()
         self.probed_at: float | None = None
         self.on_change: Callable[[Era], None] = lambda era: None
@@ -31,7 +32,7 @@ class EraDetector:
     @property
     def era(self) -> Era | None:
         """The era as last known (None before the first successful probe)."""
-        return self._detected.era if self._detected is not None else None
+        return self._last
 
     async def current(self) -> Era:
         detected = self._detected
@@ -40,7 +41,7 @@ class EraDetector:
         async with self._lock:
             if self._detected is None:
                 found = await self._probe()
-                previous = self.era
+                previous, self._last = self._last, found.era
                 self._detected, self.probed_at = found, self._clock()
                 log.info("upstream_era_detected", era=found.era.value, version=found.version)
                 if found.era != previous:
@@ -78,13 +79,13 @@ async def probe_stdio(start: Callable[[], Awaitable[Any]], timeout_s: float) -> 
     try:
         message = probe_request("era-probe")
         route = channel.open_route(message)
-        await channel.write(message)
         try:
+            await channel.write(message)
             async with asyncio.timeout(timeout_s):
                 async for reply in route.messages():
                     if "method" not in reply:
                         return era_from_reply(reply)
-        except (TimeoutError, UpstreamError):
+        except (TimeoutError, UpstreamError, ConnectionError):
             pass  # silence, or the process died on the probe: legacy
         return era_from_reply(None)
     finally:

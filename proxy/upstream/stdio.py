@@ -136,8 +136,9 @@ class StdioProcess:
         if process.stdin is not None and not process.stdin.is_closing():
             process.stdin.close()
         for sig in (None, signal.SIGTERM, signal.SIGKILL):
-            if sig is not None and process.returncode is None:
-                with contextlib.suppress(ProcessLookupError):
+            # Until stdout closes, something in the group (the child or one of its own) lives.
+            if sig is not None and not self.exited.is_set():
+                with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.killpg(process.pid, sig)
             try:
                 async with asyncio.timeout(grace_s):
@@ -145,7 +146,11 @@ class StdioProcess:
                 break
             except TimeoutError:
                 continue
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(grace_s):
+                await asyncio.gather(*self._tasks, return_exceptions=True)
+        for task in self._tasks:
+            task.cancel()
         if process.stdin is not None:
             with contextlib.suppress(ConnectionError, BrokenPipeError):
                 await process.stdin.wait_closed()
@@ -200,8 +205,8 @@ class StdioChannel:
 
     Replies are routed by id; progress by token; listen notifications by subscription id; logs
     to the one in-flight request that asked for them (stdio has no per-request stream, so with
-    several such requests at once a log message cannot be attributed and is dropped). Anything
-    else goes to `on_unsolicited`.
+    several such requests at once a log message cannot be attributed). Anything else, including
+    such logs, goes to `on_unsolicited`.
     """
 
     def __init__(
@@ -271,7 +276,6 @@ class StdioChannel:
                 asking = [r for r in self._routes.values() if r.wants_logs]
                 route = asking[0] if len(asking) == 1 else None
             elif method == "notifications/cancelled" and params.get("requestId") in self._routes:
-                # The server ended one of our requests (e.g. a listen at shutdown).
                 # The server ended one of our requests (a listen at its shutdown): read it as the end.
                 ended = self._routes[params["requestId"]]
                 ended.queue.put_nowait(jsonrpc.result_response(ended.id, {"resultType": "complete"}))

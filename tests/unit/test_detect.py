@@ -1,0 +1,192 @@
+"""The cached upstream era and when it is probed again (proxy/relay/detect.py EraDetector; reference §1.5)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from proxy.protocol.detection import Detected
+from proxy.protocol.versions import LATEST_MODERN, Era
+from proxy.relay.detect import EraDetector
+from proxy.upstream.errors import UpstreamUnavailable
+
+WAIT = 5.0
+MODERN = Detected(Era.MODERN, LATEST_MODERN)
+LEGACY = Detected(Era.LEGACY, None)
+
+
+class FakeClock:
+    def __init__(self, now: float = 1000.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class FakeProbe:
+    """Answers with the queued outcomes in order (an exception is raised); counts its calls.
+
+    With `hold=True` every call waits for `release` so that callers can pile up behind it.
+    """
+
+    def __init__(self, *outcomes: Detected | BaseException, hold: bool = False) -> None:
+        self.outcomes = list(outcomes)
+        self.calls = 0
+        self.hold = hold
+        self.started = asyncio.Event()
+        self.release = asyncio.Event()
+
+    async def __call__(self) -> Detected:
+        self.calls += 1
+        self.started.set()
+        if self.hold:
+            await self.release.wait()
+        outcome = self.outcomes.pop(0)
+        if isinstance(outcome, BaseException):
+            raise outcome
+        return outcome
+
+
+def detector_with(probe: FakeProbe, configured: str = "auto", clock: FakeClock | None = None) -> EraDetector:
+    return EraDetector(configured, probe, clock=clock or FakeClock())
+
+
+@pytest.mark.parametrize("configured", [Era.MODERN.value, Era.LEGACY.value])
+async def test_a_configured_era_is_used_without_ever_probing(configured):
+    probe = FakeProbe()
+    detector = detector_with(probe, configured)
+    changes: list[Era] = []
+    detector.on_change = changes.append
+    assert detector.era is Era(configured)
+    async with asyncio.timeout(WAIT):
+        assert await detector.current() is Era(configured)
+        assert await detector.current() is Era(configured)
+    assert probe.calls == 0
+    assert changes == []
+
+
+@pytest.mark.parametrize("configured", [Era.MODERN.value, Era.LEGACY.value])
+async def test_suspecting_a_configured_era_changes_nothing(configured):
+    probe = FakeProbe()
+    detector = detector_with(probe, configured)
+    detector.suspect("an answer that did not fit")
+    assert detector.era is Era(configured)
+    async with asyncio.timeout(WAIT):
+        assert await detector.current() is Era(configured)
+    assert probe.calls == 0
+
+
+async def test_auto_knows_no_era_until_the_first_call_probes_once_and_caches_it():
+    clock = FakeClock(1234.5)
+    probe = FakeProbe(MODERN)
+    detector = detector_with(probe, clock=clock)
+    assert detector.era is None and detector.probed_at is None
+    assert probe.calls == 0
+    async with asyncio.timeout(WAIT):
+        assert await detector.current() is Era.MODERN
+        clock.now += 60
+        assert await detector.current() is Era.MODERN
+    assert probe.calls == 1
+    assert detector.era is Era.MODERN
+    assert detector.probed_at == 1234.5
+
+
+async def test_concurrent_first_calls_share_a_single_probe():
+    probe = FakeProbe(LEGACY, MODERN, hold=True)
+    detector = detector_with(probe)
+    async with asyncio.timeout(WAIT):
+        callers = [asyncio.create_task(detector.current()) for _ in range(5)]
+        await probe.started.wait()  # the first caller is probing; the others queued behind it
+        assert not any(task.done() for task in callers)
+        probe.release.set()
+        eras = await asyncio.gather(*callers)
+    assert eras == [Era.LEGACY] * 5
+    assert probe.calls == 1
+
+
+async def test_a_suspected_era_is_probed_again_on_the_next_call_only():
+    clock = FakeClock(10.0)
+    probe = FakeProbe(MODERN, LEGACY)
+    detector = detector_with(probe, clock=clock)
+    async with asyncio.timeout(WAIT):
+        assert await detector.current() is Era.MODERN
+        detector.suspect("legacy-looking 4xx")
+        assert probe.calls == 1  # suspecting does not probe by itself
+        clock.now = 20.0
+        assert await detector.current() is Era.LEGACY
+        assert await detector.current() is Era.LEGACY
+    assert probe.calls == 2
+    assert detector.probed_at == 20.0
+
+
+async def test_suspecting_before_anything_was_detected_is_harmless():
+    probe = FakeProbe(MODERN)
+    detector = detector_with(probe)
+    detector.suspect("too early")
+    async with asyncio.timeout(WAIT):
+        assert await detector.current() is Era.MODERN
+    assert probe.calls == 1
+
+
+async def test_on_change_fires_with_the_era_first_detected():
+    detector = detector_with(FakeProbe(MODERN))
+    changes: list[Era] = []
+    detector.on_change = changes.append
+    async with asyncio.timeout(WAIT):
+        await detector.current()
+        await detector.current()
+    assert changes == [Era.MODERN]
+
+
+async def test_on_change_does_not_fire_when_a_re_probe_finds_the_same_era():
+    probe = FakeProbe(MODERN, MODERN)
+    detector = detector_with(probe)
+    changes: list[Era] = []
+    async with asyncio.timeout(WAIT):
+        await detector.current()
+        detector.on_change = changes.append
+        detector.suspect("a hiccup")
+        assert await detector.current() is Era.MODERN
+    assert probe.calls == 2
+    assert changes == []
+
+
+async def test_on_change_fires_when_a_re_probe_finds_another_era():
+    detector = detector_with(FakeProbe(MODERN, LEGACY))
+    changes: list[Era] = []
+    async with asyncio.timeout(WAIT):
+        await detector.current()
+        detector.on_change = changes.append
+        detector.suspect("the upstream was replaced")
+        await detector.current()
+    assert changes == [Era.LEGACY]
+
+
+async def test_a_failing_probe_propagates_and_the_next_call_probes_again():
+    probe = FakeProbe(UpstreamUnavailable("up", "did not answer the era probe in time"), LEGACY)
+    detector = detector_with(probe)
+    changes: list[Era] = []
+    detector.on_change = changes.append
+    async with asyncio.timeout(WAIT):
+        with pytest.raises(UpstreamUnavailable):
+            await detector.current()
+        assert detector.era is None and detector.probed_at is None
+        assert changes == []
+        assert await detector.current() is Era.LEGACY
+    assert probe.calls == 2
+    assert changes == [Era.LEGACY]
+
+
+async def test_a_caller_queued_behind_a_failing_probe_probes_again_itself():
+    probe = FakeProbe(UpstreamUnavailable("up", "down"), MODERN, hold=True)
+    detector = detector_with(probe)
+    async with asyncio.timeout(WAIT):
+        first = asyncio.create_task(detector.current())
+        await probe.started.wait()
+        second = asyncio.create_task(detector.current())
+        probe.release.set()
+        with pytest.raises(UpstreamUnavailable):
+            await first
+        assert await second is Era.MODERN
+    assert probe.calls == 2
