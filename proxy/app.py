@@ -13,6 +13,7 @@ import aiohttp
 import structlog
 from aiohttp import web
 
+from .cache import ResponseCache
 from .config import Settings
 from .downstream.admin import Admin
 from .downstream.guard import Guard, json_errors
@@ -20,6 +21,7 @@ from .downstream.http import McpEndpoint
 from .metrics import Metrics
 from .protocol.detection import Detected
 from .protocol.versions import Era
+from .relay.cache_watch import CacheWatcher
 from .relay.detect import EraDetector, probe_http, probe_stdio
 from .relay.legacy_to_modern import LegacyToModern
 from .relay.legacy_upstream import SessionFactory, StdioLegacySession
@@ -52,8 +54,10 @@ def create_app(
     config = settings.upstream
     secret = settings.security.secret.encode() if settings.security.secret else secrets.token_bytes(32)
     ids = SessionIds(secret, settings.sessions.max_lifetime_s, clock)
+    cache = ResponseCache(settings.cache, metrics)
     http: HttpUpstream | None = None
     stdio: StdioModernUpstream | None = None
+    modern_http: ModernPassThrough | None = None
     modern_stdio: ModernPassThrough | None = None
     legacy_stdio: LegacyFacade | None = None
     session_factory: SessionFactory | None = None
@@ -61,6 +65,7 @@ def create_app(
     if config.transport == "http":
         http = HttpUpstream(config, client_session or HttpUpstream.client_session(config))
         modern_upstream: Any = http
+        modern_http = ModernPassThrough(settings, http, metrics, cache)
         probe: Callable[[], Awaitable[Detected]] = partial(probe_http, http, config.probe_timeout_s)
     else:
         assert config.command is not None
@@ -69,7 +74,7 @@ def create_app(
             config.name, make, grace_s=config.shutdown_grace_s, backoff_max_s=config.restart_backoff_max_s
         )
         session_factory = partial(StdioLegacySession, make, config.name, config.shutdown_grace_s)
-        modern_stdio = ModernPassThrough(settings, stdio, metrics)
+        modern_stdio = ModernPassThrough(settings, stdio, metrics, cache)
         legacy_stdio = LegacyFacade(settings, make, config.name, InMemorySessionStore(), ids, metrics, clock)
 
         async def probe_channel() -> StdioChannel:
@@ -79,10 +84,21 @@ def create_app(
 
         probe = partial(probe_stdio, probe_channel, config.probe_timeout_s)
     detector = EraDetector(config.era, probe)
-    legacy_clients = LegacyToModern(settings, modern_upstream, store or InMemorySessionStore(), ids, metrics, clock)
+
+    legacy_clients = LegacyToModern(
+        settings, modern_upstream, store or InMemorySessionStore(), ids, metrics, clock, cache=cache
+    )
     legacy_clients.on_era_mismatch = detector.suspect
-    modern_clients = ModernToLegacy(settings, modern_upstream, metrics, secret, clock, session_factory)
+    modern_clients = ModernToLegacy(settings, modern_upstream, metrics, secret, clock, session_factory, cache=cache)
     modern_clients.on_era_mismatch = detector.suspect
+    watcher = CacheWatcher(settings, cache, detector, legacy_clients, modern_clients)
+    cache.on_store = watcher.watch
+
+    def era_changed(era: Era) -> None:
+        cache.clear("era_changed")
+        watcher.reset()
+
+    detector.on_change = era_changed
     endpoint = McpEndpoint(
         settings,
         metrics,
@@ -90,6 +106,7 @@ def create_app(
         legacy_clients=legacy_clients,
         modern_clients=modern_clients,
         http_upstream=http,
+        modern_http=modern_http,
         modern_stdio=modern_stdio,
         legacy_stdio=legacy_stdio,
     )
@@ -136,6 +153,7 @@ def create_app(
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        await watcher.close()
         await legacy_clients.close_all()
         await modern_clients.close_all()
         if legacy_stdio is not None:

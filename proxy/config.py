@@ -226,6 +226,22 @@ class StreamsConfig(_Section):
     )
 
 
+class CacheConfig(_Section):
+    enabled: bool = Field(True, description="Serve cacheable results (discover and lists, resources/read) from memory.")
+    max_entries: int = Field(10_000, gt=0, description="Entries kept at most (least recently used go first).")
+    max_bytes: int = Field(64 * 1024 * 1024, gt=0, description="Serialized bytes kept at most.")
+    max_ttl_ms: int = Field(3_600_000, ge=0, description="Ceiling on any result's ttlMs (0 = never cache).")
+    capabilities_in_key: bool = Field(
+        True,
+        description="Key entries by the request's client capabilities too (a server may answer "
+        "differently per capabilities; turning this off shares more, safely only if it does not).",
+    )
+    watch: bool = Field(
+        True, description="Keep a subscription upstream so list_changed / resources/updated invalidate at once."
+    )
+    watched_resources_max: int = Field(256, ge=0, description="Cached resources/read URIs watched for updates.")
+
+
 class ReadinessConfig(_Section):
     window_s: float = Field(30.0, gt=0, description="Ready while the upstream answered within this window.")
     probe_timeout_s: float = Field(3.0, gt=0)
@@ -254,6 +270,7 @@ class Settings(BaseSettings):
     sessions: SessionsConfig = SessionsConfig()
     input: InputConfig = InputConfig()
     streams: StreamsConfig = StreamsConfig()
+    cache: CacheConfig = CacheConfig()
     readiness: ReadinessConfig = ReadinessConfig()
     logging: LoggingConfig = LoggingConfig()
 

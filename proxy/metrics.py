@@ -98,6 +98,26 @@ class Metrics:
         self.parked_calls = Gauge(
             PREFIX + "parked_calls", "Legacy upstream calls waiting for a modern client's input.", registry=r
         )
+        self.cache_requests = Counter(
+            PREFIX + "cache_requests_total",
+            "Cacheable requests: hit (served from memory), miss (asked upstream), shared (joined a concurrent miss).",
+            ["result", "scope"],
+            registry=r,
+        )
+        self.cache_evictions = Counter(
+            PREFIX + "cache_evictions_total",
+            "Entries dropped for memory (lru) or age (expired).",
+            ["reason", "scope"],
+            registry=r,
+        )
+        self.cache_invalidations = Counter(
+            PREFIX + "cache_invalidations_total",
+            "Entries dropped because the upstream said they changed.",
+            ["scope", "reason"],
+            registry=r,
+        )
+        self.cache_entries = Gauge(PREFIX + "cache_entries", "Entries in the response cache.", registry=r)
+        self.cache_bytes = Gauge(PREFIX + "cache_bytes", "Serialized size of the response cache.", registry=r)
         for kind in ("downstream_get", "downstream_listen", "upstream_get", "upstream_listen"):
             self.streams_open.labels(kind)
         self.sessions_open.labels("legacy")

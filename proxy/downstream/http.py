@@ -14,6 +14,7 @@ from typing import Any
 import structlog
 from aiohttp import web
 
+from ..cache import CACHEABLE_METHODS
 from ..config import Settings
 from ..errors import ProxyError, session_not_found
 from ..metrics import Metrics, method_label
@@ -62,6 +63,7 @@ class McpEndpoint:
         modern_clients: ModernToLegacy,
         http_upstream: HttpUpstream | None = None,
         modern_stdio: ModernPassThrough | None = None,
+        modern_http: ModernPassThrough | None = None,
         legacy_stdio: LegacyFacade | None = None,
     ) -> None:
         self._settings = settings
@@ -71,6 +73,7 @@ class McpEndpoint:
         self._modern_clients = modern_clients
         self._http = http_upstream
         self._modern_stdio = modern_stdio
+        self._modern_http = modern_http  # cacheable same-era requests over HTTP, message by message
         self._legacy_stdio = legacy_stdio
         self._upstream_name = settings.upstream.name
         self._keepalive_s = settings.streams.keepalive_s
@@ -277,18 +280,19 @@ class McpEndpoint:
             raise ProxyError(
                 checked.code, checked.message, status=checked.status, data=checked.data, outcome="rejected"
             )
-        if era is Era.MODERN and self._modern_stdio is None:
+        same_era = self._modern_stdio if self._http is None else self._modern_http
+        if era is Era.MODERN and self._http is not None and checked.method not in CACHEABLE_METHODS:
             return await self._pass_through(request, "POST", raw, record, legacy=False)
         principal, auth = self._principal(request), self._auth_headers(request)
         if checked.method == "subscriptions/listen":
             if era is Era.MODERN:
-                return await self._listen_same_era(request, checked)
+                return await self._listen_same_era(request, checked, same_era, self._modern_headers(request, auth))
             return await self._listen(request, checked, principal, auth, record)
         reply = RequestReply(request, self._keepalive_s)
         try:
             if era is Era.MODERN:
-                assert self._modern_stdio is not None
-                message, status = await self._modern_stdio.handle(checked, reply)
+                assert same_era is not None
+                message, status = await same_era.handle(checked, reply, self._modern_headers(request, auth), principal)
             else:
                 message, status = await self._modern_clients.handle(checked, reply, principal, auth)
         except ProxyError as exc:
@@ -300,13 +304,24 @@ class McpEndpoint:
             record.outcome = "error" if status == 200 else "rejected"
         return await reply.finish(message, status)
 
-    async def _listen_same_era(self, request: web.Request, checked: ModernRequest) -> web.StreamResponse:
-        assert self._modern_stdio is not None
+    def _modern_headers(self, request: web.BaseRequest, auth: dict[str, str]) -> dict[str, str]:
+        """What a same-era modern request carries upstream: credentials, trace, its Mcp-* headers."""
+        headers = dict(auth)
+        for name, value in request.headers.items():
+            if name.lower().startswith(_PASSTHROUGH_PREFIXES) and name.lower() != SESSION_HEADER.lower():
+                headers[name] = value
+        return headers
+
+    async def _listen_same_era(
+        self, request: web.Request, checked: ModernRequest, same_era: ModernPassThrough | None, headers: dict[str, str]
+    ) -> web.StreamResponse:
+        if same_era is None or self._http is not None:
+            return await self._pass_through(request, "POST", jsonrpc.encode(checked.message), _Record(), legacy=False)
         sse = SseStream(request, self._keepalive_s)
         gauge = self._metrics.streams_open.labels("downstream_listen")
         gauge.inc()
         try:
-            await self._modern_stdio.listen(checked, sse.send)
+            await same_era.listen(checked, sse.send, headers)
         except ProxyError as exc:
             if not sse.started:
                 raise

@@ -18,6 +18,7 @@ from typing import Any
 import structlog
 
 from .. import __version__
+from ..cache import CACHEABLE_METHODS, ResponseCache, request_key
 from ..config import Settings
 from ..errors import ProxyError
 from ..metrics import Metrics, method_label
@@ -31,7 +32,6 @@ from ..sessions import LegacySession, SessionIds, SessionStore, short_hash
 from ..upstream.errors import UpstreamError, UpstreamHTTPError, UpstreamProtocolError
 from ..upstream.http import HttpUpstream
 from .channel import ReplyChannel
-from .discovery import DiscoverCache
 from .listen import SessionListener, listen_request
 from .runtime import GetStream, SessionRuntime
 
@@ -80,9 +80,11 @@ class LegacyToModern:
         ids: SessionIds,
         metrics: Metrics,
         clock: Callable[[], float] = time.time,
+        cache: ResponseCache | None = None,
     ) -> None:
         self._settings = settings
         self._upstream = upstream
+        self._cache = cache or ResponseCache(settings.cache, metrics)
         self._store = store
         self._ids = ids
         self._metrics = metrics
@@ -90,8 +92,6 @@ class LegacyToModern:
         self._runtimes: dict[str, SessionRuntime] = {}
         self._upstream_ids = itertools.count(1)
         self._tool_headers: dict[str, _ToolHeaders] = {}
-        self._discover = DiscoverCache(self._fetch_discover)
-        self._discover_auth: dict[str, dict[str, str]] = {}
         # Called when an answer says the upstream no longer speaks 2026-07-28 (era re-detection).
         self.on_era_mismatch: Callable[[str], None] = lambda reason: None
         self._modern_version = LATEST_MODERN
@@ -105,13 +105,10 @@ class LegacyToModern:
             raise ProxyError(jsonrpc.INVALID_PARAMS, "initialize needs params", status=200)
         if await self._store.count() >= self._settings.sessions.max_sessions:
             raise ProxyError(jsonrpc.LIMIT_EXCEEDED, "too many sessions", status=503, outcome="rejected")
-        self._discover_auth[principal] = auth_headers
         try:
-            discover = await self._discover.get(principal)
+            discover = await self.discover(principal, auth_headers)
         except UpstreamError as exc:
             raise upstream_error(exc) from None
-        finally:
-            self._discover_auth.pop(principal, None)
         try:
             legacy, modern, result = l2m.initialize_result(discover, params.get("protocolVersion"), PROXY_INFO)
         except l2m.InitializeRefused as exc:
@@ -334,7 +331,34 @@ class LegacyToModern:
         auth_headers: dict[str, str],
     ) -> JSONDict:
         method = message["method"]
-        request_id = message["id"]
+
+        async def load() -> JSONDict:
+            return await self._forward_modern(session, runtime, message, channel, auth_headers)
+
+        if method in CACHEABLE_METHODS and self._cache.enabled:
+            capabilities = session.upstream_capabilities if self._settings.cache.capabilities_in_key else None
+            key = request_key(method, message.get("params"), session.modern_version, capabilities)
+            final = await self._cache.fetch(key, session.principal, load)
+        else:
+            final = await load()
+        if "error" in final:
+            return {"jsonrpc": "2.0", "id": message["id"], "error": final["error"]}
+        result = final["result"]
+        if method == "tools/list":
+            result = self._learn_tools(session.principal, result)
+        return jsonrpc.result_response(message["id"], l2m.result_to_downstream(method, result, session.legacy_version))
+
+    async def _forward_modern(
+        self,
+        session: LegacySession,
+        runtime: SessionRuntime,
+        message: JSONDict,
+        channel: ReplyChannel,
+        auth_headers: dict[str, str],
+    ) -> JSONDict:
+        """Run the request upstream, input rounds included: {"result": the complete modern result}
+        or {"error": the error as the legacy client must see it}."""
+        method = message["method"]
         input_responses: JSONDict | None = None
         request_state: str | None = None
         progress_floor: list[float] = []  # last progress value sent to the client, across rounds
@@ -379,35 +403,24 @@ class LegacyToModern:
                     continue
                 if code in (jsonrpc.HEADER_MISMATCH, jsonrpc.UNSUPPORTED_PROTOCOL_VERSION):
                     log.error("upstream_rejected_translation", upstream=self._upstream.name, method=method, error=error)
-                    return jsonrpc.error_response(
-                        request_id,
-                        jsonrpc.INTERNAL_ERROR,
-                        f"upstream rejected the translated request: {error.get('message')}",
+                    return _error(
+                        jsonrpc.INTERNAL_ERROR, f"upstream rejected the translated request: {error.get('message')}"
                     )
                 # Keep every field of the upstream error; only the code may change.
-                return {"jsonrpc": "2.0", "id": request_id, "error": l2m.error_to_downstream(method, error)}
+                return {"error": l2m.error_to_downstream(method, error)}
             outcome = l2m.classify_result(method, final.get("result"))
             if isinstance(outcome, l2m.Complete):
-                result = outcome.result
-                if method == "tools/list":
-                    result = self._learn_tools(session.principal, result)
-                return jsonrpc.result_response(
-                    request_id, l2m.result_to_downstream(method, result, session.legacy_version)
-                )
+                return {"result": outcome.result}
             if isinstance(outcome, l2m.Invalid):
                 log.error("upstream_invalid_result", upstream=self._upstream.name, method=method, reason=outcome.reason)
-                return jsonrpc.error_response(
-                    request_id,
-                    jsonrpc.INTERNAL_ERROR,
-                    f"upstream {self._upstream.name!r} sent an invalid result: {outcome.reason}",
+                return _error(
+                    jsonrpc.INTERNAL_ERROR, f"upstream {self._upstream.name!r} sent an invalid result: {outcome.reason}"
                 )
             rounds += 1
             self._metrics.input_rounds.labels("legacy_to_modern", method_label(method)).inc()
             if rounds > self._settings.input.max_rounds:
-                return jsonrpc.error_response(
-                    request_id,
-                    jsonrpc.INTERNAL_ERROR,
-                    f"gave up after {self._settings.input.max_rounds} rounds of input requests",
+                return _error(
+                    jsonrpc.INTERNAL_ERROR, f"gave up after {self._settings.input.max_rounds} rounds of input requests"
                 )
             if not outcome.input_requests:
                 await asyncio.sleep(min(0.05 * rounds, 1.0))  # load shedding: retry with the state only
@@ -457,7 +470,7 @@ class LegacyToModern:
             raise ProxyError(
                 jsonrpc.INTERNAL_ERROR, f"upstream supports none of our protocol versions: {data.get('supported')!r}"
             )
-        self._discover.invalidate()
+        self._cache.clear("version_renegotiated")
         session.modern_version = version
         await self._store.save(session)
 
@@ -610,6 +623,7 @@ class LegacyToModern:
                 return l2m.listen_filter(session.server_capabilities, session.subscriptions, runtime.list_changes)
 
             def deliver(message: JSONDict) -> None:
+                self._cache.invalidate_for(message)
                 note = l2m.strip_subscription_id(message)
                 if note.get("method") == "notifications/resources/updated":
                     params = note.get("params") if isinstance(note.get("params"), dict) else {}
@@ -643,17 +657,27 @@ class LegacyToModern:
     # ------------------------------------------------------------ discover
 
     async def discover(self, principal: str = "", auth_headers: Mapping[str, str] | None = None) -> JSONDict:
-        self._discover_auth[principal] = dict(auth_headers or {})
-        try:
-            return await self._discover.get(principal)
-        finally:
-            self._discover_auth.pop(principal, None)
+        """The upstream's DiscoverResult, from the cache while fresh (legacy initialize uses it)."""
+
+        async def load() -> JSONDict:
+            return {"result": await self._fetch_discover(auth_headers or {})}
+
+        key = request_key("server/discover", {}, self._modern_version, {})
+        return (await self._cache.fetch(key, principal, load))["result"]
+
+    @property
+    def upstream(self) -> Any:
+        return self._upstream
+
+    @property
+    def modern_version(self) -> str:
+        return self._modern_version
 
     async def probe(self) -> JSONDict:
         """Ask the upstream directly (no cache): used by readiness."""
-        return await self._fetch_discover("")
+        return await self._fetch_discover({})
 
-    async def _fetch_discover(self, principal: str) -> JSONDict:
+    async def _fetch_discover(self, auth_headers: Mapping[str, str]) -> JSONDict:
         version = self._modern_version
         for _ in range(2):
             outgoing = jsonrpc.request(
@@ -661,7 +685,7 @@ class LegacyToModern:
                 "server/discover",
                 {"_meta": {meta.PROTOCOL_VERSION: version, meta.CLIENT_CAPABILITIES: {}, meta.CLIENT_INFO: PROXY_INFO}},
             )
-            headers = {**self._discover_auth.get(principal, {}), **l2m.upstream_headers(outgoing, version)}
+            headers = {**auth_headers, **l2m.upstream_headers(outgoing, version)}
             async with asyncio.timeout(self._settings.readiness.probe_timeout_s * 3):
                 async with self._upstream.exchange(outgoing, headers) as messages:
                     reply = None
@@ -698,6 +722,10 @@ async def _withdraw(
                 await channel.send(
                     jsonrpc.notification("notifications/cancelled", {"requestId": server_id, "reason": reason})
                 )
+
+
+def _error(code: int, message: str) -> JSONDict:
+    return {"error": jsonrpc.error_object(code, message)}
 
 
 _BACKGROUND: set[asyncio.Task[Any]] = set()

@@ -16,6 +16,7 @@ from typing import Any
 
 import structlog
 
+from ..cache import CACHEABLE_METHODS, ResponseCache, request_key
 from ..config import Settings
 from ..errors import ProxyError
 from ..metrics import Metrics, method_label
@@ -35,6 +36,7 @@ JSONDict = dict[str, Any]
 log = structlog.get_logger("mcp_era_proxy.relay")
 
 _INPUT_CAPABILITIES = ("roots", "sampling", "elicitation")
+_STATUS = "_status"  # the HTTP status of a reply, carried beside it through the cache's single flight
 _STATE_INVALID = "requestState is invalid, expired, already used, or belongs to another request"
 
 
@@ -218,10 +220,12 @@ class ModernToLegacy:
         secret: bytes,
         clock: Callable[[], float] = time.time,
         session_factory: SessionFactory | None = None,
+        cache: ResponseCache | None = None,
     ) -> None:
         self._settings = settings
         self._upstream = upstream
         self._metrics = metrics
+        self._cache = cache or ResponseCache(settings.cache, metrics)
         self.pool = SessionPool(upstream, settings.upstream.pool, owner=self, session_factory=session_factory)
         self.pool.on_change = lambda delta: metrics.upstream_sessions.labels(upstream.name).inc(delta)
         self.codec = RequestStateCodec(secret, secrets.token_hex(4), clock)
@@ -253,6 +257,7 @@ class ModernToLegacy:
         self.background(session.send(message))
 
     def on_notification(self, session: UpstreamSession, note: JSONDict) -> None:
+        self._cache.invalidate_for(note)
         method = note.get("method")
         params = note.get("params") if isinstance(note.get("params"), dict) else {}
         if method == "notifications/progress":
@@ -278,6 +283,24 @@ class ModernToLegacy:
         self, request: ModernRequest, channel: ReplyChannel, principal: str, auth_headers: dict[str, str]
     ) -> tuple[JSONDict, int]:
         """Run one validated modern request; returns (reply, HTTP status)."""
+        params = request.message.get("params") or {}
+        if request.method not in CACHEABLE_METHODS or not self._cache.enabled or "requestState" in params:
+            return await self._handle(request, channel, principal, auth_headers)
+
+        async def load() -> JSONDict:
+            reply, status = await self._handle(request, channel, principal, auth_headers)
+            return {**reply, _STATUS: status}
+
+        capabilities = request.capabilities if self._settings.cache.capabilities_in_key else None
+        key = request_key(request.method, params, request.version, capabilities)
+        message = await self._cache.fetch(key, principal, load)
+        reply = {k: v for k, v in message.items() if k != _STATUS}
+        reply["id"] = request.message["id"]
+        return reply, message.get(_STATUS, 200)
+
+    async def _handle(
+        self, request: ModernRequest, channel: ReplyChannel, principal: str, auth_headers: dict[str, str]
+    ) -> tuple[JSONDict, int]:
         params = request.message.get("params") or {}
         if "requestState" in params:
             return await self._resume(request, channel, principal)
@@ -409,6 +432,9 @@ class ModernToLegacy:
             result["_meta"] = {meta.SERVER_INFO: call.session.server_info}
         return jsonrpc.result_response(front_id, result)
 
+    def invalidate_for(self, note: JSONDict) -> None:
+        self._cache.invalidate_for(note)
+
     def unpark(self, call: Call) -> None:
         self._parked.pop(call.park_id, None)
         self._metrics.parked_calls.set(len(self._parked))
@@ -518,6 +544,7 @@ class ListenBridge:
         self._relay.on_server_request(session, request)  # nobody to ask: ping answered, others refused
 
     def on_notification(self, session: UpstreamSession, note: JSONDict) -> None:
+        self._relay.invalidate_for(note)
         out = m2l.listen_notification(note, self.honored, self.subscription_id)
         if out is not None:
             self.queue.put_nowait(out)

@@ -15,11 +15,12 @@ import asyncio
 import contextlib
 import itertools
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import structlog
 
+from ..cache import CACHEABLE_METHODS, ResponseCache, request_key
 from ..config import Settings
 from ..errors import ProxyError
 from ..metrics import Metrics
@@ -28,7 +29,7 @@ from ..protocol.modern_inbound import ModernRequest
 from ..protocol.versions import LEGACY_VERSIONS
 from ..sessions import LegacySession, SessionIds, SessionStore, short_hash
 from ..upstream.errors import UpstreamError, UpstreamUnavailable
-from ..upstream.stdio import StdioChannel, StdioModernUpstream, StdioProcess
+from ..upstream.stdio import StdioChannel, StdioProcess
 from .channel import ReplyChannel
 from .legacy_to_modern import upstream_error, upstream_timeout
 from .runtime import GetStream, SessionRuntime
@@ -69,10 +70,14 @@ def _retag_meta(message: JSONDict, key: str, value: Any) -> JSONDict:
 
 
 class ModernPassThrough:
-    def __init__(self, settings: Settings, upstream: StdioModernUpstream, metrics: Metrics) -> None:
+    """Modern clients, modern upstream, message by message: always over stdio; over HTTP only for
+    cacheable requests (everything else is relayed byte for byte there)."""
+
+    def __init__(self, settings: Settings, upstream: Any, metrics: Metrics, cache: ResponseCache | None = None) -> None:
         self._settings = settings
         self._upstream = upstream
         self._metrics = metrics
+        self._cache = cache or ResponseCache(settings.cache, metrics)
         self._ids = itertools.count(1)
 
     def _outgoing(self, request: ModernRequest) -> tuple[JSONDict, Any, Any]:
@@ -96,17 +101,41 @@ class ModernPassThrough:
             return _retag_meta(incoming, meta.SUBSCRIPTION_ID, front_id)
         return incoming
 
-    async def handle(self, request: ModernRequest, channel: ReplyChannel) -> tuple[JSONDict, int]:
+    async def handle(
+        self,
+        request: ModernRequest,
+        channel: ReplyChannel,
+        headers: Mapping[str, str] | None = None,
+        principal: str = "",
+    ) -> tuple[JSONDict, int]:
+        params = request.message.get("params") or {}
+        if (
+            request.method in CACHEABLE_METHODS
+            and self._cache.enabled
+            and "requestState" not in params
+            and "inputResponses" not in params
+        ):
+            capabilities = request.capabilities if self._settings.cache.capabilities_in_key else None
+            key = request_key(request.method, params, request.version, capabilities)
+            message = await self._cache.fetch(key, principal, lambda: self._forward(request, channel, headers))
+        else:
+            message = await self._forward(request, channel, headers)
+        reply = {**message, "jsonrpc": "2.0", "id": request.message["id"]}
+        return reply, modern_status(reply)
+
+    async def _forward(
+        self, request: ModernRequest, channel: ReplyChannel, headers: Mapping[str, str] | None
+    ) -> JSONDict:
         outgoing, front_id, front_token = self._outgoing(request)
         try:
             async with (
                 asyncio.timeout(self._settings.upstream.request_timeout_s),
-                self._upstream.exchange(outgoing) as reply,
+                self._upstream.exchange(outgoing, headers or {}) as reply,
             ):
                 async for incoming in reply:
                     out = self._downstream(incoming, front_id, front_token)
                     if "method" not in incoming:
-                        return out, modern_status(out)
+                        return out
                     if channel.can_stream:
                         await channel.send(out)
         except UpstreamError as exc:
@@ -116,12 +145,15 @@ class ModernPassThrough:
             raise upstream_timeout(self._upstream.name) from None
         raise upstream_error(UpstreamUnavailable(self._upstream.name, "ended the request without a reply"))
 
-    async def listen(self, request: ModernRequest, send: Callable[[JSONDict], Any]) -> None:
+    async def listen(
+        self, request: ModernRequest, send: Callable[[JSONDict], Any], headers: Mapping[str, str] | None = None
+    ) -> None:
         """A listen stream: relayed until the client leaves (which cancels it upstream)."""
         outgoing, front_id, _ = self._outgoing(request)
         try:
-            async with self._upstream.exchange(outgoing) as reply:
+            async with self._upstream.exchange(outgoing, headers or {}) as reply:
                 async for incoming in reply:
+                    self._cache.invalidate_for(incoming)
                     out = self._downstream(incoming, front_id, None)
                     if "method" not in incoming and isinstance(out.get("result"), dict):
                         result = out["result"]

@@ -328,8 +328,10 @@ async def test_two_sessions_reusing_a_request_id_reach_the_upstream_under_distin
     async with asyncio.timeout(WAIT):
         first = await proxy.connect()
         second = await proxy.connect()
-        await asyncio.gather(first.request("tools/list", id=7), second.request("tools/list", id=7))
-    ids = [c.id for c in fake.calls_of("tools/list")]
+        # tools/call: not cacheable, so both reach the upstream (identical lists would share one call).
+        call = {"name": "echo", "arguments": {}}
+        await asyncio.gather(first.request("tools/call", call, id=7), second.request("tools/call", call, id=7))
+    ids = [c.id for c in fake.calls_of("tools/call")]
     assert len(ids) == 2
     assert ids[0] != ids[1]
 
