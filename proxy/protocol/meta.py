@@ -44,3 +44,26 @@ def meta_of(params: object) -> dict[str, Any] | None:
         if isinstance(meta, dict):
             return meta
     return None
+
+
+# W3C trace context: carried in HTTP headers and, where there are none (stdio) or a server reads
+# it there, in the request `_meta` under the same names.
+TRACE_KEYS = ("traceparent", "tracestate", "baggage")
+
+
+def carry_trace(message: dict[str, Any], headers: dict[str, str]) -> dict[str, Any]:
+    """Copy trace context between the request's `_meta` and `headers` (both directions, in place for
+    `headers`); returns the message, copied if its `_meta` gained keys."""
+    params = message.get("params")
+    request_meta = meta_of(params) or {}
+    lowered = {name.lower(): name for name in headers}
+    missing_in_meta = {key: headers[lowered[key]] for key in TRACE_KEYS if key in lowered and key not in request_meta}
+    for key in TRACE_KEYS:
+        value = request_meta.get(key)
+        if isinstance(value, str) and key not in lowered:
+            headers[key] = value
+    if not missing_in_meta:
+        return message
+    new_params = dict(params) if isinstance(params, dict) else {}
+    new_params["_meta"] = {**request_meta, **missing_in_meta}
+    return {**message, "params": new_params}

@@ -375,6 +375,7 @@ class LegacyToModern:
                 request_state=request_state,
             )
             headers = {**auth_headers, **l2m.upstream_headers(outgoing, session.modern_version, param_headers)}
+            outgoing = meta.carry_trace(outgoing, headers)
             try:
                 final = await self._exchange(session, outgoing, headers, channel, progress_floor)
             except UpstreamError as exc:

@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import itertools
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from functools import partial
 from typing import Any, Protocol
@@ -100,9 +100,10 @@ class UpstreamSession:
         return next(self._ids)
 
     @asynccontextmanager
-    async def request(self, message: JSONDict) -> AsyncIterator[Reply]:
+    async def request(self, message: JSONDict, extra_headers: Mapping[str, str] | None = None) -> AsyncIterator[Reply]:
         self.last_used = self._clock()
-        async with self.upstream.exchange(message, self.headers()) as reply:
+        headers = {**self.headers(), **extra_headers} if extra_headers else self.headers()
+        async with self.upstream.exchange(message, headers) as reply:
             yield reply
 
     async def send(self, message: JSONDict) -> None:

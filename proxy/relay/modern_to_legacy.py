@@ -73,11 +73,14 @@ class Call:
         self.detached = False  # the client got its answer; the upstream call just runs out
         self._task: asyncio.Task[None] | None = None
         self._expiry: asyncio.TimerHandle | None = None
+        self._trace: dict[str, str] = {}  # this request's trace context (not the session's)
 
     # ------------------------------------------------------------ upstream side
 
-    def start(self, outgoing: JSONDict) -> None:
+    def start(self, outgoing: JSONDict, trace: dict[str, str]) -> None:
         self.upstream_id = outgoing["id"]
+        self._trace = dict(trace)
+        outgoing = meta.carry_trace(outgoing, self._trace)
         self._bind(self.session)
         self._task = asyncio.create_task(self._read(outgoing), name="legacy-call")
 
@@ -93,7 +96,7 @@ class Call:
         try:
             for attempt in (1, 2):
                 try:
-                    async with self.session.request(outgoing) as reply:
+                    async with self.session.request(outgoing, self._trace) as reply:
                         async for message in reply:
                             if "method" not in message:
                                 if message.get("id") in (self.upstream_id, None):
@@ -305,6 +308,9 @@ class ModernToLegacy:
         if "requestState" in params:
             return await self._resume(request, channel, principal)
         front_id = request.message["id"]
+        # Trace context belongs to this request; the pooled session keeps only credentials.
+        trace = {k: v for k, v in auth_headers.items() if k.lower() in meta.TRACE_KEYS}
+        auth_headers = {k: v for k, v in auth_headers.items() if k.lower() not in meta.TRACE_KEYS}
         removed = method_problem(request.method, None)
         if removed is not None:
             return jsonrpc.error_response(front_id, removed.code, removed.message), removed.status
@@ -341,7 +347,7 @@ class ModernToLegacy:
         upstream_id = session.next_id()
         upstream_token = f"p{upstream_id}" if front_token is not None else None
         call = Call(self, session, request, principal, interactive, upstream_token)
-        call.start(m2l.to_upstream(request.message, upstream_id, upstream_token))
+        call.start(m2l.to_upstream(request.message, upstream_id, upstream_token), trace)
         return await self._drive(call, channel, front_id, front_token, request.log_level)
 
     async def _ensure_level(self, session: UpstreamSession, level: str | None) -> None:

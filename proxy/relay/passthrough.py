@@ -127,10 +127,12 @@ class ModernPassThrough:
         self, request: ModernRequest, channel: ReplyChannel, headers: Mapping[str, str] | None
     ) -> JSONDict:
         outgoing, front_id, front_token = self._outgoing(request)
+        headers = dict(headers or {})
+        outgoing = meta.carry_trace(outgoing, headers)
         try:
             async with (
                 asyncio.timeout(self._settings.upstream.request_timeout_s),
-                self._upstream.exchange(outgoing, headers or {}) as reply,
+                self._upstream.exchange(outgoing, headers) as reply,
             ):
                 async for incoming in reply:
                     out = self._downstream(incoming, front_id, front_token)

@@ -1,0 +1,30 @@
+"""Trace context travels both ways between HTTP headers and the request `_meta`."""
+
+from __future__ import annotations
+
+from proxy.protocol import jsonrpc, meta
+
+PARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+
+
+def test_trace_headers_are_copied_into_meta_and_the_original_message_is_left_alone():
+    message = jsonrpc.request(1, "tools/call", {"name": "x", "_meta": {"progressToken": 5}})
+    headers = {"traceparent": PARENT, "tracestate": "a=b", "Authorization": "Bearer t"}
+    out = meta.carry_trace(message, headers)
+    assert out["params"]["_meta"] == {"progressToken": 5, "traceparent": PARENT, "tracestate": "a=b"}
+    assert "traceparent" not in message["params"]["_meta"]
+    assert "Authorization" not in out["params"]["_meta"]
+
+
+def test_trace_in_meta_becomes_headers_without_overriding_existing_ones():
+    message = jsonrpc.request(1, "tools/list", {"_meta": {"traceparent": PARENT, "baggage": "k=v"}})
+    headers = {"Baggage": "mine=1"}
+    out = meta.carry_trace(message, headers)
+    assert headers == {"Baggage": "mine=1", "traceparent": PARENT}
+    assert out["params"]["_meta"]["baggage"] == "k=v"
+
+
+def test_a_message_without_params_gets_them_only_when_there_is_trace_to_carry():
+    assert meta.carry_trace(jsonrpc.request(1, "ping"), {}) == jsonrpc.request(1, "ping")
+    out = meta.carry_trace(jsonrpc.request(1, "ping"), {"traceparent": PARENT})
+    assert out["params"] == {"_meta": {"traceparent": PARENT}}
