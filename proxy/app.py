@@ -39,6 +39,7 @@ RELAY = web.AppKey("relay", LegacyToModern)
 MODERN_RELAY = web.AppKey("modern_relay", ModernToLegacy)
 ADMIN = web.AppKey("admin", Admin)
 DETECTOR = web.AppKey("detector", EraDetector)
+CACHE = web.AppKey("cache", ResponseCache)
 
 
 def create_app(
@@ -48,13 +49,14 @@ def create_app(
     store: SessionStore | None = None,
     client_session: aiohttp.ClientSession | None = None,
     clock: Any = time.time,
+    cache_clock: Any = time.monotonic,
 ) -> tuple[web.Application, web.Application | None]:
     """The MCP application, and the admin application when it listens separately."""
     metrics = metrics or Metrics()
     config = settings.upstream
     secret = settings.security.secret.encode() if settings.security.secret else secrets.token_bytes(32)
     ids = SessionIds(secret, settings.sessions.max_lifetime_s, clock)
-    cache = ResponseCache(settings.cache, metrics)
+    cache = ResponseCache(settings.cache, metrics, cache_clock)
     http: HttpUpstream | None = None
     stdio: StdioModernUpstream | None = None
     modern_http: ModernPassThrough | None = None
@@ -131,6 +133,7 @@ def create_app(
     app[RELAY] = legacy_clients
     app[MODERN_RELAY] = modern_clients
     app[DETECTOR] = detector
+    app[CACHE] = cache
     app[ADMIN] = admin
     app.router.add_post(settings.path, endpoint.post)
     app.router.add_get(settings.path, endpoint.get)

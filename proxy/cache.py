@@ -39,6 +39,7 @@ _INVALIDATES = {
     "notifications/resources/list_changed": ("resources/list", "resources/templates/list"),
 }
 _PUBLIC = ""  # the principal slot of a shared entry
+NO_STORE = "_no_store"  # mark on a loaded message: do not keep it, do not share it
 _AUTHORIZATION_WINDOW_S = 300.0  # how long an upstream answer vouches for its caller
 
 
@@ -74,7 +75,7 @@ class ResponseCache:
         self._clock = clock
         self._entries: OrderedDict[tuple[Any, ...], _Entry] = OrderedDict()
         self._bytes = 0
-        self._inflight: dict[tuple[Any, ...], asyncio.Future[JSONDict]] = {}
+        self._inflight: dict[tuple[Any, ...], tuple[asyncio.Future[JSONDict], str]] = {}  # key -> (flight, caller)
         # Callers the upstream served lately: a public entry is served only to them, so the cache
         # never answers someone the upstream would refuse (caching.mdx §Security).
         self._authorized: OrderedDict[str, float] = OrderedDict()
@@ -108,41 +109,68 @@ class ResponseCache:
 
     async def fetch(self, key: tuple[Any, ...], principal: str, load: Callable[[], Awaitable[JSONDict]]) -> JSONDict:
         """The final JSON-RPC message for `key`: from memory when fresh, else from `load()` (one call for
-        concurrent misses), stored when cacheable. Only the `result` of the returned message is shared."""
+        concurrent misses), stored when cacheable. Only the `result` of the returned message is shared.
+
+        `load` may mark its message with NO_STORE (e.g. a result that took the client's own input):
+        it is then neither kept nor handed to concurrent callers.
+        """
         hit = self.lookup(key, principal)
         if hit is not None:
             return {"jsonrpc": "2.0", "result": hit}
-        for flight_key in ((*key, _PUBLIC), (*key, principal)):
-            pending = self._inflight.get(flight_key)
-            if pending is not None:
-                message = await asyncio.shield(pending)
-                result = message.get("result")
-                if isinstance(result, dict) and result.get("resultType") == "input_required":
-                    break  # its requestState belongs to that call alone: ask for ours
-                if flight_key[-1] == principal or (isinstance(result, dict) and result.get("cacheScope") == "public"):
+        flight = self._inflight.get(key)
+        if flight is not None:
+            future, loader = flight
+            if loader in (principal, _PUBLIC) or self._is_authorized(principal, self._clock()):
+                try:
+                    message = await asyncio.shield(future)
+                except asyncio.CancelledError:
+                    current = asyncio.current_task()
+                    if not future.cancelled() or (current is not None and current.cancelling()):
+                        raise
+                    message = None  # that caller went away: load for ourselves
+                if message is not None and self._shareable(message, same_caller=loader == principal):
                     self._metrics.cache_requests.labels("shared", _scope_of(message)).inc()
                     return message
-        flight_key = (*key, principal)
-        future: asyncio.Future[JSONDict] = asyncio.get_running_loop().create_future()
-        self._inflight[flight_key] = future
+        future = asyncio.get_running_loop().create_future()
+        self._inflight.setdefault(key, (future, principal))
         try:
             message = await load()
+        except asyncio.CancelledError:
+            future.cancel()
+            raise
         except BaseException as exc:
             future.set_exception(exc)
             future.exception()  # retrieved: concurrent waiters re-raise it themselves
             raise
         finally:
-            self._inflight.pop(flight_key, None)
+            if self._inflight.get(key, (None,))[0] is future:
+                del self._inflight[key]
         future.set_result(message)
+        if message.get(NO_STORE):
+            return message
         self._authorize(principal)
         self._metrics.cache_requests.labels("miss", _scope_of(message)).inc()
         self.store(key, principal, message)
         return message
 
+    @staticmethod
+    def _shareable(message: JSONDict, *, same_caller: bool) -> bool:
+        if message.get(NO_STORE):
+            return False
+        result = message.get("result")
+        if isinstance(result, dict) and result.get("resultType") == "input_required":
+            return False  # its requestState belongs to that call alone
+        return same_caller or (isinstance(result, dict) and result.get("cacheScope") == "public")
+
     def store(self, key: tuple[Any, ...], principal: str, message: JSONDict) -> None:
         """Keep a complete result whose hints allow it; never errors or input_required results."""
         result = message.get("result")
-        if not self.enabled or not isinstance(result, dict) or result.get("resultType", "complete") != "complete":
+        if (
+            not self.enabled
+            or message.get(NO_STORE)
+            or not isinstance(result, dict)
+            or result.get("resultType", "complete") != "complete"
+        ):
             return
         ttl_ms, scope = result.get("ttlMs"), result.get("cacheScope")
         if not isinstance(ttl_ms, int) or isinstance(ttl_ms, bool) or ttl_ms <= 0 or scope not in ("public", "private"):

@@ -18,7 +18,7 @@ from typing import Any
 import structlog
 
 from .. import __version__
-from ..cache import CACHEABLE_METHODS, ResponseCache, request_key
+from ..cache import CACHEABLE_METHODS, NO_STORE, ResponseCache, request_key
 from ..config import Settings
 from ..errors import ProxyError
 from ..metrics import Metrics, method_label
@@ -84,7 +84,7 @@ class LegacyToModern:
     ) -> None:
         self._settings = settings
         self._upstream = upstream
-        self._cache = cache or ResponseCache(settings.cache, metrics)
+        self._cache = cache if cache is not None else ResponseCache(settings.cache, metrics)
         self._store = store
         self._ids = ids
         self._metrics = metrics
@@ -411,7 +411,8 @@ class LegacyToModern:
                 return {"error": l2m.error_to_downstream(method, error)}
             outcome = l2m.classify_result(method, final.get("result"))
             if isinstance(outcome, l2m.Complete):
-                return {"result": outcome.result}
+                # A result that took this client's answers is its own: never cached nor shared.
+                return {"result": outcome.result, **({NO_STORE: True} if rounds else {})}
             if isinstance(outcome, l2m.Invalid):
                 log.error("upstream_invalid_result", upstream=self._upstream.name, method=method, reason=outcome.reason)
                 return _error(

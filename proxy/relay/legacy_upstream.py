@@ -350,6 +350,9 @@ class SessionPool:
         self.on_change(1)
         try:
             await session.open(client_info, push_wait_s=push_wait_s)
+            # Confirms the session; servers that track their sessions from the requests they see
+            # (and notify only those) also learn of this one.
+            await session.call("ping", timeout_s=10.0)
         except BaseException:
             await self.discard(session)
             raise

@@ -228,7 +228,7 @@ class ModernToLegacy:
         self._settings = settings
         self._upstream = upstream
         self._metrics = metrics
-        self._cache = cache or ResponseCache(settings.cache, metrics)
+        self._cache = cache if cache is not None else ResponseCache(settings.cache, metrics)
         self.pool = SessionPool(upstream, settings.upstream.pool, owner=self, session_factory=session_factory)
         self.pool.on_change = lambda delta: metrics.upstream_sessions.labels(upstream.name).inc(delta)
         self.codec = RequestStateCodec(secret, secrets.token_hex(4), clock)
@@ -579,17 +579,6 @@ class ListenBridge:
             raise upstream_error(exc) from None
         self._session = session
         self._relay.listens.add(self)
-        try:
-            # Confirms the session before acknowledging anything; servers that track their
-            # sessions from the requests they see also learn of this one.
-            await session.call("ping", timeout_s=10.0)
-        except (UpstreamError, ProxyError, TimeoutError) as exc:
-            await self.close()
-            raise (
-                upstream_error(exc)
-                if isinstance(exc, UpstreamError)
-                else ProxyError(jsonrpc.INTERNAL_ERROR, f"the upstream session for this subscription failed: {exc}")
-            ) from None
         subscribed: list[str] = []
         resources = session.server_capabilities.get("resources")
         if uris and isinstance(resources, dict) and resources.get("subscribe") and session.push_channel:

@@ -77,7 +77,7 @@ class ModernPassThrough:
         self._settings = settings
         self._upstream = upstream
         self._metrics = metrics
-        self._cache = cache or ResponseCache(settings.cache, metrics)
+        self._cache = cache if cache is not None else ResponseCache(settings.cache, metrics)
         self._ids = itertools.count(1)
 
     def _outgoing(self, request: ModernRequest) -> tuple[JSONDict, Any, Any]:

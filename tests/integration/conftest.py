@@ -110,6 +110,8 @@ def make_proxy(aiohttp_server: Any, aiohttp_client: Any, fake: FakeModern) -> Ma
                 "upstream.url": upstream_url or fake.url,
                 "upstream.name": UPSTREAM_NAME,
                 "upstream.era": "modern",
+                # So is the cache's own upstream subscription (tests/integration/test_cache_http.py covers it).
+                "cache.watch": False,
                 **overrides,
             },
         )
