@@ -16,7 +16,7 @@ from aiohttp import web
 from .cache import ResponseCache
 from .config import Settings
 from .downstream.admin import Admin
-from .downstream.guard import Guard, json_errors
+from .downstream.guard import Guard, method_not_allowed, not_found, safe
 from .downstream.http import McpEndpoint
 from .metrics import Metrics
 from .protocol.detection import Detected
@@ -128,21 +128,24 @@ def create_app(
     )
 
     guard = Guard(settings, settings.path)
-    app = web.Application(middlewares=[json_errors, guard.middleware], client_max_size=settings.security.max_body_bytes)
+    app = web.Application(client_max_size=settings.security.max_body_bytes)
     app[METRICS] = metrics
     app[RELAY] = legacy_clients
     app[MODERN_RELAY] = modern_clients
     app[DETECTOR] = detector
     app[CACHE] = cache
     app[ADMIN] = admin
-    app.router.add_post(settings.path, endpoint.post)
-    app.router.add_get(settings.path, endpoint.get)
-    app.router.add_delete(settings.path, endpoint.delete)
+    app.router.add_post(settings.path, safe(endpoint.post, guard))
+    app.router.add_get(settings.path, safe(endpoint.get, guard))
+    app.router.add_delete(settings.path, safe(endpoint.delete, guard))
+    app.router.add_route("*", settings.path, safe(method_not_allowed, guard))
 
-    admin_app = app if settings.admin_listen is None else web.Application(middlewares=[json_errors])
-    admin_app.router.add_get("/healthz", admin.healthz)
-    admin_app.router.add_get("/readyz", admin.readyz)
-    admin_app.router.add_get("/metrics", admin.metrics)
+    admin_app = app if settings.admin_listen is None else web.Application()
+    admin_app.router.add_get("/healthz", safe(admin.healthz))
+    admin_app.router.add_get("/readyz", safe(admin.readyz))
+    admin_app.router.add_get("/metrics", safe(admin.metrics))
+    for application in {id(app): app, id(admin_app): admin_app}.values():
+        application.router.add_route("*", "/{tail:.*}", safe(not_found))  # JSON, never aiohttp's text page
 
     async def lifecycle(app: web.Application) -> AsyncIterator[None]:
         pool = settings.upstream.pool

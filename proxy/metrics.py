@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 PREFIX = "mcp_era_proxy_"
@@ -46,6 +48,26 @@ OUTCOMES = ("ok", "error", "rejected", "cancelled", "upstream_error")
 
 def method_label(method: object) -> str:
     return method if isinstance(method, str) and method in KNOWN_METHODS else "other"
+
+
+class RequestMetrics:
+    """The per-request counter and histogram, with their labelled children kept (label values are
+    bounded, so this stays small): `labels()` validates and locks on every call otherwise."""
+
+    def __init__(self, metrics: Metrics) -> None:
+        self._metrics = metrics
+        self._children: dict[tuple[str, ...], tuple[Any, Any]] = {}
+
+    def observe(self, method: str, downstream_era: str, upstream_era: str, outcome: str, seconds: float) -> None:
+        key = (method, downstream_era, upstream_era, outcome)
+        children = self._children.get(key)
+        if children is None:
+            children = self._children[key] = (
+                self._metrics.requests.labels(*key),
+                self._metrics.request_duration.labels(method, downstream_era, upstream_era),
+            )
+        children[0].inc()
+        children[1].observe(seconds)
 
 
 class Metrics:

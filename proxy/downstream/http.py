@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 from typing import Any
 
@@ -17,7 +18,7 @@ from aiohttp import web
 from ..cache import CACHEABLE_METHODS
 from ..config import Settings
 from ..errors import ProxyError, session_not_found
-from ..metrics import Metrics, method_label
+from ..metrics import Metrics, RequestMetrics, method_label
 from ..protocol import jsonrpc
 from ..protocol.classify import Rejection, Route, classify_post
 from ..protocol.headers import PROTOCOL_VERSION_HEADER, SESSION_HEADER
@@ -39,6 +40,7 @@ LegacySessions = LegacyToModern | LegacyFacade  # both hold legacy sessions behi
 # Headers carried from the client to the upstream, beside the ones the proxy computes.
 _TRACE_HEADERS = ("traceparent", "tracestate", "baggage")
 _PASSTHROUGH_PREFIXES = ("mcp-",)
+_SMALL_REPLY = 1024 * 1024  # same-era replies up to this size (with a Content-Length) are sent in one piece
 
 
 def error_reply(exc: ProxyError, request_id: Any = None) -> web.Response:
@@ -77,6 +79,9 @@ class McpEndpoint:
         self._legacy_stdio = legacy_stdio
         self._upstream_name = settings.upstream.name
         self._keepalive_s = settings.streams.keepalive_s
+        self._request_metrics = RequestMetrics(metrics)
+        # The access log line is built (and the session id hashed) only when info is logged.
+        self._log_requests = logging.getLevelNamesMapping()[settings.logging.level.upper()] <= logging.INFO
 
     async def _era(self) -> Era:
         try:
@@ -396,6 +401,9 @@ class McpEndpoint:
                     record.outcome = "ok" if upstream.status < 400 else "error"
                     if out_headers.get("Content-Type", "").startswith("text/event-stream"):
                         out_headers.update(SSE_HEADERS)
+                    elif (upstream.content_length or _SMALL_REPLY + 1) <= _SMALL_REPLY:
+                        # A small whole reply: one write instead of a chunked stream.
+                        return web.Response(status=upstream.status, headers=out_headers, body=await upstream.read())
                     response = web.StreamResponse(status=upstream.status, headers=out_headers)
                     await response.prepare(request)
                     async for chunk in upstream.content.iter_any():
@@ -462,9 +470,11 @@ class McpEndpoint:
 
     def _observe(self, record: _Record, started: float) -> None:
         elapsed = time.perf_counter() - started
-        labels = (method_label(record.method), record.downstream_era, record.upstream_era)
-        self._metrics.requests.labels(*labels, record.outcome).inc()
-        self._metrics.request_duration.labels(*labels).observe(elapsed)
+        self._request_metrics.observe(
+            method_label(record.method), record.downstream_era, record.upstream_era, record.outcome, elapsed
+        )
+        if not self._log_requests:
+            return
         log.info(
             "request",
             method=record.method if isinstance(record.method, str) else None,

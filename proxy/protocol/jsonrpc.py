@@ -6,7 +6,6 @@ Messages are plain dicts so that fields the proxy does not understand survive un
 from __future__ import annotations
 
 import json
-import re
 from typing import Any, Literal
 
 import orjson
@@ -40,14 +39,16 @@ class DecodeError(ValueError):
 
 
 # orjson reads integers beyond 64 bits as floats and refuses to write them; a run of 20 digits
-# (possibly inside a string: harmless) routes the message through the exact stdlib codec.
-_LONG_INTEGER = re.compile(rb"[0-9]{20}")
+# (possibly inside a string: harmless) routes the message through the exact stdlib codec. Found by
+# mapping digits to "0" and everything else to " " (C speed, ~10x faster than a regex).
+_DIGITS_AS_ZERO = bytes(0x30 if 0x30 <= i <= 0x39 else 0x20 for i in range(256))
+_LONG_RUN = b"0" * 20
 
 
 def decode(data: bytes | str) -> Any:
     raw = data.encode() if isinstance(data, str) else data
     try:
-        if _LONG_INTEGER.search(raw):
+        if len(raw) >= 20 and _LONG_RUN in raw.translate(_DIGITS_AS_ZERO):
             return json.loads(raw)
         return orjson.loads(raw)
     except (orjson.JSONDecodeError, ValueError) as exc:

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from proxy.app import METRICS, MODERN_RELAY, RELAY, create_app
+from proxy.app import CACHE, METRICS, MODERN_RELAY, RELAY, create_app
 from proxy.cache import ResponseCache
 from proxy.config import load_settings
 from proxy.protocol import jsonrpc, meta
@@ -49,13 +49,10 @@ ACCEPTED: JSONDict = {"action": "accept", "content": {"ok": True}}
 
 
 def caches_of(proxy: Proxy) -> list[ResponseCache]:
-    """Every distinct response cache the relays hold: there must be exactly one, shared (app.py).
-
-    create_app exposes no AppKey for the cache (nor a way to give it a clock), so the relays are asked
-    for theirs; tests that spy on the cache spy on every instance found, so that they keep testing their
-    own behaviour even while the relays do not share one (test_every_relay_uses_the_one_shared_cache)."""
-    endpoint = next(route.handler.__self__ for route in proxy.app.router.routes() if route.method == "POST")
-    found = [proxy.app[RELAY]._cache, proxy.app[MODERN_RELAY]._cache, endpoint._modern_http._cache]
+    """Every distinct response cache the app and its relays hold: there must be exactly one, shared
+    (app.py). Tests that spy on the cache spy on every instance found, so that they keep testing their
+    own behaviour even if the relays stopped sharing one (test_every_relay_uses_the_one_shared_cache)."""
+    found = [proxy.app[CACHE], proxy.app[RELAY]._cache, proxy.app[MODERN_RELAY]._cache]
     unique: list[ResponseCache] = []
     for cache in found:
         if not any(cache is seen for seen in unique):

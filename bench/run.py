@@ -1,0 +1,807 @@
+"""Benchmark harness: the proxy against a bare Python hop, direct calls and two peer bridges.
+
+Not a test. Run it through `bash bench/run.sh` (installs wrk, the peers, the venv); by hand:
+
+    .venv/bin/python -m bench.run [--duration 5] [--only a,b,c] [--profile]
+
+Every server runs in its own process group on 127.0.0.1; the load generator is wrk (one Lua
+script per request shape, bench/wrk/). Writes bench/results/latest.md and latest.png.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import platform
+import re
+import shlex
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tests.support import peers
+from tests.support.procs import Process, free_port, wait_for_port
+
+REPO = peers.REPO
+BENCH = REPO / "bench"
+WRK_DIR = BENCH / "wrk"
+LEGACY = "2025-11-25"
+MODERN = "2026-07-28"
+ACCEPT = "application/json, text/event-stream"
+CAPS_KEY = "io.modelcontextprotocol/clientCapabilities"
+VERSION_KEY = "io.modelcontextprotocol/protocolVersion"
+
+
+def say(text: str) -> None:
+    print(f"[bench] {text}", file=sys.stderr, flush=True)
+
+
+# ---------------------------------------------------------------- processes
+
+
+class Processes:
+    """Every process the bench starts, each in its own process group; all stopped at the end.
+
+    The group ids are also written to `pidfile`, so bench/run.sh's EXIT trap can kill them by id
+    should this harness itself be killed without a chance to clean up.
+    """
+
+    def __init__(self, logs: Path, pidfile: Path) -> None:
+        self.logs = logs
+        self.pidfile = pidfile
+        self.live: list[Process] = []
+
+    def _write(self) -> None:
+        self.pidfile.write_text("".join(f"{p.proc.pid}\n" for p in self.live))
+
+    @contextlib.contextmanager
+    def listening(
+        self, name: str, argv: list[str], port: int, env: dict[str, str] | None = None, timeout: float = 60.0
+    ) -> Iterator[Process]:
+        process = Process(argv, self.logs / f"{name}.log", env)
+        self.live.append(process)
+        self._write()
+        try:
+            wait_for_port(port, process.proc, timeout, process.log)
+            yield process
+        finally:
+            process.stop()
+            self.live.remove(process)
+            self._write()
+
+    def stop_all(self) -> None:
+        for process in list(self.live):
+            process.stop()
+        self.live.clear()
+        self._write()
+
+
+# ---------------------------------------------------------------- one-off requests (checks)
+
+
+def post(url: str, message: dict[str, Any], headers: dict[str, str] | None = None) -> tuple[int, Any, Any]:
+    """POST one JSON-RPC message; (status, headers, the reply message or None). JSON or SSE."""
+    request = urllib.request.Request(
+        url,
+        data=json.dumps(message).encode(),
+        method="POST",
+        headers={"Content-Type": "application/json", "Accept": ACCEPT, **(headers or {})},
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            status, reply_headers, body = response.status, response.headers, response.read()
+    except urllib.error.HTTPError as exc:
+        status, reply_headers, body = exc.code, exc.headers, exc.read()
+    text = body.decode(errors="replace")
+    if "text/event-stream" in (reply_headers.get("Content-Type") or ""):
+        messages = [json.loads(line[5:]) for line in text.splitlines() if line.startswith("data:") and line[5:].strip()]
+        finals = [m for m in messages if "result" in m or "error" in m]
+        return status, reply_headers, finals[-1] if finals else None
+    return status, reply_headers, json.loads(text) if text.strip() else None
+
+
+def modern_headers(method: str, name: str | None = None) -> dict[str, str]:
+    headers = {"MCP-Protocol-Version": MODERN, "Mcp-Method": method}
+    if name is not None:
+        headers["Mcp-Name"] = name
+    return headers
+
+
+def modern_call(url: str, tool: str = "echo", arguments: dict[str, Any] | None = None) -> tuple[int, Any]:
+    params = {"name": tool, "arguments": arguments or {"message": "hi"}, "_meta": {VERSION_KEY: MODERN, CAPS_KEY: {}}}
+    status, _, reply = post(
+        url, {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": params}, modern_headers("tools/call", tool)
+    )
+    return status, reply
+
+
+def modern_list(url: str, request_id: int = 1) -> tuple[int, Any]:
+    params = {"_meta": {VERSION_KEY: MODERN, CAPS_KEY: {}}}
+    message = {"jsonrpc": "2.0", "id": request_id, "method": "tools/list", "params": params}
+    status, _, reply = post(url, message, modern_headers("tools/list"))
+    return status, reply
+
+
+def legacy_session(url: str) -> str:
+    """initialize, then notifications/initialized; the session id."""
+    params = {"protocolVersion": LEGACY, "capabilities": {}, "clientInfo": {"name": "bench", "version": "1.0.0"}}
+    status, headers, reply = post(url, {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": params})
+    session = headers.get("Mcp-Session-Id")
+    if status != 200 or not session or not isinstance(reply, dict) or "result" not in reply:
+        raise RuntimeError(f"initialize at {url} failed: HTTP {status} {reply}")
+    say(f"  initialize -> HTTP {status}, session {session[:12]}..., {short(reply)}")
+    status, _, _ = post(
+        url,
+        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        {"Mcp-Session-Id": session, "MCP-Protocol-Version": LEGACY},
+    )
+    if status not in (200, 202):
+        raise RuntimeError(f"notifications/initialized at {url}: HTTP {status}")
+    return session
+
+
+def legacy_call(url: str, session: str, tool: str = "echo", arguments: dict[str, Any] | None = None) -> tuple[int, Any]:
+    params = {"name": tool, "arguments": arguments or {"message": "hi"}}
+    status, _, reply = post(
+        url,
+        {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": params},
+        {"Mcp-Session-Id": session, "MCP-Protocol-Version": LEGACY},
+    )
+    return status, reply
+
+
+def short(value: Any, limit: int = 220) -> str:
+    text = json.dumps(value, separators=(",", ":"))
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def expect_echo(label: str, status: int, reply: Any) -> None:
+    """The echo reply must carry the text 'hi' (server-everything says 'Echo: hi')."""
+    say(f"  check {label}: tools/call -> HTTP {status} {short(reply)}")
+    content = (reply or {}).get("result", {}).get("content") if isinstance(reply, dict) else None
+    text = content[0].get("text", "") if isinstance(content, list) and content else ""
+    if status != 200 or "hi" not in text or reply.get("id") != 1:
+        raise RuntimeError(f"{label} did not answer the echo correctly: HTTP {status} {reply}")
+
+
+# ---------------------------------------------------------------- wrk
+
+
+@dataclass
+class Load:
+    rps: float
+    p50_ms: float
+    p99_ms: float
+    requests: int
+    errors: int
+
+
+@dataclass
+class Row:
+    key: str
+    label: str
+    notes: list[str] = field(default_factory=list)
+    c1: Load | None = None
+    c32: Load | None = None
+    baseline: str | None = None  # the row "added p50@1" is measured against
+    total_requests: int = 0
+    spread: tuple[str, str] | None = None  # rps range over the repeats, @1 and @32
+
+
+def median(loads: list[Load]) -> Load:
+    return sorted(loads, key=lambda load: load.rps)[len(loads) // 2]
+
+
+def spread(loads: list[Load]) -> str:
+    values = sorted(load.rps for load in loads)
+    return f"{values[0]:.0f}..{values[-1]:.0f}"
+
+
+def wrk(url: str, script: str, connections: int, threads: int, duration: int, env: dict[str, str]) -> Load:
+    argv = [
+        "wrk",
+        f"-t{threads}",
+        f"-c{connections}",
+        f"-d{duration}s",
+        "--timeout",
+        "10s",
+        "-s",
+        str(WRK_DIR / script),
+        url,
+    ]
+    done = subprocess.run(
+        argv, capture_output=True, text=True, env={**os.environ, **env}, timeout=duration + 30, check=False
+    )
+    match = re.search(r"^BENCH_JSON (.*)$", done.stdout, re.MULTILINE)
+    if done.returncode != 0 or match is None:
+        raise RuntimeError(f"wrk failed ({done.returncode}): {done.stdout[-500:]} {done.stderr[-500:]}")
+    data = json.loads(match[1])
+    errors = sum(v for k, v in data.items() if k.startswith("errors_"))
+    return Load(
+        rps=data["requests"] / (data["duration_us"] / 1e6),
+        p50_ms=data["p50_us"] / 1000,
+        p99_ms=data["p99_us"] / 1000,
+        requests=data["requests"],
+        errors=errors,
+    )
+
+
+class Bench:
+    def __init__(self, args: argparse.Namespace, procs: Processes) -> None:
+        self.args = args
+        self.procs = procs
+        self.rows: list[Row] = []
+        self.memory: dict[str, Any] | None = None
+        self.profiles: dict[str, list[str]] = {}
+
+    def wanted(self, key: str) -> bool:
+        return not self.args.only or key.split("-")[0] in self.args.only or key in self.args.only
+
+    def measure(
+        self,
+        row: Row,
+        url: str,
+        script: str,
+        env: dict[str, str] | None = None,
+        profile_pid: int | None = None,
+    ) -> Row:
+        env = env or {}
+        duration = self.args.duration
+        warm = wrk(url, script, 32, 2, self.args.warmup, env)
+        c1: list[Load] = []
+        c32: list[Load] = []
+        for _ in range(self.args.repeat):  # the run with the median rps stands (this box is noisy)
+            c1.append(wrk(url, script, 1, 1, duration, env))
+            c32.append(wrk(url, script, 32, 2, duration, env))
+        row.c1, row.c32 = median(c1), median(c32)
+        row.total_requests = warm.requests + sum(load.requests for load in c1 + c32)
+        errors = warm.errors + sum(load.errors for load in c1 + c32)
+        if self.args.repeat > 1:
+            row.spread = (spread(c1), spread(c32))
+        profiler = self._start_profile(row.key, profile_pid, duration)
+        if profiler is not None:  # an extra, unrecorded @32 run: sampling must not skew the numbers
+            row.total_requests += wrk(url, script, 32, 2, duration, env).requests
+            self._finish_profile(row.key, profiler)
+        if errors:
+            row.notes.append(f"**{errors} wrk errors (non-2xx/timeouts)**")
+        say(f"  {row.key}: rps over the repeats @1 {[round(x.rps) for x in c1]} @32 {[round(x.rps) for x in c32]}")
+        say(
+            f"  {row.key}: rps@1 {row.c1.rps:.0f} p50@1 {row.c1.p50_ms:.3f} ms | "
+            f"rps@32 {row.c32.rps:.0f} p50@32 {row.c32.p50_ms:.2f} ms | errors {errors}"
+        )
+        self.rows.append(row)
+        return row
+
+    # -------------------------------------------------------------- profiling (optional)
+
+    def _start_profile(self, key: str, pid: int | None, duration: float) -> tuple[subprocess.Popen[bytes], Path] | None:
+        if not self.args.profile or pid is None:
+            return None
+        out = self.args.out / f"profile-{key}.txt"
+        argv = ["py-spy", "record", "--pid", str(pid), "--duration", str(int(duration)), "--rate", "250"]
+        argv += ["--format", "raw", "--output", str(out), "--nonblocking"]
+        py_spy = Path(sys.executable).with_name("py-spy")
+        if py_spy.exists():
+            argv[0] = str(py_spy)
+        proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+        return proc, out
+
+    def _finish_profile(self, key: str, profiler: tuple[subprocess.Popen[bytes], Path]) -> None:
+        proc, out = profiler
+        try:
+            _, err = proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            _, err = proc.communicate()
+        if not out.exists():
+            say(f"  py-spy gave no profile for {key}: {err.decode(errors='replace')[-300:]}")
+            return
+        self.profiles[key] = summarize_profile(out)
+        say(f"  profile {key} (self time, top frames):\n    " + "\n    ".join(self.profiles[key]))
+
+    # -------------------------------------------------------------- servers
+
+    @contextlib.contextmanager
+    def upstream(self, era: str) -> Iterator[str]:
+        port = free_port()
+        argv = [sys.executable, "-m", "bench.upstream", "--port", str(port), "--era", era]
+        with self.procs.listening(f"upstream-{era}", argv, port):
+            yield f"http://127.0.0.1:{port}/mcp"
+
+    @contextlib.contextmanager
+    def proxy(
+        self,
+        name: str,
+        *,
+        url: str | None = None,
+        command: str | None = None,
+        era: str,
+        level: str = "warning",
+        env: dict[str, str] | None = None,
+    ) -> Iterator[tuple[str, int]]:
+        port = free_port()
+        target = ["--upstream", url] if url else ["--upstream-command", str(command)]
+        argv = [sys.executable, "-m", "proxy", *target, "--upstream-era", era, "--listen", f"127.0.0.1:{port}"]
+        argv += ["--log-level", level]
+        with self.procs.listening(f"proxy-{name}", argv, port, env) as process:
+            yield f"http://127.0.0.1:{port}/mcp", process.proc.pid
+
+    @contextlib.contextmanager
+    def bare_hop(self, upstream: str) -> Iterator[str]:
+        port = free_port()
+        argv = [sys.executable, "-m", "bench.bare_hop", "--upstream", upstream, "--port", str(port)]
+        with self.procs.listening("bare-hop", argv, port):
+            yield f"http://127.0.0.1:{port}/mcp"
+
+    @contextlib.contextmanager
+    def peer(self, name: str) -> Iterator[str]:
+        port = free_port()
+        with self.procs.listening(name, ["bash", str(peers.peer_sh()), name, str(port)], port):
+            yield f"http://127.0.0.1:{port}/mcp"
+
+    # -------------------------------------------------------------- scenarios
+
+    def run(self) -> None:
+        cache_known = proxy_knows("cache")
+        with self.upstream("modern") as modern:
+            if self.wanted("a"):
+                say("(a) direct to the modern upstream")
+                expect_echo("(a)", *modern_call(modern))
+                self.measure(Row("a", "(a) direct → modern upstream (tools/call)"), modern, "modern_tools_call.lua")
+                say("(a2) direct, tools/list")
+                status, reply = modern_list(modern)
+                say(f"  check (a2): tools/list -> HTTP {status} {short(reply)}")
+                self.measure(
+                    Row("a-list", "(a2) direct → modern upstream (tools/list)", ["reference for (f)"], baseline="a"),
+                    modern,
+                    "modern_tools_list.lua",
+                )
+            if self.wanted("b"):
+                say("(b) bare aiohttp hop")
+                with self.bare_hop(modern) as hop:
+                    expect_echo("(b)", *modern_call(hop))
+                    self.measure(
+                        Row("b", "(b) bare aiohttp hop → modern", ["reference Python hop"], baseline="a"),
+                        hop,
+                        "modern_tools_call.lua",
+                    )
+            if self.wanted("c"):
+                say("(c) proxy, modern → modern (pass-through)")
+                with self.proxy("c", url=modern, era="modern") as (url, pid):
+                    expect_echo("(c)", *modern_call(url))
+                    self.measure(
+                        Row("c", "(c) proxy modern → modern (pass-through)", ["log level warning"], baseline="a"),
+                        url,
+                        "modern_tools_call.lua",
+                        profile_pid=pid,
+                    )
+                say("(c) again with the default info-level access log")
+                with self.proxy("c-info", url=modern, era="modern", level="info") as (url, pid):
+                    expect_echo("(c, info)", *modern_call(url))
+                    self.measure(
+                        Row(
+                            "c-info",
+                            "(c) same, default info log",
+                            ["log level info (one JSON line per request, to a file)"],
+                            baseline="a",
+                        ),
+                        url,
+                        "modern_tools_call.lua",
+                        profile_pid=pid,
+                    )
+            if self.wanted("d"):
+                say("(d) proxy, legacy client → modern upstream (translated)")
+                with self.proxy("d", url=modern, era="modern") as (url, pid):
+                    session = legacy_session(url)
+                    expect_echo("(d)", *legacy_call(url, session))
+                    self.measure(
+                        Row(
+                            "d",
+                            "(d) proxy legacy client → modern (translated)",
+                            ["log level warning; one session, ids unique per wrk thread"],
+                            baseline="a",
+                        ),
+                        url,
+                        "legacy_tools_call.lua",
+                        {"BENCH_SESSION": session},
+                        profile_pid=pid,
+                    )
+            if self.wanted("f"):
+                say("(f) proxy, modern tools/list served from the proxy's cache")
+                env = {"MCP_ERA_PROXY_CACHE__ENABLED": "true"} if cache_known else {}
+                with self.proxy("f", url=modern, era="modern", env=env) as (url, pid):
+                    before = upstream_count(modern, "tools/list")
+                    for request_id in (101, 102):  # warm the cache; the second answer must carry its own id
+                        status, reply = modern_list(url, request_id)
+                        say(f"  check (f): tools/list id {request_id} -> HTTP {status} {short(reply)}")
+                        if (
+                            status != 200
+                            or not (reply or {}).get("result", {}).get("tools")
+                            or reply.get("id") != request_id
+                        ):
+                            raise RuntimeError(f"(f) tools/list failed: {status} {reply}")
+                    row = Row("f", "(f) proxy, cached tools/list", ["log level warning"], baseline="a")
+                    if not cache_known:
+                        row.notes.append("this proxy build has no `cache` setting yet")
+                    self.measure(row, url, "modern_tools_list.lua", profile_pid=pid)
+                    reached = upstream_count(modern, "tools/list") - before
+                    sent = row.total_requests + 2
+                    row.notes.append(
+                        f"upstream saw {reached} of {sent} tools/list ({100 * (1 - reached / sent):.1f}% cached)"
+                    )
+                    say(f"  (f) upstream saw {reached} of {sent} tools/list")
+            if self.wanted("mem"):
+                self.measure_memory(modern)
+        if self.wanted("e"):
+            with self.upstream("legacy") as legacy:
+                say("(e) proxy, modern client → legacy upstream (translated)")
+                session = legacy_session(legacy)
+                expect_echo("(e, legacy upstream direct)", *legacy_call(legacy, session))
+                with self.proxy("e", url=legacy, era="legacy") as (url, pid):
+                    expect_echo("(e)", *modern_call(url))
+                    self.measure(
+                        Row(
+                            "e",
+                            "(e) proxy modern client → legacy (translated)",
+                            ["log level warning; pooled upstream sessions"],
+                            baseline="a",
+                        ),
+                        url,
+                        "modern_tools_call.lua",
+                        profile_pid=pid,
+                    )
+        if self.wanted("g"):
+            self.run_stdio()
+
+    def run_stdio(self) -> None:
+        env = {"BENCH_TOOL": "echo", "BENCH_ARGS": '{"message":"hi"}'}
+        command = shlex.join(["bash", str(peers.peer_sh()), "everything-stdio"])
+        say("(g) server-everything over stdio, exposed over HTTP by the proxy")
+        with self.proxy("g", command=command, era="legacy") as (url, pid):
+            session = legacy_session(url)
+            expect_echo("(g) proxy", *legacy_call(url, session))
+            self.measure(
+                Row("g", "(g) proxy → server-everything (stdio)", ["log level warning"], baseline="a"),
+                url,
+                "legacy_tools_call.lua",
+                {**env, "BENCH_SESSION": session},
+                profile_pid=pid,
+            )
+        for bridge, label in (
+            ("mcp-proxy-everything", "npm mcp-proxy 6.7.19"),
+            ("supergateway-everything", "supergateway 4.0.0"),
+        ):
+            say(f"(g) server-everything over stdio behind {label}")
+            with self.peer(bridge) as url:
+                session = legacy_session(url)
+                expect_echo(f"(g) {bridge}", *legacy_call(url, session))
+                self.measure(
+                    Row(
+                        f"g-{bridge.split('-')[0]}",
+                        f"(g) {label} → server-everything (stdio)",
+                        ["peer bridge"],
+                        baseline="g",
+                    ),
+                    url,
+                    "legacy_tools_call.lua",
+                    {**env, "BENCH_SESSION": session},
+                )
+
+    def measure_memory(self, modern: str) -> None:
+        count = self.args.sessions
+        say(f"memory: {count} idle legacy sessions in the proxy (modern upstream)")
+        env = {"MCP_ERA_PROXY_SESSIONS__MAX_SESSIONS": str(max(20_000, 2 * count))}
+        with self.proxy("mem", url=modern, era="modern", env=env) as (url, pid):
+            done = subprocess.run(
+                [sys.executable, "-m", "bench.sessions_rss", "--url", url, "--pid", str(pid), "--count", str(count)],
+                capture_output=True,
+                text=True,
+                timeout=300,
+                check=False,
+            )
+            if done.returncode != 0:
+                raise RuntimeError(f"sessions_rss failed: {done.stderr[-1000:]}")
+            self.memory = json.loads(done.stdout.strip().splitlines()[-1])
+            say(f"  memory: {self.memory}")
+
+
+def proxy_knows(section: str) -> bool:
+    """Whether this proxy build has a settings section (the response cache may not be there yet)."""
+    done = subprocess.run(
+        [sys.executable, "-m", "proxy", "--upstream", "http://127.0.0.1:9/mcp", "--check-config"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    try:
+        return section in json.loads(done.stdout)
+    except ValueError:
+        return False
+
+
+def upstream_count(url: str, method: str) -> int:
+    stats_url = url.rsplit("/", 1)[0] + "/stats"
+    with urllib.request.urlopen(stats_url, timeout=10) as response:
+        return int(json.loads(response.read()).get(method, 0))
+
+
+_FRAME = re.compile(r"^(?P<name>.*) \((?P<file>.*?)(?::\d+)?\)$")
+_BUCKETS = (
+    ("aiohttp", "aiohttp/"),
+    ("proxy", "proxy/"),
+    ("asyncio", "asyncio/"),
+    ("prometheus_client", "prometheus_client/"),
+    ("structlog", "structlog/"),
+    ("pydantic", "pydantic"),
+    ("multidict/yarl", "multidict/"),
+    ("multidict/yarl", "yarl/"),
+)
+
+
+def _frame(raw: str) -> tuple[str, str]:
+    """'func (path/file.py:123)' -> ('func (path/file.py)', 'path/file.py')."""
+    match = _FRAME.match(raw)
+    if match is None:
+        return raw or "(native)", ""
+    return f"{match['name']} ({match['file']})", match["file"]
+
+
+def _bucket(name: str, file: str) -> str:
+    if name.startswith(("Runner.run", "run (uvloop")) or not file:
+        return "event loop + syscalls (uvloop, C)"
+    for label, marker in _BUCKETS:
+        if marker in file:
+            return label
+    return "other Python"
+
+
+def summarize_profile(path: Path, top: int = 10) -> list[str]:
+    """py-spy raw (collapsed) stacks: self time by package, top functions by self time, and the
+    proxy's own functions by inclusive time (coroutine stacks as py-spy sees them)."""
+    by_bucket: dict[str, int] = {}
+    self_time: dict[str, int] = {}
+    inclusive: dict[str, int] = {}
+    total = 0
+    for line in path.read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        if not count.isdigit():
+            continue
+        samples = int(count)
+        total += samples
+        frames = [_frame(f) for f in stack.split(";")]
+        leaf, leaf_file = frames[-1]
+        self_time[leaf] = self_time.get(leaf, 0) + samples
+        bucket = _bucket(leaf, leaf_file)
+        by_bucket[bucket] = by_bucket.get(bucket, 0) + samples
+        for name in {name for name, file in frames if file.startswith("proxy/")}:
+            inclusive[name] = inclusive.get(name, 0) + samples
+    if not total:
+        return ["(no samples)"]
+
+    def pct(n: int) -> str:
+        return f"{100 * n / total:5.1f}%"
+
+    out = [
+        "self time by package: "
+        + ", ".join(f"{k} {pct(v).strip()}" for k, v in sorted(by_bucket.items(), key=lambda kv: -kv[1]))
+    ]
+    out += [f"self {pct(n)}  {f}" for f, n in sorted(self_time.items(), key=lambda kv: -kv[1])[:top]]
+    out += [f"incl {pct(n)}  {f}" for f, n in sorted(inclusive.items(), key=lambda kv: -kv[1])[:top]]
+    return out
+
+
+# ---------------------------------------------------------------- report
+
+
+def machine() -> dict[str, str]:
+    model = "unknown"
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    wrk_version = subprocess.run(["wrk", "--version"], capture_output=True, text=True, check=False).stdout.split("\n")[
+        0
+    ]
+    try:
+        import aiohttp
+
+        aiohttp_version = aiohttp.__version__
+    except ImportError:  # pragma: no cover
+        aiohttp_version = "?"
+    try:
+        import uvloop
+
+        loop = f"uvloop {uvloop.__version__}"
+    except ImportError:
+        loop = "asyncio"
+    return {
+        "CPU": model,
+        "cores": str(os.cpu_count()),
+        "Python": platform.python_version(),
+        "kernel": platform.release(),
+        "aiohttp": aiohttp_version,
+        "event loop": loop,
+        "wrk": " ".join(wrk_version.split()[:2]),
+    }
+
+
+def ms(value: float, digits: int = 3) -> str:
+    return f"{value:.{digits}f}"
+
+
+def render(bench: Bench, args: argparse.Namespace, facts: dict[str, str], started: float) -> tuple[str, list[str]]:
+    rows = {row.key: row for row in bench.rows}
+    lines = ["# mcp-era-proxy benchmark", ""]
+    lines.append(" · ".join(f"**{k}**: {v}" for k, v in facts.items()))
+    lines.append("")
+    lines.append(
+        f"`bash bench/run.sh` on {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime(started))}; wrk, "
+        f"{args.repeat} runs of {args.duration} s per measurement (the run with the median rps is shown; "
+        f"rps range in the notes) after a {args.warmup} s warm-up at 32 connections; "
+        "@1 = `wrk -t1 -c1`, @32 = `wrk -t2 -c32`; latency in ms. Proxy runs at log level **warning** "
+        "unless the row says otherwise. Load generator, proxy, upstream (and bridges) share the "
+        f"{facts['cores']} cores above, all on 127.0.0.1."
+    )
+    lines.append("")
+    lines.append("| scenario | rps@1 | p50@1 (ms) | p99@1 | rps@32 | p50@32 | p99@32 | added p50@1 (ms) | notes |")
+    lines.append("|---|---:|---:|---:|---:|---:|---:|---:|---|")
+    for row in bench.rows:
+        assert row.c1 is not None and row.c32 is not None
+        added = "—"
+        base = rows.get(row.baseline or "")
+        if base is not None and base.c1 is not None:
+            delta = row.c1.p50_ms - base.c1.p50_ms
+            added = f"{delta:+.3f}" + ("" if row.baseline == "a" else f" vs ({row.baseline})")
+        lines.append(
+            f"| {row.label} | {row.c1.rps:.0f} | {ms(row.c1.p50_ms)} | {ms(row.c1.p99_ms)} | "
+            f"{row.c32.rps:.0f} | {ms(row.c32.p50_ms, 2)} | {ms(row.c32.p99_ms, 2)} | {added} | "
+            f"{'; '.join(row.notes + ([f'rps range @1 {row.spread[0]}, @32 {row.spread[1]}'] if row.spread else []))} |"
+        )
+    lines.append("")
+    lines.append("Added p50@1 is over (a) (for the peer bridges: over the proxy's (g) row; negative = faster).")
+    lines.append("")
+    mem = bench.memory
+    if mem is not None:
+        lines.append(
+            f"**Memory**: proxy RSS {mem['before_kb'] / 1024:.1f} MiB → {mem['after_kb'] / 1024:.1f} MiB after "
+            f"{mem['opened']} idle legacy sessions (initialize only, modern upstream; {mem['failed']} failed; "
+            f"opened in {mem['seconds']} s) = **{mem['kb_per_session']:.2f} KB per session**."
+        )
+        lines.append("")
+    targets = judge(rows, mem)
+    if targets:
+        lines.append("## Targets")
+        lines.append("")
+        lines.extend(f"- {t}" for t in targets)
+        lines.append("")
+    if bench.profiles:
+        lines.append("## Profiles (py-spy, proxy process, @32)")
+        lines.append("")
+        for key, summary in bench.profiles.items():
+            lines.append(f"**{key}**")
+            lines.append("```")
+            lines.extend(summary)
+            lines.append("```")
+        lines.append("")
+    return "\n".join(lines), targets
+
+
+def judge(rows: dict[str, Row], mem: dict[str, Any] | None) -> list[str]:
+    out: list[str] = []
+
+    def verdict(ok: bool) -> str:
+        return "**met**" if ok else "**not met**"
+
+    b = rows.get("b")
+    a = rows.get("a")
+    for key in ("c", "d", "e"):
+        row = rows.get(key)
+        if row is None:
+            continue
+        if b is not None and b.c32 and row.c32:
+            ratio = row.c32.rps / b.c32.rps
+            out.append(
+                f"({key}) rps@32 ≥ 80% of (b): {row.c32.rps:.0f} vs {b.c32.rps:.0f} = {100 * ratio:.0f}% "
+                f"→ {verdict(ratio >= 0.8)}"
+            )
+        if a is not None and a.c1 and row.c1:
+            added = row.c1.p50_ms - a.c1.p50_ms
+            out.append(f"({key}) added p50@1 < 0.3 ms: {added:.3f} ms → {verdict(added < 0.3)}")
+    f = rows.get("f")
+    if f is not None and a is not None and f.c1 and f.c32 and a.c1 and a.c32:
+        ok = f.c32.rps > a.c32.rps and f.c32.p50_ms < a.c32.p50_ms and f.c1.p50_ms < a.c1.p50_ms
+        out.append(
+            f"(f) faster than (a): rps@32 {f.c32.rps:.0f} vs {a.c32.rps:.0f}, p50@32 {f.c32.p50_ms:.2f} vs "
+            f"{a.c32.p50_ms:.2f} ms, p50@1 {f.c1.p50_ms:.3f} vs {a.c1.p50_ms:.3f} ms → {verdict(ok)}"
+        )
+    g = rows.get("g")
+    bridges = [(name, rows[k]) for k, name in (("g-mcp", "mcp-proxy"), ("g-supergateway", "supergateway")) if k in rows]
+    if g is not None and g.c32 and bridges:
+        ok = all(g.c32.rps > r.c32.rps for _, r in bridges if r.c32)
+        versus = ", ".join(f"{name} {r.c32.rps:.0f}" for name, r in bridges if r.c32)
+        out.append(f"(g) proxy ahead of both peer bridges at rps@32: {g.c32.rps:.0f} vs {versus} → {verdict(ok)}")
+    if mem is not None and mem.get("kb_per_session") is not None:
+        per = mem["kb_per_session"]
+        out.append(f"RSS per idle legacy session < 4 KB: {per:.2f} KB → {verdict(per < 4)}")
+    return out
+
+
+def chart(bench: Bench, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = [r for r in bench.rows if r.c1 and r.c32]
+    labels = [r.label.replace(" → ", "\n→ ", 1) for r in rows]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(15, 0.65 * len(rows) + 2), sharey=True)
+    positions = range(len(rows))
+    height = 0.38
+    left.barh([p - height / 2 for p in positions], [r.c1.rps for r in rows], height, label="concurrency 1")
+    left.barh([p + height / 2 for p in positions], [r.c32.rps for r in rows], height, label="concurrency 32")
+    left.set_xlabel("requests per second")
+    left.set_yticks(list(positions), labels, fontsize=8)
+    left.invert_yaxis()
+    left.legend(loc="lower right")
+    left.grid(axis="x", alpha=0.3)
+    right.barh([p - height / 2 for p in positions], [r.c1.p50_ms for r in rows], height, label="p50 @1")
+    right.barh([p + height / 2 for p in positions], [r.c1.p99_ms for r in rows], height, label="p99 @1")
+    right.set_xscale("log")
+    right.set_xlabel("latency at concurrency 1 (ms, log scale)")
+    right.legend(loc="lower right")
+    right.grid(axis="x", alpha=0.3)
+    fig.suptitle("mcp-era-proxy benchmark (wrk, 127.0.0.1)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--duration", type=int, default=3, help="seconds per wrk run (default 3)")
+    parser.add_argument("--repeat", type=int, default=3, help="wrk runs per measurement; the median stands")
+    parser.add_argument("--warmup", type=int, default=1, help="seconds of warm-up load before each scenario")
+    parser.add_argument("--sessions", type=int, default=10_000, help="idle legacy sessions for the memory line")
+    parser.add_argument("--only", type=lambda s: set(s.split(",")), default=set(), help="e.g. a,b,c,mem")
+    parser.add_argument("--profile", action="store_true", help="py-spy the proxy during its @32 runs")
+    parser.add_argument("--out", type=Path, default=BENCH / "results")
+    args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    logs = args.out / "logs"
+    logs.mkdir(exist_ok=True)
+    procs = Processes(logs, args.out / ".pids")
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    started = time.time()
+    facts = machine()
+    say("machine: " + ", ".join(f"{k} {v}" for k, v in facts.items()))
+    bench = Bench(args, procs)
+    try:
+        bench.run()
+    finally:
+        procs.stop_all()
+    order = ["a", "a-list", "b", "c", "c-info", "d", "e", "f", "g", "g-mcp", "g-supergateway"]
+    bench.rows.sort(key=lambda row: order.index(row.key) if row.key in order else len(order))
+    text, _ = render(bench, args, facts, started)
+    (args.out / "latest.md").write_text(text + "\n")
+    try:
+        chart(bench, args.out / "latest.png")
+    except ImportError:
+        say("matplotlib missing: no chart (install the `bench` extra)")
+    print(text)
+    say(f"done in {time.time() - started:.0f} s: {args.out / 'latest.md'}, {args.out / 'latest.png'}; logs in {logs}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
