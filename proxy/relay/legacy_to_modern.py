@@ -619,7 +619,6 @@ class LegacyToModern:
 
     def _listener(self, session: LegacySession, runtime: SessionRuntime) -> SessionListener:
         if runtime.listener is None:
-            session_id = session.id
 
             def current_filter() -> JSONDict:
                 return l2m.listen_filter(session.server_capabilities, session.subscriptions, runtime.list_changes)
@@ -648,7 +647,6 @@ class LegacyToModern:
                 retry_max_s=self._settings.streams.listen_retry_max_s,
                 on_stream_change=lambda d: self._metrics.streams_open.labels("upstream_listen").inc(d),
             )
-            log.debug("listener_created", session=short_hash(session_id))
         return runtime.listener
 
     def _background(self, coroutine: Any) -> None:
