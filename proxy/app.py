@@ -169,6 +169,17 @@ def create_app(
         if http is not None and owns_session:
             await http.close()
 
+    async def drain(app: web.Application) -> None:
+        """Shutdown begins (sites stopped): not ready any more; streams end gracefully now, calls in
+        flight get `shutdown.grace_s` (aiohttp's shutdown timeout) before the cleanup below."""
+        admin.draining = True
+        legacy_clients.end_streams()
+        modern_clients.end_streams()
+        for same_era in (modern_http, modern_stdio, legacy_stdio):
+            if same_era is not None:
+                same_era.end_streams()
+
+    app.on_shutdown.append(drain)
     app.cleanup_ctx.append(lifecycle)
     return app, (None if admin_app is app else admin_app)
 

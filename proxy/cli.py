@@ -13,7 +13,7 @@ import structlog
 from aiohttp import web
 
 from . import __version__
-from .app import create_app
+from .app import ADMIN, create_app
 from .config import ENV_PREFIX, ConfigError, Settings, load_settings, parse_listen
 from .logs import configure_logging
 
@@ -78,7 +78,10 @@ async def serve(settings: Settings, stop: asyncio.Event | None = None) -> None:
                 continue
             # handler_cancellation: a client that disconnects cancels its handler, which closes
             # the upstream request too (for a 2026-07-28 upstream that is the cancellation).
-            runner = web.AppRunner(application, handler_cancellation=True, access_log=None)
+            # shutdown_timeout: calls in flight at SIGTERM get this long before they are cancelled.
+            runner = web.AppRunner(
+                application, handler_cancellation=True, access_log=None, shutdown_timeout=settings.shutdown.grace_s
+            )
             await runner.setup()
             runners.append(runner)
             host, port = parse_listen(address)
@@ -92,10 +95,14 @@ async def serve(settings: Settings, stop: asyncio.Event | None = None) -> None:
             upstream_era=settings.upstream.era,
         )
         await stop.wait()
-        log.info("stopping")
+        log.info("stopping", grace_s=settings.shutdown.grace_s)
+        app[ADMIN].draining = True  # /readyz answers 503 from now on
     finally:
-        for runner in reversed(runners):
+        # The MCP listener first (stop accepting, end streams, let calls finish, close upstreams),
+        # the separate admin listener last, so readiness can be seen failing meanwhile.
+        for runner in runners:
             await runner.cleanup()
+        log.info("stopped")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -242,6 +242,15 @@ class CacheConfig(_Section):
     watched_resources_max: int = Field(256, ge=0, description="Cached resources/read URIs watched for updates.")
 
 
+class ShutdownConfig(_Section):
+    grace_s: float = Field(
+        20.0,
+        ge=0,
+        description="On SIGTERM: in-flight calls get this long to finish (streams end at once, "
+        "gracefully), then whatever remains is cancelled and the process exits 0.",
+    )
+
+
 class ReadinessConfig(_Section):
     window_s: float = Field(30.0, gt=0, description="Ready while the upstream answered within this window.")
     probe_timeout_s: float = Field(3.0, gt=0)
@@ -272,6 +281,7 @@ class Settings(BaseSettings):
     streams: StreamsConfig = StreamsConfig()
     cache: CacheConfig = CacheConfig()
     readiness: ReadinessConfig = ReadinessConfig()
+    shutdown: ShutdownConfig = ShutdownConfig()
     logging: LoggingConfig = LoggingConfig()
 
     @field_validator("listen", "admin_listen")

@@ -320,8 +320,8 @@ class McpEndpoint:
     async def _listen_same_era(
         self, request: web.Request, checked: ModernRequest, same_era: ModernPassThrough | None, headers: dict[str, str]
     ) -> web.StreamResponse:
-        if same_era is None or self._http is not None:
-            return await self._pass_through(request, "POST", jsonrpc.encode(checked.message), _Record(), legacy=False)
+        # Message by message even over HTTP: at shutdown the proxy ends it with the completion result.
+        assert same_era is not None
         sse = SseStream(request, self._keepalive_s)
         gauge = self._metrics.streams_open.labels("downstream_listen")
         gauge.inc()

@@ -199,6 +199,11 @@ class LegacyToModern:
             closed += await self.close(session_id, reason="expired")
         return closed
 
+    def end_streams(self) -> None:
+        """Shutdown begins: end every GET stream; calls in flight may still finish."""
+        for runtime in self._runtimes.values():
+            runtime.end_streams()
+
     async def close_all(self) -> None:
         for session_id in list(self._runtimes):
             runtime = self._runtimes.pop(session_id)

@@ -514,6 +514,11 @@ class ModernToLegacy:
     async def maintain(self) -> None:
         await self.pool.maintain()
 
+    def end_streams(self) -> None:
+        """Shutdown begins: every listen stream ends with its completion result."""
+        for bridge in list(self.listens):
+            bridge.queue.put_nowait(None)
+
     async def close_all(self) -> None:
         for call in list(self._parked.values()):
             await call.abandon("the proxy is shutting down")

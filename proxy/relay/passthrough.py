@@ -26,6 +26,7 @@ from ..errors import ProxyError
 from ..metrics import Metrics
 from ..protocol import jsonrpc, meta
 from ..protocol.modern_inbound import ModernRequest
+from ..protocol.modern_to_legacy import listen_closed
 from ..protocol.versions import LEGACY_VERSIONS
 from ..sessions import LegacySession, SessionIds, SessionStore, short_hash
 from ..upstream.errors import UpstreamError, UpstreamUnavailable
@@ -79,6 +80,7 @@ class ModernPassThrough:
         self._metrics = metrics
         self._cache = cache if cache is not None else ResponseCache(settings.cache, metrics)
         self._ids = itertools.count(1)
+        self._ending = asyncio.Event()  # shutdown: listens end with their completion result
 
     def _outgoing(self, request: ModernRequest) -> tuple[JSONDict, Any, Any]:
         """The request under a channel-unique id (and progress token); returns it, and the originals."""
@@ -154,7 +156,10 @@ class ModernPassThrough:
         outgoing, front_id, _ = self._outgoing(request)
         try:
             async with self._upstream.exchange(outgoing, headers or {}) as reply:
-                async for incoming in reply:
+                async for incoming in _until(reply, self._ending):
+                    if incoming is None:  # the proxy is shutting down: end it gracefully
+                        await send(listen_closed(front_id))
+                        return
                     self._cache.invalidate_for(incoming)
                     out = self._downstream(incoming, front_id, None)
                     if "method" not in incoming and isinstance(out.get("result"), dict):
@@ -167,6 +172,32 @@ class ModernPassThrough:
         except UpstreamError as exc:
             self._metrics.upstream_errors.labels(self._upstream.name, exc.kind).inc()
             raise upstream_error(exc) from None
+
+    def end_streams(self) -> None:
+        self._ending.set()
+
+
+async def _until(messages: Any, ending: asyncio.Event) -> Any:
+    """The messages of `messages`, then None as soon as `ending` is set."""
+    iterator = aiter(messages)
+    stop = asyncio.ensure_future(ending.wait())
+    following: asyncio.Future[Any] | None = None
+    try:
+        while True:
+            following = asyncio.ensure_future(anext(iterator))
+            done, _ = await asyncio.wait({following, stop}, return_when=asyncio.FIRST_COMPLETED)
+            if following not in done:
+                yield None
+                return
+            try:
+                item = following.result()
+            except StopAsyncIteration:
+                return
+            yield item
+    finally:
+        stop.cancel()
+        if following is not None and not following.done():
+            following.cancel()
 
 
 class _FacadeSession:
@@ -297,6 +328,10 @@ class LegacyFacade:
         for session_id in await self._store.created_before(now - self._settings.sessions.max_lifetime_s):
             closed += await self.close(session_id, reason="expired")
         return closed
+
+    def end_streams(self) -> None:
+        for live in self._live.values():
+            live.runtime.end_streams()
 
     async def close_all(self) -> None:
         for session_id in list(self._live):

@@ -61,11 +61,15 @@ class SessionRuntime:
     def busy(self) -> bool:
         return bool(self.get_streams or self.inflight)
 
-    def close(self) -> None:
-        self.closed = True
+    def end_streams(self) -> None:
+        """End the GET streams (shutdown); requests in flight go on."""
         for stream in self.get_streams:
             stream.close()
         self.get_streams.clear()
+
+    def close(self) -> None:
+        self.closed = True
+        self.end_streams()
         for task in list(self.inflight.values()):
             task.cancel()
         for future in self.pending.values():

@@ -1,0 +1,129 @@
+"""SIGTERM with work in progress: the call completes, the subscription is closed gracefully, and the
+proxy exits 0 within its grace period."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+
+from proxy.protocol import meta
+from tests.support import peers
+from tests.support.procs import free_port, listening, wait_for_port
+
+from .conftest import stdio_command
+from .test_concurrent_modern_clients import ModernClient
+
+pytestmark = pytest.mark.e2e
+GRACE_S = 15
+
+
+async def sse_messages(response: aiohttp.ClientResponse) -> Any:
+    buffer = b""
+    async for chunk in response.content.iter_any():
+        buffer += chunk
+        *events, buffer = buffer.split(b"\n\n")
+        for event in events:
+            for line in event.splitlines():
+                if line.startswith(b"data:"):
+                    yield json.loads(line[5:])
+
+
+async def read_until_final(response: aiohttp.ClientResponse, request_id: Any, started: asyncio.Event) -> dict:
+    async for message in sse_messages(response):
+        if message.get("method") == "notifications/progress":
+            started.set()
+        elif message.get("id") == request_id:
+            return message
+    raise AssertionError("the call's stream ended without its result")
+
+
+async def read_listen(response: aiohttp.ClientResponse, acknowledged: asyncio.Event) -> list[dict]:
+    seen = []
+    async for message in sse_messages(response):
+        seen.append(message)
+        if message.get("method") == "notifications/subscriptions/acknowledged":
+            acknowledged.set()
+    return seen
+
+
+@pytest.mark.parametrize("upstream_kind", ["http", "stdio"])
+async def test_sigterm_lets_the_call_finish_closes_the_subscription_gracefully_and_exits_zero(
+    request: pytest.FixtureRequest, upstream_kind: str, logs_dir: Path
+) -> None:
+    if upstream_kind == "http":
+        target = ["--upstream", request.getfixturevalue("legacy_server")]
+    else:
+        target = ["--upstream-command", stdio_command(peers.mcp1_python(), "legacy_server.py")]
+    port = free_port()
+    url = f"http://127.0.0.1:{port}/mcp"
+    argv = [sys.executable, "-m", "proxy", *target, "--listen", f"127.0.0.1:{port}"]
+    with listening(
+        argv, port, logs_dir / f"shutdown-{upstream_kind}.log", env={"MCP_ERA_PROXY_SHUTDOWN__GRACE_S": str(GRACE_S)}
+    ) as proxy:
+        async with aiohttp.ClientSession() as http:
+            client = ModernClient(http, url, "draining", {})
+            call, call_headers = client.request_body(
+                "tools/call", {"name": "slow", "arguments": {"seconds": 3}}, progress=True
+            )
+            listen, listen_headers = client.request_body(
+                "subscriptions/listen", {"notifications": {"toolsListChanged": True}}
+            )
+            started, acknowledged = asyncio.Event(), asyncio.Event()
+            async with (
+                http.post(url, data=json.dumps(call), headers=call_headers) as call_response,
+                http.post(url, data=json.dumps(listen), headers=listen_headers) as listen_response,
+            ):
+                final = asyncio.create_task(read_until_final(call_response, call["id"], started))
+                stream = asyncio.create_task(read_listen(listen_response, acknowledged))
+                async with asyncio.timeout(20):
+                    await started.wait()
+                    await acknowledged.wait()
+                proxy.proc.send_signal(signal.SIGTERM)
+                async with asyncio.timeout(GRACE_S):
+                    result = await final
+                    listened = await stream
+        exit_code = await asyncio.to_thread(proxy.proc.wait, GRACE_S)
+    assert result["result"]["content"][0]["text"] == "slow done", result
+    closing = listened[-1]
+    assert closing == {
+        "jsonrpc": "2.0",
+        "id": listen["id"],
+        "result": {"resultType": "complete", "_meta": {meta.SUBSCRIPTION_ID: listen["id"]}},
+    }
+    assert exit_code == 0
+    assert "stopped" in (logs_dir / f"shutdown-{upstream_kind}.log").read_text()
+
+
+def test_an_idle_proxy_stops_on_sigterm_with_exit_code_zero() -> None:
+    """Even with its upstream unreachable (nothing to drain)."""
+    port = free_port()
+    argv = [
+        sys.executable,
+        "-m",
+        "proxy",
+        "--upstream",
+        f"http://127.0.0.1:{free_port()}/mcp",
+        "--listen",
+        f"127.0.0.1:{port}",
+        "--upstream-era",
+        "modern",
+    ]
+    process = subprocess.Popen(argv, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL)
+    try:
+        wait_for_port(port, process, 30, Path("/dev/null"))
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(GRACE_S) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        assert process.stderr is not None
+        process.stderr.close()
