@@ -116,7 +116,7 @@ def test_an_idle_proxy_stops_on_sigterm_with_exit_code_zero() -> None:
         "--upstream-era",
         "modern",
     ]
-    process = subprocess.Popen(argv, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL)
+    process = subprocess.Popen(argv, stderr=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
     try:
         wait_for_port(port, process, 30, Path("/dev/null"))
         process.send_signal(signal.SIGTERM)
