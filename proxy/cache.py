@@ -22,16 +22,6 @@ from .config import CacheConfig
 from .metrics import Metrics
 
 JSONDict = dict[str, Any]
-CACHEABLE_METHODS = frozenset(
-    {
-        "server/discover",
-        "tools/list",
-        "prompts/list",
-        "resources/list",
-        "resources/templates/list",
-        "resources/read",
-    }
-)
 # What each notification makes stale (reference §5 Invalidation; templates follow the resource list).
 _INVALIDATES = {
     "notifications/tools/list_changed": ("tools/list",),

@@ -21,13 +21,11 @@ from .headers import (
     param_header_values,
     tool_param_headers,
 )
+from .methods import INPUT_REQUEST_METHODS, INPUT_REQUIRED_METHODS
 from .versions import negotiate_legacy, pick_modern
 
 JSONDict = dict[str, Any]
 
-# Requests on which a modern server may answer `input_required` (mrtr.mdx §Supported Requests).
-INPUT_REQUIRED_METHODS = frozenset({"tools/call", "prompts/get", "resources/read"})
-INPUT_REQUEST_METHODS = frozenset({"elicitation/create", "sampling/createMessage", "roots/list"})
 # Modern-only result fields a legacy client never sees.
 _MODERN_RESULT_FIELDS = ("resultType", "ttlMs", "cacheScope")
 # Legacy fields without a modern counterpart (tasks are not bridged).

@@ -12,22 +12,11 @@ from typing import Any
 
 from . import jsonrpc, meta
 from .capabilities import elicitation_modes, legacy_client_capabilities, modern_server_capabilities
+from .methods import CACHEABLE_METHODS, INPUT_REQUEST_METHODS, INPUT_REQUIRED_METHODS
 from .versions import LATEST_LEGACY, LEGACY_VERSIONS, MODERN_VERSIONS
 
 JSONDict = dict[str, Any]
 
-CACHEABLE_METHODS = frozenset(
-    {
-        "server/discover",
-        "tools/list",
-        "prompts/list",
-        "resources/list",
-        "resources/templates/list",
-        "resources/read",
-    }
-)
-INPUT_REQUIRED_METHODS = frozenset({"tools/call", "prompts/get", "resources/read"})
-INPUT_REQUEST_METHODS = frozenset({"elicitation/create", "sampling/createMessage", "roots/list"})
 # Keys of the request `_meta` and params that only the proxy may consume.
 _CONSUMED_PARAMS = ("inputResponses", "requestState")
 # Codes 2026-07-28 reserves (-32020..-32099) but does not define, which it forbids emitting.

@@ -1,0 +1,19 @@
+"""Method tables the spec fixes for both eras (one source for every module that needs them)."""
+
+from __future__ import annotations
+
+# Results a server marks with ttlMs / cacheScope (2026-07-28/server/utilities/caching.mdx).
+CACHEABLE_METHODS = frozenset(
+    {
+        "server/discover",
+        "tools/list",
+        "prompts/list",
+        "resources/list",
+        "resources/templates/list",
+        "resources/read",
+    }
+)
+# Requests on which a modern server may answer input_required (mrtr.mdx §Supported Requests).
+INPUT_REQUIRED_METHODS = frozenset({"tools/call", "prompts/get", "resources/read"})
+# What may be asked of the client: legacy server requests / modern inputRequests entries.
+INPUT_REQUEST_METHODS = frozenset({"elicitation/create", "sampling/createMessage", "roots/list"})
