@@ -15,13 +15,13 @@ from typing import Any
 import structlog
 from aiohttp import web
 
-from ..cache import CACHEABLE_METHODS
 from ..config import Settings
 from ..errors import ProxyError, session_not_found
 from ..metrics import Metrics, RequestMetrics, method_label
 from ..protocol import jsonrpc
 from ..protocol.classify import Rejection, Route, classify_post
 from ..protocol.headers import PROTOCOL_VERSION_HEADER, SESSION_HEADER
+from ..protocol.methods import CACHEABLE_METHODS
 from ..protocol.modern_inbound import ModernRequest, header_view, validate_request
 from ..protocol.modern_to_legacy import listen_closed
 from ..protocol.versions import LEGACY_VERSIONS, Era

@@ -18,7 +18,7 @@ from typing import Any
 import structlog
 
 from .. import __version__
-from ..cache import CACHEABLE_METHODS, NO_STORE, ResponseCache, request_key
+from ..cache import NO_STORE, ResponseCache, request_key
 from ..config import Settings
 from ..errors import ProxyError
 from ..metrics import Metrics, method_label
@@ -27,6 +27,7 @@ from ..protocol import legacy_to_modern as l2m
 from ..protocol.capabilities import modern_client_capabilities
 from ..protocol.detection import recognized_modern_error
 from ..protocol.headers import ParamHeader
+from ..protocol.methods import CACHEABLE_METHODS
 from ..protocol.versions import LATEST_MODERN, pick_modern
 from ..sessions import LegacySession, SessionIds, SessionStore, short_hash
 from ..upstream.errors import UpstreamError, UpstreamHTTPError, UpstreamProtocolError

@@ -16,7 +16,7 @@ from typing import Any
 
 import structlog
 
-from ..cache import CACHEABLE_METHODS, ResponseCache, request_key
+from ..cache import ResponseCache, request_key
 from ..config import Settings
 from ..errors import ProxyError
 from ..metrics import Metrics, method_label
@@ -24,6 +24,7 @@ from ..protocol import jsonrpc, meta
 from ..protocol import modern_to_legacy as m2l
 from ..protocol.capabilities import ALL_INPUT_CAPABILITIES, modern_server_capabilities
 from ..protocol.detection import names_modern_versions, recognized_modern_error
+from ..protocol.methods import CACHEABLE_METHODS
 from ..protocol.modern_inbound import ModernRequest, method_problem
 from ..upstream.errors import UpstreamError, UpstreamProtocolError, UpstreamSessionGone
 from ..upstream.http import HttpUpstream

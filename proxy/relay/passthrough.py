@@ -20,11 +20,12 @@ from typing import Any
 
 import structlog
 
-from ..cache import CACHEABLE_METHODS, ResponseCache, request_key
+from ..cache import ResponseCache, request_key
 from ..config import Settings
 from ..errors import ProxyError
 from ..metrics import Metrics
 from ..protocol import jsonrpc, meta
+from ..protocol.methods import CACHEABLE_METHODS
 from ..protocol.modern_inbound import ModernRequest
 from ..protocol.modern_to_legacy import listen_closed
 from ..protocol.versions import LEGACY_VERSIONS
