@@ -6,6 +6,6 @@ project_venv
 bash "$REPO/scripts/setup-peers.sh"
 export MCP_SPEC_DIR="${MCP_SPEC_DIR:-$(shared_dir)/spec}"
 cd "$REPO"
-.venv/bin/ruff check proxy tests
-.venv/bin/ruff format --check proxy tests
-exec .venv/bin/pytest "$@"
+.venv/bin/ruff check proxy tests scripts bench
+.venv/bin/ruff format --check proxy tests scripts bench
+bash scripts/lint-deploy.sh && exec .venv/bin/pytest "$@"

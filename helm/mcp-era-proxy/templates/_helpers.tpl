@@ -1,0 +1,351 @@
+{{/*
+Chart name, truncated to the 63 characters of a DNS label.
+*/}}
+{{- define "mcp-era-proxy.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+Full name: <release>-<chart>, or the release name when it already contains the chart name.
+*/}}
+{{- define "mcp-era-proxy.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "mcp-era-proxy.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+Labels of every resource.
+*/}}
+{{- define "mcp-era-proxy.labels" -}}
+helm.sh/chart: {{ include "mcp-era-proxy.chart" . }}
+{{ include "mcp-era-proxy.selectorLabels" . }}
+app.kubernetes.io/version: {{ (.Values.image.tag | default .Chart.AppVersion) | trunc 63 | quote }}
+app.kubernetes.io/component: {{ .Values.mode }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end }}
+
+{{/*
+Selector labels: stable for the life of the release (a Deployment's selector is immutable).
+*/}}
+{{- define "mcp-era-proxy.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "mcp-era-proxy.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "mcp-era-proxy.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "mcp-era-proxy.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{/*
+Image reference: repository@digest when a digest is given, else repository:tag (tag defaults to
+the appVersion).
+*/}}
+{{- define "mcp-era-proxy.image" -}}
+{{- if .Values.image.digest }}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest }}
+{{- else }}
+{{- printf "%s:%s" .Values.image.repository (.Values.image.tag | default .Chart.AppVersion) }}
+{{- end }}
+{{- end }}
+
+{{/*
+The Secret holding the session HMAC key ("" when the proxy draws a random key per process).
+*/}}
+{{- define "mcp-era-proxy.secretName" -}}
+{{- if .Values.sessionSecret.existingSecret }}
+{{- .Values.sessionSecret.existingSecret }}
+{{- else if .Values.sessionSecret.create }}
+{{- printf "%s-session" (include "mcp-era-proxy.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+
+{{/*
+"host:port" for the proxy's listen addresses; IPv6 hosts in brackets.
+*/}}
+{{- define "mcp-era-proxy.address" -}}
+{{- $host := index . 0 }}
+{{- if contains ":" $host }}{{ $host = printf "[%s]" $host }}{{ end }}
+{{- printf "%s:%d" $host (int (index . 1)) }}
+{{- end }}
+
+{{/*
+Host header values the proxy accepts unless config.security.allowed_hosts is given: the Service's
+DNS names (short, namespaced, cluster FQDN), loopback names (kubectl port-forward) and the ingress
+hosts. A YAML list.
+*/}}
+{{- define "mcp-era-proxy.allowedHosts" -}}
+{{- $svc := include "mcp-era-proxy.fullname" . }}
+{{- $ns := .Release.Namespace }}
+{{- $hosts := list $svc (printf "%s.%s" $svc $ns) (printf "%s.%s.svc" $svc $ns) (printf "%s.%s.svc.cluster.local" $svc $ns) "localhost" "127.0.0.1" "::1" }}
+{{- if .Values.ingress.enabled }}
+{{- range .Values.ingress.hosts }}
+{{- if and .host (not (has .host $hosts)) }}
+{{- $hosts = append $hosts .host }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- toYaml $hosts }}
+{{- end }}
+
+{{/*
+The proxy's configuration: `config` from the values, plus what the chart computes for the keys the
+values leave unset (scripts/check_chart_config.py composes it the same way and runs the proxy's
+--check-config on it).
+*/}}
+{{- define "mcp-era-proxy.config" -}}
+{{- $cfg := deepCopy (.Values.config | default dict) }}
+{{- $_ := set $cfg "listen" (include "mcp-era-proxy.address" (list .Values.listenAddress .Values.containerPorts.http)) }}
+{{- $_ := set $cfg "admin_listen" (include "mcp-era-proxy.address" (list .Values.listenAddress .Values.containerPorts.admin)) }}
+{{- $security := get $cfg "security" | default dict }}
+{{- if not (hasKey $security "allowed_hosts") }}
+{{- $_ := set $security "allowed_hosts" (include "mcp-era-proxy.allowedHosts" . | fromYamlArray) }}
+{{- end }}
+{{- $_ := set $cfg "security" $security }}
+{{- $shutdown := get $cfg "shutdown" | default dict }}
+{{- if not (hasKey $shutdown "grace_s") }}
+{{- $_ := set $shutdown "grace_s" 20 }}
+{{- end }}
+{{- $_ := set $cfg "shutdown" $shutdown }}
+{{- if eq .Values.mode "sidecar" }}
+{{- $upstream := get $cfg "upstream" | default dict }}
+{{- $_ := set $upstream "url" (printf "http://127.0.0.1:%d%s" (int .Values.sidecar.upstreamPort) .Values.sidecar.upstreamPath) }}
+{{- $_ := set $cfg "upstream" $upstream }}
+{{- end }}
+{{- toYaml $cfg }}
+{{- end }}
+
+{{/*
+The proxy's shutdown.grace_s (its default, 20, unless config sets it).
+*/}}
+{{- define "mcp-era-proxy.graceSeconds" -}}
+{{- dig "shutdown" "grace_s" 20 (.Values.config | default dict) }}
+{{- end }}
+
+{{/*
+Fails rendering on value combinations that would deploy something broken. Included by the
+ConfigMap and the Deployment.
+*/}}
+{{- define "mcp-era-proxy.validate" -}}
+{{- $errors := list }}
+{{- $cfg := .Values.config | default dict }}
+{{- $upstream := get $cfg "upstream" | default dict }}
+{{- $hasUrl := not (empty (get $upstream "url")) }}
+{{- $hasCommand := not (empty (get $upstream "command")) }}
+{{- if eq .Values.mode "standalone" }}
+  {{- if and (not $hasUrl) (not $hasCommand) }}
+  {{- $errors = append $errors "mode standalone needs an upstream: set config.upstream.url (e.g. http://legacy-server:3000/mcp) or config.upstream.command (a stdio server, in an image that has it)" }}
+  {{- end }}
+  {{- if and $hasUrl $hasCommand }}
+  {{- $errors = append $errors "set only one of config.upstream.url and config.upstream.command" }}
+  {{- end }}
+  {{- if .Values.sidecar.workload.containers }}
+  {{- $errors = append $errors "sidecar.workload.containers is set but mode is standalone: set mode: sidecar, or remove the workload" }}
+  {{- end }}
+{{- else if eq .Values.mode "sidecar" }}
+  {{- if or $hasUrl $hasCommand }}
+  {{- $errors = append $errors "mode sidecar computes config.upstream.url (http://127.0.0.1:<sidecar.upstreamPort><sidecar.upstreamPath>): remove config.upstream.url / command" }}
+  {{- end }}
+  {{- if not .Values.sidecar.workload.containers }}
+  {{- $errors = append $errors "mode sidecar needs the app's containers in sidecar.workload.containers" }}
+  {{- end }}
+  {{- $ports := list (int .Values.containerPorts.http) (int .Values.containerPorts.admin) }}
+  {{- if has (int .Values.sidecar.upstreamPort) $ports }}
+  {{- $errors = append $errors (printf "sidecar.upstreamPort %d is one of the proxy's containerPorts" (int .Values.sidecar.upstreamPort)) }}
+  {{- end }}
+  {{- range .Values.sidecar.workload.containers }}
+    {{- if eq (.name | default "") "mcp-era-proxy" }}
+    {{- $errors = append $errors "sidecar.workload.containers: the name mcp-era-proxy is the proxy container's" }}
+    {{- end }}
+    {{- range .ports }}
+      {{- if has (int .containerPort) $ports }}
+      {{- $errors = append $errors (printf "sidecar.workload.containers: port %d is also a proxy port (containerPorts)" (int .containerPort)) }}
+      {{- end }}
+      {{- if has (.name | default "") (list "mcp" "mcp-admin") }}
+      {{- $errors = append $errors (printf "sidecar.workload.containers: port name %s is the proxy's" .name) }}
+      {{- end }}
+    {{- end }}
+  {{- end }}
+{{- end }}
+{{- range concat .Values.sidecar.workload.volumes .Values.extraVolumes }}
+  {{- if has (.name | default "") (list "mcp-era-proxy-config" "mcp-era-proxy-tmp") }}
+  {{- $errors = append $errors (printf "volume name %s is the chart's own" .name) }}
+  {{- end }}
+{{- end }}
+{{- if eq (int .Values.containerPorts.http) (int .Values.containerPorts.admin) }}
+{{- $errors = append $errors "containerPorts.http and containerPorts.admin must differ" }}
+{{- end }}
+{{- range $key := list "listen" "admin_listen" }}
+  {{- if hasKey $cfg $key }}
+  {{- $errors = append $errors (printf "config.%s is computed by the chart: set listenAddress / containerPorts instead" $key) }}
+  {{- end }}
+{{- end }}
+{{- if hasKey (get $cfg "security" | default dict) "secret" }}
+{{- $errors = append $errors "config.security.secret would land in a ConfigMap: use sessionSecret.existingSecret (or sessionSecret.value)" }}
+{{- end }}
+{{- if and .Values.sessionSecret.create (not .Values.sessionSecret.existingSecret) .Values.sessionSecret.value (lt (len .Values.sessionSecret.value) 16) }}
+{{- $errors = append $errors "sessionSecret.value must have 16 characters or more" }}
+{{- end }}
+{{- $grace := include "mcp-era-proxy.graceSeconds" . | float64 }}
+{{- $needed := addf $grace .Values.preStopSleepSeconds }}
+{{- $stdioStop := 0.0 }}
+{{- if and (eq .Values.mode "standalone") $hasCommand }}
+{{- /* A stdio server then gets upstream.shutdown_grace_s after stdin closes and again after SIGTERM. */}}
+{{- $stdioStop = mulf 2 (dig "shutdown_grace_s" 5 $upstream | float64) }}
+{{- end }}
+{{- $needed = addf $needed $stdioStop }}
+{{- if le (float64 .Values.terminationGracePeriodSeconds) $needed }}
+{{- $errors = append $errors (printf "terminationGracePeriodSeconds (%v) must exceed preStopSleepSeconds + shutdown.grace_s%s = %v: in-flight calls would be killed" .Values.terminationGracePeriodSeconds (ternary " + 2 x upstream.shutdown_grace_s (stdio)" "" (gt $stdioStop 0.0)) $needed) }}
+{{- end }}
+{{- $probeTimeout := dig "readiness" "probe_timeout_s" 3 $cfg | float64 }}
+{{- range $name := list "startup" "readiness" }}
+  {{- $probe := get $.Values.probes $name }}
+  {{- if and $probe.enabled (le (float64 $probe.timeoutSeconds) $probeTimeout) }}
+  {{- $errors = append $errors (printf "probes.%s.timeoutSeconds (%v) must exceed config.readiness.probe_timeout_s (%v): /readyz may take that long to probe the upstream" $name $probe.timeoutSeconds $probeTimeout) }}
+  {{- end }}
+{{- end }}
+{{- if .Values.ingress.enabled }}
+  {{- range .Values.ingress.hosts }}
+    {{- if and (hasPrefix "*" (.host | default "")) (not (hasKey (get $cfg "security" | default dict) "allowed_hosts")) }}
+    {{- $errors = append $errors (printf "ingress host %s is a wildcard, which the computed security.allowed_hosts cannot express: set config.security.allowed_hosts" .host) }}
+    {{- end }}
+  {{- end }}
+{{- end }}
+{{- if .Values.podDisruptionBudget.enabled }}
+  {{- $min := toString .Values.podDisruptionBudget.minAvailable }}
+  {{- $max := toString .Values.podDisruptionBudget.maxUnavailable }}
+  {{- if eq (empty $min) (empty $max) }}
+  {{- $errors = append $errors "podDisruptionBudget: set exactly one of minAvailable and maxUnavailable" }}
+  {{- end }}
+  {{- $replicas := ternary (int .Values.autoscaling.minReplicas) (int .Values.replicaCount) .Values.autoscaling.enabled }}
+  {{- if and (not (empty $min)) (not (hasSuffix "%" $min)) (ge (atoi $min) $replicas) }}
+  {{- $errors = append $errors (printf "podDisruptionBudget.minAvailable %s with %d replica(s) would block every node drain" $min $replicas) }}
+  {{- end }}
+  {{- if has $max (list "0" "0%") }}
+  {{- $errors = append $errors "podDisruptionBudget.maxUnavailable 0 would block every node drain" }}
+  {{- end }}
+{{- end }}
+{{- if .Values.autoscaling.enabled }}
+  {{- if and (not .Values.autoscaling.targetCPUUtilizationPercentage) (not .Values.autoscaling.targetMemoryUtilizationPercentage) }}
+  {{- $errors = append $errors "autoscaling: set targetCPUUtilizationPercentage or targetMemoryUtilizationPercentage" }}
+  {{- end }}
+  {{- if gt (int .Values.autoscaling.minReplicas) (int .Values.autoscaling.maxReplicas) }}
+  {{- $errors = append $errors "autoscaling.minReplicas exceeds maxReplicas" }}
+  {{- end }}
+{{- end }}
+{{- if $errors }}
+{{- fail (printf "\n\nmcp-era-proxy: invalid values:\n  - %s\n" (join "\n  - " $errors)) }}
+{{- end }}
+{{- end }}
+
+{{/*
+The proxy container (both modes).
+*/}}
+{{- define "mcp-era-proxy.container" -}}
+- name: mcp-era-proxy
+  image: {{ include "mcp-era-proxy.image" . | quote }}
+  imagePullPolicy: {{ .Values.image.pullPolicy }}
+  args:
+    - --config
+    - /etc/mcp-era-proxy/config.yaml
+    {{- range .Values.extraArgs }}
+    - {{ . | quote }}
+    {{- end }}
+  ports:
+    - name: mcp
+      containerPort: {{ .Values.containerPorts.http }}
+      protocol: TCP
+    - name: mcp-admin
+      containerPort: {{ .Values.containerPorts.admin }}
+      protocol: TCP
+  {{- $secret := include "mcp-era-proxy.secretName" . }}
+  {{- if or $secret .Values.extraEnv }}
+  env:
+    {{- if $secret }}
+    - name: MCP_ERA_PROXY_SECURITY__SECRET
+      valueFrom:
+        secretKeyRef:
+          name: {{ $secret }}
+          key: {{ .Values.sessionSecret.key }}
+    {{- end }}
+    {{- with .Values.extraEnv }}
+    {{- toYaml . | nindent 4 }}
+    {{- end }}
+  {{- end }}
+  {{- with .Values.extraEnvFrom }}
+  envFrom:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+  {{- with .Values.probes.startup }}
+  {{- if .enabled }}
+  startupProbe:
+    httpGet:
+      path: /readyz
+      port: mcp-admin
+    periodSeconds: {{ .periodSeconds }}
+    timeoutSeconds: {{ .timeoutSeconds }}
+    failureThreshold: {{ .failureThreshold }}
+  {{- end }}
+  {{- end }}
+  {{- with .Values.probes.readiness }}
+  {{- if .enabled }}
+  readinessProbe:
+    httpGet:
+      path: /readyz
+      port: mcp-admin
+    periodSeconds: {{ .periodSeconds }}
+    timeoutSeconds: {{ .timeoutSeconds }}
+    failureThreshold: {{ .failureThreshold }}
+    successThreshold: {{ .successThreshold }}
+  {{- end }}
+  {{- end }}
+  {{- with .Values.probes.liveness }}
+  {{- if .enabled }}
+  livenessProbe:
+    httpGet:
+      path: /healthz
+      port: mcp-admin
+    periodSeconds: {{ .periodSeconds }}
+    timeoutSeconds: {{ .timeoutSeconds }}
+    failureThreshold: {{ .failureThreshold }}
+  {{- end }}
+  {{- end }}
+  {{- if gt (int .Values.preStopSleepSeconds) 0 }}
+  lifecycle:
+    preStop:
+      exec:
+        command: ["sleep", "{{ int .Values.preStopSleepSeconds }}"]
+  {{- end }}
+  {{- with .Values.resources }}
+  resources:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+  {{- with .Values.securityContext }}
+  securityContext:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+  volumeMounts:
+    - name: mcp-era-proxy-config
+      mountPath: /etc/mcp-era-proxy
+      readOnly: true
+    - name: mcp-era-proxy-tmp
+      mountPath: /tmp
+    {{- with .Values.extraVolumeMounts }}
+    {{- toYaml . | nindent 4 }}
+    {{- end }}
+{{- end }}
