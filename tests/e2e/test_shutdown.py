@@ -1,5 +1,5 @@
-"""SIGTERM with work in progress: the call completes, the subscription is closed gracefully, and the
-proxy exits 0 within its grace period."""
+"""SIGTERM with work in progress: readiness turns false and the MCP port stops accepting at once, the
+call completes, the subscription is closed gracefully, and the proxy exits 0 within its grace period."""
 
 from __future__ import annotations
 
@@ -45,6 +45,17 @@ async def read_until_final(response: aiohttp.ClientResponse, request_id: Any, st
     raise AssertionError("the call's stream ended without its result")
 
 
+async def readiness_while_draining(http: aiohttp.ClientSession, readyz: str, call: asyncio.Task[dict]) -> dict:
+    """The first /readyz answer that is not 200, polled (bounded) while the call is still running."""
+    async with asyncio.timeout(GRACE_S):
+        while not call.done():
+            async with http.get(readyz) as response:
+                if response.status != 200:
+                    return {"status": response.status, **await response.json()}
+            await asyncio.sleep(0.05)
+    raise AssertionError("/readyz stayed 200 until the call in flight had finished")
+
+
 async def read_listen(response: aiohttp.ClientResponse, acknowledged: asyncio.Event) -> list[dict]:
     seen = []
     async for message in sse_messages(response):
@@ -62,16 +73,21 @@ async def test_sigterm_lets_the_call_finish_closes_the_subscription_gracefully_a
         target = ["--upstream", request.getfixturevalue("legacy_server")]
     else:
         target = ["--upstream-command", stdio_command(peers.mcp1_python(), "legacy_server.py")]
-    port = free_port()
+    port, admin_port = free_port(), free_port()
     url = f"http://127.0.0.1:{port}/mcp"
-    argv = [sys.executable, "-m", "proxy", *target, "--listen", f"127.0.0.1:{port}"]
+    readyz = f"http://127.0.0.1:{admin_port}/readyz"
+    argv = [
+        sys.executable, "-m", "proxy", *target,
+        "--listen", f"127.0.0.1:{port}", "--admin-listen", f"127.0.0.1:{admin_port}",
+    ]  # fmt: skip
     with listening(
         argv, port, logs_dir / f"shutdown-{upstream_kind}.log", env={"MCP_ERA_PROXY_SHUTDOWN__GRACE_S": str(GRACE_S)}
     ) as proxy:
         async with aiohttp.ClientSession() as http:
             client = ModernClient(http, url, "draining", {})
+            # Long enough to watch the draining while it runs, well inside the grace period.
             call, call_headers = client.request_body(
-                "tools/call", {"name": "slow", "arguments": {"seconds": 3}}, progress=True
+                "tools/call", {"name": "slow", "arguments": {"seconds": 5}}, progress=True
             )
             listen, listen_headers = client.request_body(
                 "subscriptions/listen", {"notifications": {"toolsListChanged": True}}
@@ -86,11 +102,24 @@ async def test_sigterm_lets_the_call_finish_closes_the_subscription_gracefully_a
                 async with asyncio.timeout(20):
                     await started.wait()
                     await acknowledged.wait()
+                async with http.get(readyz) as response:
+                    assert response.status == 200, await response.text()
                 proxy.proc.send_signal(signal.SIGTERM)
+                draining = await readiness_while_draining(http, readyz, final)
+                with pytest.raises(aiohttp.ClientConnectionError):
+                    # A new connection (not a pooled one) to the MCP port: refused while draining.
+                    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True)) as fresh:
+                        async with fresh.post(url, data=json.dumps(call), headers=call_headers):
+                            pass
+                assert not final.done(), "the call ended before the draining could be observed"
                 async with asyncio.timeout(GRACE_S):
                     result = await final
                     listened = await stream
         exit_code = await asyncio.to_thread(proxy.proc.wait, GRACE_S)
+    assert draining == {
+        "status": 503, "ready": False, "draining": True, "upstream": draining["upstream"],
+        "upstream_era": "legacy",
+    }  # fmt: skip
     assert result["result"]["content"][0]["text"] == "slow done", result
     closing = listened[-1]
     assert closing == {
