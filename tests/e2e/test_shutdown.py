@@ -56,6 +56,22 @@ async def readiness_while_draining(http: aiohttp.ClientSession, readyz: str, cal
     raise AssertionError("/readyz stayed 200 until the call in flight had finished")
 
 
+def child_pids(pid: int) -> set[int]:
+    """The live children of `pid` (Linux /proc): the stdio servers a proxy started."""
+    children = set()
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        children.update(int(child) for child in (task / "children").read_text().split())
+    return children
+
+
+def running(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return state != "Z"  # a zombie has exited; only its parent's reaping is pending
+
+
 async def read_listen(response: aiohttp.ClientResponse, acknowledged: asyncio.Event) -> list[dict]:
     seen = []
     async for message in sse_messages(response):
@@ -104,6 +120,7 @@ async def test_sigterm_lets_the_call_finish_closes_the_subscription_gracefully_a
                     await acknowledged.wait()
                 async with http.get(readyz) as response:
                     assert response.status == 200, await response.text()
+                stdio_servers = child_pids(proxy.proc.pid)
                 proxy.proc.send_signal(signal.SIGTERM)
                 draining = await readiness_while_draining(http, readyz, final)
                 with pytest.raises(aiohttp.ClientConnectionError):
@@ -116,6 +133,8 @@ async def test_sigterm_lets_the_call_finish_closes_the_subscription_gracefully_a
                     result = await final
                     listened = await stream
         exit_code = await asyncio.to_thread(proxy.proc.wait, GRACE_S)
+        # Looked at before the harness's process-group kill: the proxy must have stopped them itself.
+        left_running = [pid for pid in stdio_servers if running(pid)]
     assert draining == {
         "status": 503, "ready": False, "draining": True, "upstream": draining["upstream"],
         "upstream_era": "legacy",
@@ -128,6 +147,9 @@ async def test_sigterm_lets_the_call_finish_closes_the_subscription_gracefully_a
         "result": {"resultType": "complete", "_meta": {meta.SUBSCRIPTION_ID: listen["id"]}},
     }
     assert exit_code == 0
+    if upstream_kind == "stdio":
+        assert stdio_servers, "the proxy had no stdio server running"
+    assert left_running == []
     assert "stopped" in (logs_dir / f"shutdown-{upstream_kind}.log").read_text()
 
 
