@@ -51,6 +51,27 @@ def cases() -> list[tuple[str, dict[str, Any]]]:
     return [(f"examples/{path.name}", coalesce(base, load_yaml(path) or {})) for path in EXAMPLES]
 
 
+def readme_cases() -> list[tuple[str, dict[str, Any]]]:
+    """(name, effective values): each YAML block of README.md's chart sections ("### The chart" up
+    to "### Metrics") over the defaults, so the documented snippets stay valid values."""
+    out, section, block, indent, start = [], None, None, 0, 0
+    for number, line in enumerate((REPO / "README.md").read_text(encoding="utf-8").splitlines(), 1):
+        if line.startswith("## ") or line == "### Metrics":
+            section = None  # past the chart sections
+        elif line.startswith("### ") and (section or line == "### The chart"):
+            section = line[4:]
+        stripped = line.lstrip()
+        if block is None and section and stripped == "```yaml":
+            block, indent, start = [], len(line) - len(stripped), number
+        elif block is not None and stripped == "```":
+            values = yaml.safe_load("\n".join(block)) or {}
+            out.append((f"README.md:{start} ({section})", coalesce(defaults(), values)))
+            block = None
+        elif block is not None:
+            block.append(line[indent:])
+    return out
+
+
 def chart_meta() -> dict[str, Any]:
     return load_yaml(CHART / "Chart.yaml")
 

@@ -1,5 +1,6 @@
 """The chart's values.schema.json is a valid draft-07 schema, strict, and accepts values.yaml and
-every examples/*.yaml merged over it (as Helm merges them). Needs PyYAML and jsonschema.
+every examples/*.yaml and every values snippet of README.md's chart sections merged over it (as
+Helm merges them). Needs PyYAML and jsonschema.
 
     python scripts/check_values_schema.py
 """
@@ -9,7 +10,7 @@ from __future__ import annotations
 import json
 import sys
 
-from chart_values import CHART, EXAMPLES, cases, coalesce, defaults
+from chart_values import CHART, EXAMPLES, cases, coalesce, defaults, readme_cases
 from jsonschema import Draft7Validator
 
 
@@ -26,7 +27,11 @@ def main() -> int:
     if not EXAMPLES:
         print("no examples under helm/mcp-era-proxy/examples", file=sys.stderr)
         return 1
-    for name, values in [("values.yaml", defaults()), *cases()]:
+    snippets = readme_cases()
+    if not snippets:
+        print("no yaml blocks found in README.md's chart sections", file=sys.stderr)
+        return 1
+    for name, values in [("values.yaml", defaults()), *cases(), *snippets]:
         problems = errors(validator, values)
         print(f"{'ok  ' if not problems else 'FAIL'} schema: {name}")
         for problem in problems:
