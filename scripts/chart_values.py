@@ -98,6 +98,8 @@ def allowed_hosts(values: dict[str, Any], namespace: str = NAMESPACE) -> list[st
             host = entry.get("host")
             if host and host not in hosts:
                 hosts.append(host)
+    if values["httpRoute"]["enabled"]:
+        hosts += [host for host in values["httpRoute"]["hostnames"] if host not in hosts]
     return hosts
 
 

@@ -12,8 +12,9 @@
 #      (`python -m proxy --check-config`), and the chart's constants match the proxy's
 #      (scripts/check_chart_config.py).
 #   6. helm lint --strict and helm template per example, the rendered manifests validated against
-#      the Kubernetes schemas (kubernetes-validate --strict), the rendered config equal to the one
-#      checked in 5, and value combinations the chart must refuse refused.
+#      the Kubernetes schemas (kubernetes-validate --strict) and, for the custom resources
+#      (HTTPRoute, ServiceMonitor), their CRD schemas (scripts/crd-validate), the rendered config
+#      equal to the one checked in 5, and value combinations the chart must refuse refused.
 # Tools go into their own virtualenv ($CACHE/venvs/lint-deploy), pinned below. helm is $HELM when
 # set, else a pinned official release binary (see fetch_helm), else `helm` on PATH.
 . "$(dirname "$0")/lib.sh"
@@ -32,8 +33,26 @@ HELM_SHA256="210d576a6dc04b7864af4b5d9a5af58860bbc03d19174ffeddbd29d01d1b59a9"
 CHART="$REPO/helm/mcp-era-proxy"
 TOOLS="$CACHE/venvs/lint-deploy"
 RENDER_TOOLS="$CACHE/venvs/lint-deploy-render"
+CRD_TOOLS="$CACHE/tools/crd-validate"
 
 step() { printf '\n== %s\n' "$*"; }
+
+# kubernetes-validate knows the built-in kinds only: the custom resources are checked by
+# crd-validate below, so their "no schema" notice is expected; any failure is not.
+kubernetes_validate() {  # manifests.yaml
+  "$RENDER_TOOLS/bin/kubernetes-validate" --strict --quiet -k "$KUBERNETES_VERSION" "$1" \
+    | { grep -Ev "Couldn't find schema for kind (ServiceMonitor|HTTPRoute)" || true; }
+}
+
+crd_validator() {  # installs scripts/crd-validate (npm ci, pinned by its lockfile) into $CRD_TOOLS
+  if ! cmp -s scripts/crd-validate/package-lock.json "$CRD_TOOLS/package-lock.json" 2>/dev/null; then
+    rm -rf "$CRD_TOOLS" && mkdir -p "$CRD_TOOLS"
+    cp scripts/crd-validate/package.json scripts/crd-validate/package-lock.json "$CRD_TOOLS/"
+    (cd "$CRD_TOOLS" && npm ci --silent --no-audit --no-fund) \
+      || { rm -rf "$CRD_TOOLS"; echo "FAIL cannot install scripts/crd-validate"; exit 1; }
+  fi
+  cp scripts/crd-validate/validate.mjs "$CRD_TOOLS/"
+}
 
 fetch_helm() {  # prints the path of the pinned helm binary, fetched into $CACHE/tools once
   local dir="$CACHE/tools/helm-$HELM_VERSION" work
@@ -125,9 +144,7 @@ for example in "${examples[@]}"; do
   "$HELM" lint --strict "$CHART" -f "$example" >"$rendered/lint.log" 2>&1 \
     || { cat "$rendered/lint.log"; echo "FAIL helm lint: examples/$name"; exit 1; }
   "$HELM" template mcp-era-proxy "$CHART" -f "$example" >"$rendered/$name"
-  # No schema for the ServiceMonitor CRD there: that one warning is expected; any failure is not.
-  "$RENDER_TOOLS/bin/kubernetes-validate" --strict --quiet -k "$KUBERNETES_VERSION" "$rendered/$name" \
-    | { grep -v "Couldn't find schema for kind ServiceMonitor" || true; }
+  kubernetes_validate "$rendered/$name"
   echo "ok   helm lint --strict, helm template, kubernetes-validate $KUBERNETES_VERSION: examples/$name"
 done
 .venv/bin/python scripts/check_chart_config.py --rendered "$rendered"
@@ -140,10 +157,16 @@ done
   --set image.digest=sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef \
   --set podDisruptionBudget.maxUnavailable=,podDisruptionBudget.minAvailable=50% \
   --set sessionSecret.existingSecret=,sessionSecret.create=true,sessionSecret.value=0123456789abcdef0123 \
-  --set probes.startup.enabled=false,preStopSleepSeconds=0,tmpVolume.sizeLimit= >"$rendered/options.yaml"
-"$RENDER_TOOLS/bin/kubernetes-validate" --strict --quiet -k "$KUBERNETES_VERSION" "$rendered/options.yaml" \
-  | { grep -v "Couldn't find schema for kind ServiceMonitor" || true; }
+  --set probes.startup.enabled=false,preStopSleepSeconds=0,tmpVolume.sizeLimit= \
+  --set httpRoute.enabled=true,httpRoute.parentRefs[0].name=gw,httpRoute.parentRefs[0].port=443 \
+  --set httpRoute.hostnames[0]=mcp.example.org,httpRoute.timeouts.backendRequest=10m \
+  --set httpRoute.annotations.team=mcp >"$rendered/options.yaml"
+kubernetes_validate "$rendered/options.yaml"
 echo "ok   helm template, kubernetes-validate $KUBERNETES_VERSION: every optional resource and setting at once"
+
+step "custom resources (HTTPRoute, ServiceMonitor) against their CRD schemas"
+crd_validator
+node "$CRD_TOOLS/validate.mjs" "$rendered"/*.yaml
 
 # Value combinations the chart's validate helper must refuse: "message fragment|--set args".
 refused=(
@@ -158,6 +181,8 @@ refused=(
   "must exceed config.readiness.probe_timeout_s|-f $CHART/examples/standalone.yaml --set config.readiness.probe_timeout_s=5"
   "would block every node drain|-f $CHART/examples/standalone.yaml --set podDisruptionBudget.maxUnavailable= --set podDisruptionBudget.minAvailable=1"
   "is a wildcard|-f $CHART/examples/standalone.yaml --set ingress.hosts[0].host=*.example.com"
+  "httpRoute.parentRefs must name the Gateway|-f $CHART/examples/standalone.yaml --set httpRoute.enabled=true"
+  "httpRoute hostname *.example.org is a wildcard|-f $CHART/examples/gateway-api.yaml --set httpRoute.hostnames[0]=*.example.org"
 )
 for case in "${refused[@]}"; do
   expected="${case%%|*}"

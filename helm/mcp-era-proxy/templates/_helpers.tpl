@@ -86,8 +86,8 @@ The Secret holding the session HMAC key ("" when the proxy draws a random key pe
 
 {{/*
 Host header values the proxy accepts unless config.security.allowed_hosts is given: the Service's
-DNS names (short, namespaced, cluster FQDN), loopback names (kubectl port-forward) and the ingress
-hosts. A YAML list.
+DNS names (short, namespaced, cluster FQDN), loopback names (kubectl port-forward), the ingress
+hosts and the HTTPRoute's hostnames. A YAML list.
 */}}
 {{- define "mcp-era-proxy.allowedHosts" -}}
 {{- $svc := include "mcp-era-proxy.fullname" . }}
@@ -97,6 +97,13 @@ hosts. A YAML list.
 {{- range .Values.ingress.hosts }}
 {{- if and .host (not (has .host $hosts)) }}
 {{- $hosts = append $hosts .host }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- if .Values.httpRoute.enabled }}
+{{- range .Values.httpRoute.hostnames }}
+{{- if not (has . $hosts) }}
+{{- $hosts = append $hosts . }}
 {{- end }}
 {{- end }}
 {{- end }}
@@ -223,6 +230,16 @@ ConfigMap and the Deployment.
   {{- range .Values.ingress.hosts }}
     {{- if and (hasPrefix "*" (.host | default "")) (not (hasKey (get $cfg "security" | default dict) "allowed_hosts")) }}
     {{- $errors = append $errors (printf "ingress host %s is a wildcard, which the computed security.allowed_hosts cannot express: set config.security.allowed_hosts" .host) }}
+    {{- end }}
+  {{- end }}
+{{- end }}
+{{- if .Values.httpRoute.enabled }}
+  {{- if not .Values.httpRoute.parentRefs }}
+  {{- $errors = append $errors "httpRoute.parentRefs must name the Gateway the route attaches to" }}
+  {{- end }}
+  {{- range .Values.httpRoute.hostnames }}
+    {{- if and (hasPrefix "*" .) (not (hasKey (get $cfg "security" | default dict) "allowed_hosts")) }}
+    {{- $errors = append $errors (printf "httpRoute hostname %s is a wildcard, which the computed security.allowed_hosts cannot express: set config.security.allowed_hosts" .) }}
     {{- end }}
   {{- end }}
 {{- end }}
