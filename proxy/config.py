@@ -220,7 +220,9 @@ class InputConfig(_Section):
 
 
 class StreamsConfig(_Section):
-    keepalive_s: float = Field(15.0, gt=0, description="SSE comment interval on quiet streams.")
+    keepalive_s: float = Field(
+        15.0, gt=0, description="SSE comment interval on quiet streams; a reply pending this long becomes one."
+    )
     listen_retry_max_s: float = Field(
         30.0, gt=0, description="Backoff ceiling for reopening a lost upstream listen stream."
     )

@@ -225,6 +225,7 @@ class McpEndpoint:
             message = await relay.handle_request(session, body, reply, self._auth_headers(request))
         except ProxyError as exc:
             record.outcome = exc.outcome
+            await reply.settle()
             if exc.status != 200 and not reply.stream.started:
                 raise  # e.g. an upstream 401: relayed with its status and WWW-Authenticate
             return exc.reply(body["id"])
@@ -263,6 +264,7 @@ class McpEndpoint:
             *(self._run(request, relay, session, item, reply, _Record()) for item in requests)
         )
         finals = [r for r in results if r is not None]
+        await reply.settle()
         if not reply.stream.started:
             return json_response(finals)
         for final in finals:
@@ -302,6 +304,7 @@ class McpEndpoint:
                 message, status = await self._modern_clients.handle(checked, reply, principal, auth)
         except ProxyError as exc:
             record.outcome = exc.outcome
+            await reply.settle()
             if not reply.stream.started:
                 raise
             message, status = exc.reply(body["id"]), 200

@@ -45,6 +45,11 @@ class SseStream:
         return self.response is not None
 
     async def start(self) -> web.StreamResponse:
+        async with self._lock:
+            return await self._start()
+
+    async def _start(self) -> web.StreamResponse:
+        # Under _lock: two writers arriving together must not both prepare the response.
         if self.response is None:
             response = web.StreamResponse(status=200, headers={**SSE_HEADERS, **self._headers})
             await response.prepare(self._request)
@@ -57,8 +62,8 @@ class SseStream:
         await self.write(encode_event(jsonrpc.encode(message)))
 
     async def write(self, data: bytes) -> None:
-        response = await self.start()
         async with self._lock:
+            response = await self._start()
             await response.write(data)
             self._last_write = time.monotonic()
 
@@ -90,11 +95,33 @@ class SseStream:
 
 
 class RequestReply:
-    """The reply to one downstream request: JSON unless something must precede the result."""
+    """The reply to one downstream request: JSON unless something must precede the result, or the
+    result takes longer than `keepalive_s`. Then it becomes an SSE stream with keep-alive comments,
+    so that intermediaries with an idle timeout (ingress-nginx: 60 s) do not cut a long call."""
 
     def __init__(self, request: web.BaseRequest, keepalive_s: float) -> None:
         self.can_stream = accepts_sse(request)
         self.stream = SseStream(request, keepalive_s)
+        self._request = request
+        self._opening: asyncio.Task[None] | None = None
+        # A timer, not a task: most replies finish first, and cancelling a timer costs nothing.
+        self._slow = asyncio.get_running_loop().call_later(keepalive_s, self._open_slow) if self.can_stream else None
+
+    def _open_slow(self) -> None:
+        transport = self._request.transport
+        if not self.stream.started and transport is not None and not transport.is_closing():
+            self._opening = asyncio.create_task(self._write_keepalive())
+
+    async def _write_keepalive(self) -> None:
+        with contextlib.suppress(ConnectionError, RuntimeError):
+            await self.stream.write(KEEPALIVE)
+
+    async def settle(self) -> None:
+        """No stream opens from now on unless a message is sent; `stream.started` is then final."""
+        if self._slow is not None:
+            self._slow.cancel()
+        if self._opening is not None:
+            await self._opening
 
     async def send(self, message: Any) -> None:
         await self.stream.send(message)
@@ -102,6 +129,7 @@ class RequestReply:
     async def finish(
         self, message: Any | None, status: int = 200, headers: dict[str, str] | None = None
     ) -> web.StreamResponse:
+        await self.settle()
         if not self.stream.started and message is not None:
             return json_response(message, status, headers)
         if message is not None:

@@ -47,6 +47,7 @@ from tests.support.legacy_peer import (
     VISIBLE_ASCII,
     LegacyPeer,
     SseReader,
+    check,
     content_type,
     error_body,
     initialize_message,
@@ -1127,6 +1128,54 @@ async def test_delete_closes_the_upstream_listen_stream_and_ends_the_get_stream(
 
 
 # ---------------------------------------------------------------------------- 9. keep-alive
+
+
+async def test_a_result_slower_than_the_keepalive_interval_comes_on_an_sse_stream_kept_alive_meanwhile(
+    make_proxy: MakeProxy, fake: FakeModern
+) -> None:
+    """Intermediaries with an idle timeout (ingress-nginx: 60 s) must not cut a long quiet call."""
+    proxy = await make_proxy(**{"streams.keepalive_s": 0.05})
+    release = asyncio.Event()
+
+    async def long_tool(call: Call) -> Outcome:
+        await release.wait()
+        return complete(content=text("late"))
+
+    fake.handlers["tools/call"] = long_tool
+    async with asyncio.timeout(WAIT):
+        peer = await proxy.connect()
+        request_id, response = await peer.send("tools/call", {"name": "long", "arguments": {}})
+        assert content_type(response) == "text/event-stream"  # headers sent while the call runs
+        reader = SseReader(response)
+        assert await reader.comment()
+        release.set()
+        final = await reader.message()
+        assert await reader.message() is None
+    check(LATEST_LEGACY, final, "tools/call")
+    assert final == {"jsonrpc": "2.0", "id": request_id, "result": {"content": text("late")}}
+
+
+async def test_a_slow_result_stays_plain_json_for_a_client_that_accepts_only_json(
+    make_proxy: MakeProxy, fake: FakeModern
+) -> None:
+    proxy = await make_proxy(**{"streams.keepalive_s": 0.05})
+    seen = asyncio.Event()
+
+    async def long_tool(call: Call) -> Outcome:
+        seen.set()
+        # Several keep-alive intervals, bounded: nothing may be written before the result.
+        await asyncio.sleep(0.3)
+        return complete(content=text("late"))
+
+    fake.handlers["tools/call"] = long_tool
+    async with asyncio.timeout(WAIT):
+        peer = await proxy.connect()
+        reply = await peer.request(
+            "tools/call", {"name": "long", "arguments": {}}, headers={"Accept": "application/json"}
+        )
+    assert seen.is_set()
+    assert reply.content_type == "application/json"
+    assert reply.messages == [{"jsonrpc": "2.0", "id": reply.request_id, "result": {"content": text("late")}}]
 
 
 async def test_a_quiet_get_stream_receives_keepalive_comments(make_proxy: MakeProxy, fake: FakeModern) -> None:

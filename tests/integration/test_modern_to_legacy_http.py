@@ -510,6 +510,30 @@ async def test_a_tool_result_carries_result_type_and_server_info_but_no_cache_hi
     }
 
 
+async def test_a_tool_result_slower_than_the_keepalive_interval_comes_on_a_kept_alive_sse_stream(
+    make_proxy: MakeProxy, fake: FakeLegacy
+) -> None:
+    """Intermediaries with an idle timeout (ingress-nginx: 60 s) must not cut a long quiet call."""
+    proxy = await make_proxy(**{"streams.keepalive_s": 0.05})
+    client = proxy.modern("Bearer alice")
+    release = asyncio.Event()
+
+    async def long_tool(call: Any) -> Any:
+        await release.wait()
+        return tool_result("late")
+
+    fake.handlers["tools/call"] = long_tool
+    async with asyncio.timeout(WAIT):
+        message, response = await client.send("tools/call", CALL)
+        stream = ModernStream(response, "tools/call", message["id"])  # headers came while the call runs
+        assert await stream.comment()
+        release.set()
+        final = await stream.next()
+        assert await stream.next() is None
+    assert final is not None
+    assert final["result"] == {**tool_result("late"), "resultType": "complete", "_meta": SINFO}
+
+
 async def test_resource_not_found_becomes_invalid_params_keeping_the_uri(client: ModernPeer, fake: FakeLegacy) -> None:
     fake.handlers["resources/read"] = respond_with(
         error(jsonrpc.RESOURCE_NOT_FOUND, "Resource not found", {"uri": READ["uri"]})

@@ -112,6 +112,10 @@ class ModernStream:
             check(message, self.request_method if is_final else None)
         return message
 
+    async def comment(self) -> bool:
+        """Read up to the next comment (a keep-alive); False if the stream ended first."""
+        return await self._reader.comment()
+
     def close(self) -> None:
         """Close the connection: for 2026-07-28, the cancellation of the request."""
         self.response.close()
