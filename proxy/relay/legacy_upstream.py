@@ -417,19 +417,13 @@ class _ChannelUpstream:
     async def exchange(self, message: JSONDict, headers: Any = None) -> AsyncIterator[StdioReply]:
         route = self._channel.open_route(message)
         try:
-            try:
-                await self._channel.write(message)
-            except ConnectionError as exc:
-                raise UpstreamUnavailable(self.name, f"cannot be written to ({exc})") from None
+            await self._channel.send(message)
             yield StdioReply(route)
         finally:
             self._channel.close_route(route)
 
     async def send(self, message: JSONDict, headers: Any = None) -> None:
-        try:
-            await self._channel.write(message)
-        except ConnectionError as exc:
-            raise UpstreamUnavailable(self.name, f"cannot be written to ({exc})") from None
+        await self._channel.send(message)
 
 
 class StdioLegacySession(UpstreamSession):

@@ -343,10 +343,7 @@ class LegacyFacade:
     async def _exchange(self, live: _FacadeSession, message: JSONDict, channel: ReplyChannel | None) -> JSONDict:
         route = live.channel.open_route(message)
         try:
-            try:
-                await live.channel.write(message)
-            except ConnectionError as exc:
-                raise UpstreamUnavailable(self._name, f"cannot be written to ({exc})") from None
+            await live.channel.send(message)
             async for incoming in route.messages():
                 if "method" not in incoming:
                     return incoming

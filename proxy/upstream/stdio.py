@@ -255,6 +255,13 @@ class StdioChannel:
     async def write(self, message: JSONDict) -> None:
         await self.process.write(message)
 
+    async def send(self, message: JSONDict) -> None:
+        """`write`, failing as the UpstreamUnavailable a caller relays (`write` raises ConnectionError)."""
+        try:
+            await self.process.write(message)
+        except ConnectionError as exc:
+            raise UpstreamUnavailable(self.name, f"cannot be written to ({exc})") from None
+
     def _on_message(self, message: JSONDict) -> None:
         if "method" not in message:
             route = self._routes.get(message.get("id"))
@@ -374,10 +381,7 @@ class StdioModernUpstream:
         channel = await self._running_channel()
         route = channel.open_route(message)
         try:
-            try:
-                await channel.write(message)
-            except ConnectionError as exc:
-                raise UpstreamUnavailable(self.name, f"cannot be written to ({exc})") from None
+            await channel.send(message)
             yield StdioReply(route, on_message=self.answered)
         finally:
             channel.close_route(route)
