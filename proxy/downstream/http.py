@@ -225,8 +225,8 @@ class McpEndpoint:
             message = await relay.handle_request(session, body, reply, self._auth_headers(request))
         except ProxyError as exc:
             record.outcome = exc.outcome
-            await reply.settle()
-            if exc.status != 200 and not reply.stream.started:
+            # A batch shares `reply`: only an error that needs its own HTTP status stops it opening.
+            if exc.status != 200 and not await reply.streaming():
                 raise  # e.g. an upstream 401: relayed with its status and WWW-Authenticate
             return exc.reply(body["id"])
         if message is None:
@@ -264,8 +264,7 @@ class McpEndpoint:
             *(self._run(request, relay, session, item, reply, _Record()) for item in requests)
         )
         finals = [r for r in results if r is not None]
-        await reply.settle()
-        if not reply.stream.started:
+        if not await reply.streaming():
             return json_response(finals)
         for final in finals:
             await reply.send(final)
@@ -304,8 +303,7 @@ class McpEndpoint:
                 message, status = await self._modern_clients.handle(checked, reply, principal, auth)
         except ProxyError as exc:
             record.outcome = exc.outcome
-            await reply.settle()
-            if not reply.stream.started:
+            if not await reply.streaming():
                 raise
             message, status = exc.reply(body["id"]), 200
         if "error" in message:

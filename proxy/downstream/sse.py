@@ -116,12 +116,14 @@ class RequestReply:
         with contextlib.suppress(ConnectionError, RuntimeError):
             await self.stream.write(KEEPALIVE)
 
-    async def settle(self) -> None:
-        """No stream opens from now on unless a message is sent; `stream.started` is then final."""
+    async def streaming(self) -> bool:
+        """Whether the reply is an SSE stream. From now on no keep-alive opens one (only a message
+        sent can), so an error may still go out as plain JSON with its own HTTP status."""
         if self._slow is not None:
             self._slow.cancel()
         if self._opening is not None:
             await self._opening
+        return self.stream.started
 
     async def send(self, message: Any) -> None:
         await self.stream.send(message)
@@ -129,8 +131,7 @@ class RequestReply:
     async def finish(
         self, message: Any | None, status: int = 200, headers: dict[str, str] | None = None
     ) -> web.StreamResponse:
-        await self.settle()
-        if not self.stream.started and message is not None:
+        if not await self.streaming() and message is not None:
             return json_response(message, status, headers)
         if message is not None:
             with contextlib.suppress(ConnectionError, RuntimeError):

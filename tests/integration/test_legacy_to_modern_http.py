@@ -1155,6 +1155,55 @@ async def test_a_result_slower_than_the_keepalive_interval_comes_on_an_sse_strea
     assert final == {"jsonrpc": "2.0", "id": request_id, "result": {"content": text("late")}}
 
 
+async def test_a_2025_03_26_batch_that_runs_long_streams_its_replies_kept_alive_even_after_an_item_failed(
+    make_proxy: MakeProxy, fake: FakeModern
+) -> None:
+    """One item failing at once (an unknown log level) must not keep the slow rest of the batch
+    on plain JSON, which an intermediary's idle timeout would cut."""
+    proxy = await make_proxy(**{"streams.keepalive_s": 0.05})
+    release = asyncio.Event()
+
+    async def long_tool(call: Call) -> Outcome:
+        await release.wait()
+        return complete(content=text("late"))
+
+    fake.handlers["tools/call"] = long_tool
+    batch = [
+        {"jsonrpc": "2.0", "id": 1, "method": "logging/setLevel", "params": {"level": "loud"}},
+        {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "long", "arguments": {}}},
+    ]
+    async with asyncio.timeout(WAIT):
+        peer = await proxy.connect("2025-03-26")
+        response = await peer.post(batch)
+        assert content_type(response) == "text/event-stream"  # headers sent while the call runs
+        reader = SseReader(response)
+        assert await reader.comment()
+        release.set()
+        replies = [await reader.message(), await reader.message()]
+        assert await reader.message() is None
+    by_id = {reply["id"]: reply for reply in replies if reply is not None}
+    assert by_id[1]["error"]["code"] == jsonrpc.INVALID_PARAMS
+    assert by_id[2]["result"] == {"content": text("late")}
+
+
+async def test_a_2025_03_26_batch_of_quick_requests_is_one_json_array(make_proxy: MakeProxy, fake: FakeModern) -> None:
+    proxy = await make_proxy(**{"streams.keepalive_s": 5})
+    fake.handlers["tools/call"] = respond_with(complete(content=text("quick")))
+    batch = [
+        ping(1),
+        {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "quick", "arguments": {}}},
+    ]
+    async with asyncio.timeout(WAIT):
+        peer = await proxy.connect("2025-03-26")
+        response = await peer.post(batch)
+        assert content_type(response) == "application/json"
+        replies = json.loads(await response.read())
+    assert sorted(replies, key=lambda r: r["id"]) == [
+        {"jsonrpc": "2.0", "id": 1, "result": {}},
+        {"jsonrpc": "2.0", "id": 2, "result": {"content": text("quick")}},
+    ]
+
+
 async def test_a_slow_result_stays_plain_json_for_a_client_that_accepts_only_json(
     make_proxy: MakeProxy, fake: FakeModern
 ) -> None:
