@@ -182,6 +182,12 @@ class Answer:
     result: JSONDict | None = None
     error: JSONDict | None = None
 
+    def response(self, request_id: Any) -> JSONDict:
+        """The JSON-RPC response to the server's request `request_id`."""
+        if self.error is not None:
+            return {"jsonrpc": "2.0", "id": request_id, "error": self.error}
+        return jsonrpc.result_response(request_id, self.result or {})
+
 
 def server_request(request: JSONDict, front_method: str | None, front_caps: JSONDict) -> Park | Answer | Missing:
     """What to do with a legacy server's request S during front request F (reference §4.5)."""

@@ -30,7 +30,6 @@ from ..protocol.headers import PROTOCOL_VERSION_HEADER, SESSION_HEADER
 from ..protocol.versions import legacy_at_least
 from ..upstream.errors import (
     UpstreamError,
-    UpstreamHTTPError,
     UpstreamProtocolError,
     UpstreamSessionGone,
     UpstreamUnavailable,
@@ -210,7 +209,7 @@ class UpstreamSession:
                 self._ready(False)
                 self.closed = True
                 return
-            except (UpstreamError, UpstreamHTTPError) as exc:
+            except UpstreamError as exc:
                 self._ready(False)
                 log.debug("upstream_get_lost", upstream=self.upstream.name, error=str(exc))
             await asyncio.sleep(backoff)
@@ -227,9 +226,6 @@ class UpstreamSession:
             self.owner.on_server_request(self, message)
         else:
             self.owner.on_notification(self, message)
-
-
-HttpLegacySession = UpstreamSession
 
 
 class SessionFactory(Protocol):
@@ -255,22 +251,14 @@ class SessionPool:
         self._config = config
         self._owner = owner
         self._clock = clock
-        self._factory: SessionFactory = session_factory or partial(HttpLegacySession, upstream, clock=clock)
+        self._factory: SessionFactory = session_factory or partial(UpstreamSession, upstream, clock=clock)
         self._sessions: dict[tuple[str, str], list[UpstreamSession]] = {}
         self._opening: dict[tuple[str, str], asyncio.Future[UpstreamSession]] = {}
         self._dedicated: set[UpstreamSession] = set()  # sessions of one user each (listen streams)
         self.on_change: Callable[[int], None] = lambda delta: None
-        self.reinitialized = 0
 
     def __len__(self) -> int:
         return sum(len(group) for group in self._sessions.values()) + len(self._dedicated)
-
-    def any_session(self) -> UpstreamSession | None:
-        for group in self._sessions.values():
-            for session in group:
-                if not session.closed:
-                    return session
-        return None
 
     async def acquire(
         self,
@@ -282,19 +270,16 @@ class SessionPool:
         exclusive: bool,
     ) -> UpstreamSession:
         key = (principal, _canonical(capabilities))
-        while True:
-            group = [s for s in self._sessions.get(key, []) if not s.closed]
-            self._sessions[key] = group
-            free = [s for s in group if not exclusive or s.exclusive is None]
-            if free:
-                session = min(free, key=lambda s: s.inflight)
-                break
-            pending = self._opening.get(key)
-            if pending is not None and not exclusive:
-                session = await asyncio.shield(pending)
-                break
+        group = [s for s in self._sessions.get(key, []) if not s.closed]
+        self._sessions[key] = group
+        free = [s for s in group if not exclusive or s.exclusive is None]
+        pending = self._opening.get(key)
+        if free:
+            session = min(free, key=lambda s: s.inflight)
+        elif pending is not None and not exclusive:
+            session = await asyncio.shield(pending)
+        else:
             session = await self._open(key, capabilities, client_info, auth_headers, group)
-            break
         session.auth_headers = auth_headers  # the caller's latest credentials
         session.inflight += 1
         session.last_used = self._clock()
@@ -361,7 +346,6 @@ class SessionPool:
     async def replace(self, session: UpstreamSession) -> UpstreamSession:
         """The upstream forgot `session` (HTTP 404): open a fresh one with the same key."""
         await self.discard(session, delete=False)
-        self.reinitialized += 1
         fresh = self._factory(session.key, session.capabilities, session.auth_headers, self._owner)
         await fresh.open(None)
         fresh.exclusive, fresh.inflight = session.exclusive, session.inflight

@@ -36,13 +36,8 @@ from .parking import RequestStateCodec, new_park_id, params_digest
 JSONDict = dict[str, Any]
 log = structlog.get_logger("mcp_era_proxy.relay")
 
-_INPUT_CAPABILITIES = ("roots", "sampling", "elicitation")
 _STATUS = "_status"  # the HTTP status of a reply, carried beside it through the cache's single flight
 _STATE_INVALID = "requestState is invalid, expired, already used, or belongs to another request"
-
-
-def _rank(level: str) -> int:
-    return meta.LOG_LEVELS.index(level)
 
 
 class Call:
@@ -62,7 +57,7 @@ class Call:
         self.method = request.method
         self.capabilities = request.capabilities
         self.principal = principal
-        self.digest = params_digest(request.message.get("params"))
+        self.params = request.message.get("params")  # digested only if the call parks
         self.interactive = interactive
         self.upstream_token = upstream_token
         self.events: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
@@ -124,9 +119,7 @@ class Call:
                     self.relay.count_reinitialized()
         except asyncio.CancelledError:
             raise
-        except UpstreamError as exc:
-            self.events.put_nowait(("error", exc))
-        except ProxyError as exc:
+        except (UpstreamError, ProxyError) as exc:
             self.events.put_nowait(("error", exc))
 
     def on_server_request(self, request: JSONDict) -> None:
@@ -149,12 +142,7 @@ class Call:
         self.pending.pop(f"s{server_request_id}", None)
 
     async def _reply(self, server_request_id: Any, answer: m2l.Answer) -> None:
-        message: JSONDict = {"jsonrpc": "2.0", "id": server_request_id}
-        if answer.error is not None:
-            message["error"] = answer.error
-        else:
-            message["result"] = answer.result
-        await self.session.send(message)
+        await self.session.send(answer.response(server_request_id))
 
     async def answer(self, key: str, value: JSONDict) -> None:
         request, _ = self.pending.pop(key)
@@ -227,13 +215,12 @@ class ModernToLegacy:
         cache: ResponseCache | None = None,
     ) -> None:
         self._settings = settings
-        self._upstream = upstream
+        self.upstream = upstream
         self._metrics = metrics
         self._cache = cache if cache is not None else ResponseCache(settings.cache, metrics)
         self.pool = SessionPool(upstream, settings.upstream.pool, owner=self, session_factory=session_factory)
         self.pool.on_change = lambda delta: metrics.upstream_sessions.labels(upstream.name).inc(delta)
         self.codec = RequestStateCodec(secret, secrets.token_hex(4), clock)
-        self.pool_upstream = upstream
         self._parked: dict[str, Call] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
         # Called when an answer says the upstream is not a legacy server (era re-detection).
@@ -256,9 +243,7 @@ class ModernToLegacy:
                     jsonrpc.INTERNAL_ERROR, "no request in progress can take this server request"
                 )
             )
-        message: JSONDict = {"jsonrpc": "2.0", "id": request["id"]}
-        message.update({"result": answer.result} if answer.error is None else {"error": answer.error})
-        self.background(session.send(message))
+        self.background(session.send(answer.response(request["id"])))
 
     def on_notification(self, session: UpstreamSession, note: JSONDict) -> None:
         self._cache.invalidate_for(note)
@@ -288,7 +273,9 @@ class ModernToLegacy:
     ) -> tuple[JSONDict, int]:
         """Run one validated modern request; returns (reply, HTTP status)."""
         params = request.message.get("params") or {}
-        if request.method not in CACHEABLE_METHODS or not self._cache.enabled or "requestState" in params:
+        if "requestState" in params:
+            return await self._resume(request, channel, principal)
+        if request.method not in CACHEABLE_METHODS or not self._cache.enabled:
             return await self._handle(request, channel, principal, auth_headers)
 
         async def load() -> JSONDict:
@@ -305,9 +292,7 @@ class ModernToLegacy:
     async def _handle(
         self, request: ModernRequest, channel: ReplyChannel, principal: str, auth_headers: dict[str, str]
     ) -> tuple[JSONDict, int]:
-        params = request.message.get("params") or {}
-        if "requestState" in params:
-            return await self._resume(request, channel, principal)
+        """A new request (not a retry carrying requestState) on a pooled legacy session."""
         front_id = request.message["id"]
         # Trace context belongs to this request; the pooled session keeps only credentials.
         trace = {k: v for k, v in auth_headers.items() if k.lower() in meta.TRACE_KEYS}
@@ -316,7 +301,7 @@ class ModernToLegacy:
         if removed is not None:
             return jsonrpc.error_response(front_id, removed.code, removed.message), removed.status
         interactive = request.method in m2l.INPUT_REQUIRED_METHODS and any(
-            k in request.capabilities for k in _INPUT_CAPABILITIES
+            k in request.capabilities for k in ALL_INPUT_CAPABILITIES
         )
         declared = (
             ALL_INPUT_CAPABILITIES if self._settings.upstream.declare_capabilities == "all" else request.capabilities
@@ -343,7 +328,7 @@ class ModernToLegacy:
         try:
             await self._ensure_level(session, request.log_level)
         except (UpstreamError, ProxyError, TimeoutError) as exc:
-            log.warning("upstream_set_level_failed", upstream=self._upstream.name, error=str(exc))
+            log.warning("upstream_set_level_failed", upstream=self.upstream.name, error=str(exc))
         front_token = m2l.progress_token_of(request.message)
         upstream_id = session.next_id()
         upstream_token = f"p{upstream_id}" if front_token is not None else None
@@ -355,7 +340,7 @@ class ModernToLegacy:
         """Make the session at least as verbose as this request asks (reference §4.4)."""
         if level is None or "logging" not in session.server_capabilities:
             return
-        if session.log_level is None or _rank(level) < _rank(session.log_level):
+        if not meta.level_passes(level, session.log_level):
             await session.call("logging/setLevel", {"level": level}, timeout_s=10.0)
             session.log_level = level
 
@@ -392,7 +377,7 @@ class ModernToLegacy:
                         return self._park(call, front_id), 200
         except TimeoutError:
             self.background(call.abandon("timed out"))
-            raise upstream_timeout(self._upstream.name) from None
+            raise upstream_timeout(self.upstream.name) from None
         except BaseException:
             if not parked and not call.finished:
                 # The client closed its stream: in 2026-07-28 that is the cancellation.
@@ -428,7 +413,12 @@ class ModernToLegacy:
         call.arm(self._settings.input.park_timeout_s)
         self._metrics.input_rounds.labels("modern_to_legacy", method_label(call.method)).inc()
         token = self.codec.mint(
-            call.park_id, call.principal, call.method, call.digest, call.round, self._settings.input.park_timeout_s
+            call.park_id,
+            call.principal,
+            call.method,
+            params_digest(call.params),
+            call.round,
+            self._settings.input.park_timeout_s,
         )
         result: JSONDict = {
             "resultType": "input_required",
@@ -447,7 +437,7 @@ class ModernToLegacy:
         self._metrics.parked_calls.set(len(self._parked))
 
     def count_reinitialized(self) -> None:
-        self._metrics.upstream_reinitialized.labels(self._upstream.name).inc()
+        self._metrics.upstream_reinitialized.labels(self.upstream.name).inc()
 
     def expire(self, call: Call) -> None:
         self.unpark(call)
@@ -523,8 +513,8 @@ class ModernToLegacy:
     async def close_all(self) -> None:
         for call in list(self._parked.values()):
             await call.abandon("the proxy is shutting down")
+        self.end_streams()
         for bridge in list(self.listens):
-            bridge.queue.put_nowait(None)
             await bridge.close()
         if self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -593,7 +583,7 @@ class ListenBridge:
                     await session.call("resources/subscribe", {"uri": uri}, timeout_s=10.0)
                     subscribed.append(uri)
                 except (UpstreamError, ProxyError, TimeoutError) as exc:
-                    log.info("upstream_subscribe_refused", upstream=self._relay.pool_upstream.name, error=str(exc))
+                    log.info("upstream_subscribe_refused", upstream=self._relay.upstream.name, error=str(exc))
         self.honored = m2l.honored_filter(wanted, session.server_capabilities, session.push_channel, subscribed)
         return m2l.acknowledgement(self.honored, self.subscription_id)
 

@@ -390,10 +390,6 @@ class StdioModernUpstream:
                 with contextlib.suppress(ConnectionError):
                     await channel.write(jsonrpc.notification("notifications/cancelled", {"requestId": route.id}))
 
-    async def send(self, message: JSONDict, headers: Mapping[str, str] | None = None) -> None:
-        channel = await self._running_channel()
-        await channel.write(message)
-
     def answered(self) -> None:
         self.last_ok = self._clock()
         self._failures = 0
