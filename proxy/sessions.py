@@ -46,15 +46,15 @@ class SessionIds:
 
     def mint(self, principal: str) -> str:
         payload = secrets.token_bytes(16) + struct.pack(">Q", int(self._clock()))
-        return _b64(payload) + "." + _b64(self._mac(payload, principal))
+        return b64url(payload) + "." + b64url(self._mac(payload, principal))
 
     def check(self, session_id: str, principal: str) -> bool:
         body, dot, mac = session_id.partition(".")
         if not dot or len(session_id) > 80:
             return False
         try:
-            payload = _unb64(body)
-            given = _unb64(mac)
+            payload = unb64url(body)
+            given = unb64url(mac)
         except ValueError:
             return False
         if len(payload) != 24 or not hmac.compare_digest(given, self._mac(payload, principal)):
@@ -67,17 +67,17 @@ class SessionIds:
         return digest[: self._MAC_BYTES]
 
 
-def _b64(raw: bytes) -> str:
+def b64url(raw: bytes) -> str:
     return base64.urlsafe_b64encode(raw).rstrip(b"=").decode("ascii")
 
 
-def _unb64(text: str) -> bytes:
+def unb64url(text: str) -> bytes:
     """Strict base64url: any byte outside the alphabet, or a non-canonical form, is refused."""
     try:
         raw = base64.b64decode(text + "=" * (-len(text) % 4), altchars=b"-_", validate=True)
     except (ValueError, TypeError) as exc:
         raise ValueError(str(exc)) from None
-    if _b64(raw) != text:
+    if b64url(raw) != text:
         raise ValueError("non-canonical base64url")
     return raw
 

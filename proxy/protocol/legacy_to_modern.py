@@ -21,7 +21,7 @@ from .headers import (
     param_header_values,
     tool_param_headers,
 )
-from .methods import INPUT_REQUEST_METHODS, INPUT_REQUIRED_METHODS
+from .methods import INPUT_REQUEST_METHODS, INPUT_REQUIRED_METHODS, LIST_CHANGED
 from .versions import negotiate_legacy, pick_modern
 
 JSONDict = dict[str, Any]
@@ -331,11 +331,7 @@ def listen_filter(server_caps: object, subscriptions: frozenset[str] | set[str],
     caps = server_caps if isinstance(server_caps, dict) else {}
     notifications: JSONDict = {}
     if list_changes:
-        for kind, key in (
-            ("tools", "toolsListChanged"),
-            ("prompts", "promptsListChanged"),
-            ("resources", "resourcesListChanged"),
-        ):
+        for key, (kind, _) in LIST_CHANGED.items():
             entry = caps.get(kind)
             if isinstance(entry, dict) and entry.get("listChanged"):
                 notifications[key] = True
@@ -347,11 +343,7 @@ def listen_filter(server_caps: object, subscriptions: frozenset[str] | set[str],
 def gap_notifications(filter_: JSONDict) -> list[JSONDict]:
     """After a lost listen stream nothing can be replayed: tell the client to refetch."""
     out: list[JSONDict] = []
-    for key, method in (
-        ("toolsListChanged", "notifications/tools/list_changed"),
-        ("promptsListChanged", "notifications/prompts/list_changed"),
-        ("resourcesListChanged", "notifications/resources/list_changed"),
-    ):
+    for key, (_, method) in LIST_CHANGED.items():
         if filter_.get(key):
             out.append(jsonrpc.notification(method))
     for uri in filter_.get("resourceSubscriptions", ()):

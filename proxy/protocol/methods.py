@@ -17,3 +17,9 @@ CACHEABLE_METHODS = frozenset(
 INPUT_REQUIRED_METHODS = frozenset({"tools/call", "prompts/get", "resources/read"})
 # What may be asked of the client: legacy server requests / modern inputRequests entries.
 INPUT_REQUEST_METHODS = frozenset({"elicitation/create", "sampling/createMessage", "roots/list"})
+# subscriptions/listen filter key -> (the server capability with `listChanged`, its notification).
+LIST_CHANGED = {
+    "toolsListChanged": ("tools", "notifications/tools/list_changed"),
+    "promptsListChanged": ("prompts", "notifications/prompts/list_changed"),
+    "resourcesListChanged": ("resources", "notifications/resources/list_changed"),
+}

@@ -12,7 +12,7 @@ from typing import Any
 
 from . import jsonrpc, meta
 from .capabilities import elicitation_modes, legacy_client_capabilities, modern_server_capabilities
-from .methods import CACHEABLE_METHODS, INPUT_REQUEST_METHODS, INPUT_REQUIRED_METHODS
+from .methods import CACHEABLE_METHODS, INPUT_REQUEST_METHODS, INPUT_REQUIRED_METHODS, LIST_CHANGED
 from .versions import LATEST_LEGACY, LEGACY_VERSIONS, MODERN_VERSIONS
 
 JSONDict = dict[str, Any]
@@ -245,19 +245,12 @@ def abandoned_answer(method: str) -> Answer:
 # ---------------------------------------------------------------- subscriptions
 
 
-_LIST_CHANGED = {
-    "toolsListChanged": ("tools", "notifications/tools/list_changed"),
-    "promptsListChanged": ("prompts", "notifications/prompts/list_changed"),
-    "resourcesListChanged": ("resources", "notifications/resources/list_changed"),
-}
-
-
 def honored_filter(requested: JSONDict, server_caps: JSONDict, push_channel: bool, subscribed: list[str]) -> JSONDict:
     """The part of a listen filter the legacy server can deliver (reference §4.6 step 5)."""
     honored: JSONDict = {}
     if not push_channel:
         return honored
-    for key, (kind, _) in _LIST_CHANGED.items():
+    for key, (kind, _) in LIST_CHANGED.items():
         entry = server_caps.get(kind)
         if requested.get(key) is True and isinstance(entry, dict) and entry.get("listChanged"):
             honored[key] = True
@@ -271,7 +264,7 @@ def listen_notification(note: JSONDict, honored: JSONDict, subscription_id: Any)
     method = note.get("method")
     params = note.get("params") if isinstance(note.get("params"), dict) else {}
     wanted = False
-    for key, (_, list_method) in _LIST_CHANGED.items():
+    for key, (_, list_method) in LIST_CHANGED.items():
         if method == list_method and honored.get(key):
             wanted = True
     if method == "notifications/resources/updated":

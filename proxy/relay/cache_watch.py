@@ -114,13 +114,13 @@ class CacheWatcher:
         return l2m.listen_filter(self._capabilities, set(self._uris()), list_changes=True)
 
     @asynccontextmanager
-    async def _open_listen(self, filter_: JSONDict) -> AsyncIterator[tuple[Any, Any]]:
+    async def _open_listen(self, filter_: JSONDict) -> AsyncIterator[Any]:
         upstream = self._legacy_clients.upstream
         upstream_id = f"cache-watch-{next(self._listens)}"
         profile = l2m.ClientProfile(self._legacy_clients.modern_version, {}, PROXY_INFO)
         outgoing = listen_request(upstream_id, filter_, l2m.request_meta(profile))
         async with upstream.exchange(outgoing, l2m.upstream_headers(outgoing, profile.modern_version)) as reply:
-            yield upstream_id, reply
+            yield reply
 
     async def _follow_legacy(self) -> None:
         if self._session is None or self._session.closed:

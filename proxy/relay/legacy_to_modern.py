@@ -173,9 +173,7 @@ class LegacyToModern:
         session = await self._store.remove(session_id)
         runtime = self._runtimes.pop(session_id, None)
         if runtime is not None:
-            runtime.close()
-            if runtime.listener is not None:
-                await runtime.listener.close()
+            await runtime.aclose()
         if session is None:
             return False
         self._metrics.sessions_open.labels("legacy").dec()
@@ -207,10 +205,7 @@ class LegacyToModern:
 
     async def close_all(self) -> None:
         for session_id in list(self._runtimes):
-            runtime = self._runtimes.pop(session_id)
-            runtime.close()
-            if runtime.listener is not None:
-                await runtime.listener.close()
+            await self._runtimes.pop(session_id).aclose()
 
     # ------------------------------------------------------------ messages in a session
 
@@ -459,8 +454,10 @@ class LegacyToModern:
                             "upstream_request_dropped", upstream=self._upstream.name, method=incoming.get("method")
                         )
                         continue
+                    if not channel.can_stream:
+                        continue  # nowhere to relay it: not worth translating
                     note = l2m.notification_to_downstream(incoming, session.legacy_version, session.log_level)
-                    if note is None or not channel.can_stream:
+                    if note is None:
                         continue
                     if note.get("method") == "notifications/progress" and not _progress_increases(note, progress_floor):
                         continue
@@ -607,12 +604,7 @@ class LegacyToModern:
 
     def open_get_stream(self, session: LegacySession) -> GetStream:
         runtime = self._runtime(session)
-        if len(runtime.get_streams) >= self._settings.sessions.max_get_streams:
-            raise ProxyError(
-                jsonrpc.LIMIT_EXCEEDED, "too many open GET streams for this session", status=409, outcome="rejected"
-            )
-        stream = GetStream()
-        runtime.attach(stream)
+        stream = runtime.open_stream(self._settings.sessions.max_get_streams)
         if not runtime.list_changes:
             runtime.list_changes = True
             self._background(self._listener(session, runtime).refresh())
@@ -639,12 +631,12 @@ class LegacyToModern:
                 runtime.deliver(note)
 
             @asynccontextmanager
-            async def open_stream(filter_: JSONDict) -> AsyncIterator[tuple[Any, AsyncIterator[JSONDict]]]:
+            async def open_stream(filter_: JSONDict) -> AsyncIterator[AsyncIterator[JSONDict]]:
                 upstream_id = f"listen-{next(self._upstream_ids)}"
                 outgoing = listen_request(upstream_id, filter_, l2m.request_meta(self._profile(session)))
                 headers = {**runtime.auth_headers, **l2m.upstream_headers(outgoing, session.modern_version)}
                 async with self._upstream.exchange(outgoing, headers) as messages:
-                    yield upstream_id, messages
+                    yield messages
 
             runtime.listener = SessionListener(
                 open_stream=open_stream,
@@ -689,7 +681,7 @@ class LegacyToModern:
             outgoing = jsonrpc.request(
                 f"discover-{next(self._upstream_ids)}",
                 "server/discover",
-                {"_meta": {meta.PROTOCOL_VERSION: version, meta.CLIENT_CAPABILITIES: {}, meta.CLIENT_INFO: PROXY_INFO}},
+                {"_meta": l2m.request_meta(l2m.ClientProfile(version, {}, PROXY_INFO))},
             )
             headers = {**auth_headers, **l2m.upstream_headers(outgoing, version)}
             async with asyncio.timeout(self._settings.readiness.probe_timeout_s * 3):
@@ -723,7 +715,7 @@ async def _withdraw(
 ) -> None:
     """Tell a legacy client to drop the requests we no longer wait for (cancellation §3.6.8)."""
     for _, _, server_id, future in waiting:
-        if not future.done() and channel.can_stream:
+        if not future.done():  # the asks went out on this stream, so it can carry the withdrawal
             with contextlib.suppress(ConnectionError, RuntimeError):
                 await channel.send(
                     jsonrpc.notification("notifications/cancelled", {"requestId": server_id, "reason": reason})

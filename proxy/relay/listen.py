@@ -16,6 +16,7 @@ import structlog
 
 from ..protocol import jsonrpc
 from ..protocol.legacy_to_modern import gap_notifications
+from ..protocol.methods import LIST_CHANGED
 from ..upstream.errors import UpstreamError, UpstreamProtocolError
 
 JSONDict = dict[str, Any]
@@ -23,14 +24,7 @@ log = structlog.get_logger("mcp_era_proxy.listen")
 
 ACK_TIMEOUT_S = 10.0
 _ACK = "notifications/subscriptions/acknowledged"
-_LISTEN_METHODS = frozenset(
-    {
-        "notifications/tools/list_changed",
-        "notifications/prompts/list_changed",
-        "notifications/resources/list_changed",
-        "notifications/resources/updated",
-    }
-)
+_LISTEN_METHODS = frozenset({method for _, method in LIST_CHANGED.values()} | {"notifications/resources/updated"})
 
 
 @dataclass(eq=False)
@@ -39,14 +33,13 @@ class _Listen:
     acked: asyncio.Future[JSONDict]
     task: asyncio.Task[None] | None = None
     closing: bool = False
-    upstream_id: Any = None
 
 
 class SessionListener:
     def __init__(
         self,
         *,
-        open_stream: Callable[[JSONDict], Any],  # filter -> async context manager of (id, messages)
+        open_stream: Callable[[JSONDict], Any],  # filter -> async context manager of the messages
         current_filter: Callable[[], JSONDict],
         deliver: Callable[[JSONDict], None],
         retry_max_s: float,
@@ -59,18 +52,6 @@ class SessionListener:
         self._on_stream_change = on_stream_change
         self._active: _Listen | None = None
         self._lock = asyncio.Lock()
-
-    @property
-    def acknowledged(self) -> JSONDict:
-        active = self._active
-        if (
-            active is not None
-            and active.acked.done()
-            and not active.acked.cancelled()
-            and active.acked.exception() is None
-        ):
-            return active.acked.result()
-        return {}
 
     async def refresh(self) -> JSONDict:
         """Make the upstream listen match the session's current filter; returns the ack."""
@@ -121,8 +102,7 @@ class SessionListener:
         while not listen.closing:
             self._on_stream_change(1)
             try:
-                async with self._open_stream(listen.filter) as (upstream_id, messages):
-                    listen.upstream_id = upstream_id
+                async with self._open_stream(listen.filter) as messages:
                     async for message in messages:
                         if self._handle(listen, message, reconnecting):
                             backoff = 0.25

@@ -8,7 +8,6 @@ the caller, the method, the parameters and the round, so it resumes that call ex
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import hmac
 import secrets
@@ -18,6 +17,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import orjson
+
+from ..sessions import b64url, unb64url
 
 JSONDict = dict[str, Any]
 _MAC_BYTES = 16
@@ -60,7 +61,7 @@ class RequestStateCodec:
             "inst": self.instance,
         }
         payload = orjson.dumps(claims)
-        return _b64(payload) + "." + _b64(self._mac(payload))
+        return b64url(payload) + "." + b64url(self._mac(payload))
 
     def verify(self, token: object) -> StateClaims | None:
         """The token's claims if it is intact, ours and unexpired; None otherwise."""
@@ -70,7 +71,7 @@ class RequestStateCodec:
         if not dot:
             return None
         try:
-            payload, given = _unb64(body), _unb64(mac)
+            payload, given = unb64url(body), unb64url(mac)
             if not hmac.compare_digest(given, self._mac(payload)):
                 return None
             claims = orjson.loads(payload)
@@ -95,14 +96,3 @@ class RequestStateCodec:
 
 def new_park_id() -> str:
     return secrets.token_urlsafe(16)
-
-
-def _b64(raw: bytes) -> str:
-    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode("ascii")
-
-
-def _unb64(text: str) -> bytes:
-    raw = base64.b64decode(text + "=" * (-len(text) % 4), altchars=b"-_", validate=True)
-    if _b64(raw) != text:
-        raise ValueError("non-canonical base64url")
-    return raw

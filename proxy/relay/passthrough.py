@@ -399,13 +399,7 @@ class LegacyFacade:
         live = self._live.get(session.id)
         if live is None:
             raise ProxyError(jsonrpc.INTERNAL_ERROR, "the session's server process is gone")
-        if len(live.runtime.get_streams) >= self._settings.sessions.max_get_streams:
-            raise ProxyError(
-                jsonrpc.LIMIT_EXCEEDED, "too many open GET streams for this session", status=409, outcome="rejected"
-            )
-        stream = GetStream()
-        live.runtime.attach(stream)
-        return stream
+        return live.runtime.open_stream(self._settings.sessions.max_get_streams)
 
     def close_get_stream(self, session_id: str, stream: GetStream) -> None:
         live = self._live.get(session_id)

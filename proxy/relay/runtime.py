@@ -11,6 +11,9 @@ import itertools
 from collections import deque
 from typing import Any
 
+from ..errors import ProxyError
+from ..protocol import jsonrpc
+
 JSONDict = dict[str, Any]
 _CLOSED = None  # queue sentinel: the stream must end
 
@@ -39,7 +42,6 @@ class SessionRuntime:
         self.list_changes = False  # the session wants list_changed (it opened a GET stream)
         self.listener: Any = None  # relay.listen.SessionListener, created on demand
         self.auth_headers: dict[str, str] = {}  # the caller's credentials, for background calls
-        self.closed = False
 
     def deliver(self, message: JSONDict) -> None:
         """Hand an unsolicited notification to exactly one GET stream (legacy forbids fan-out)."""
@@ -48,10 +50,17 @@ class SessionRuntime:
         else:
             self.backlog.append(message)
 
-    def attach(self, stream: GetStream) -> None:
+    def open_stream(self, limit: int) -> GetStream:
+        """A new GET stream, given the notifications held for it meanwhile; 409 past `limit`."""
+        if len(self.get_streams) >= limit:
+            raise ProxyError(
+                jsonrpc.LIMIT_EXCEEDED, "too many open GET streams for this session", status=409, outcome="rejected"
+            )
+        stream = GetStream()
         self.get_streams.append(stream)
         while self.backlog:
             stream.put(self.backlog.popleft())
+        return stream
 
     def detach(self, stream: GetStream) -> None:
         if stream in self.get_streams:
@@ -68,7 +77,6 @@ class SessionRuntime:
         self.get_streams.clear()
 
     def close(self) -> None:
-        self.closed = True
         self.end_streams()
         for task in list(self.inflight.values()):
             task.cancel()
@@ -76,3 +84,9 @@ class SessionRuntime:
             if not future.done():
                 future.cancel()
         self.pending.clear()
+
+    async def aclose(self) -> None:
+        """`close`, then the upstream listen the session opened, if any."""
+        self.close()
+        if self.listener is not None:
+            await self.listener.close()
