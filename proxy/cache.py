@@ -20,6 +20,7 @@ import orjson
 
 from .config import CacheConfig
 from .metrics import Metrics
+from .protocol.methods import CACHEABLE_METHODS, uri_within
 
 JSONDict = dict[str, Any]
 # What each notification makes stale (reference §5 Invalidation; templates follow the resource list).
@@ -56,6 +57,7 @@ class _Entry:
     expires: float
     scope: str
     open: bool  # fetched without credentials: the upstream serves anyone
+    uri: str | None  # of a resources/read entry, parsed once for invalidation and watching
 
 
 class ResponseCache:
@@ -69,7 +71,7 @@ class ResponseCache:
         # Callers the upstream served lately: a public entry is served only to them, so the cache
         # never answers someone the upstream would refuse (caching.mdx §Security).
         self._authorized: OrderedDict[str, float] = OrderedDict()
-        self.on_store: Callable[[tuple[Any, ...]], None] = lambda key: None  # e.g. watch a resource URI
+        self.on_store: Callable[[str | None], None] = lambda uri: None  # e.g. watch the entry's resource URI
 
     @property
     def enabled(self) -> bool:
@@ -77,6 +79,14 @@ class ResponseCache:
 
     def __len__(self) -> int:
         return len(self._entries)
+
+    def key_for(
+        self, method: str, params: object, protocol_version: str, capabilities: object
+    ) -> tuple[Any, ...] | None:
+        """The key of a request whose result may be cached, or None (a method never cached, cache off)."""
+        if method not in CACHEABLE_METHODS or not self.enabled:
+            return None
+        return request_key(method, params, protocol_version, capabilities if self._config.capabilities_in_key else None)
 
     # ------------------------------------------------------------ lookups
 
@@ -172,12 +182,13 @@ class ResponseCache:
         slot = (*key, _PUBLIC if scope == "public" else principal)
         if slot in self._entries:
             self._drop(slot, None)
-        self._entries[slot] = _Entry(result, size, self._clock() + ttl_ms / 1000, scope, principal == _PUBLIC)
+        uri = resource_uri(key)
+        self._entries[slot] = _Entry(result, size, self._clock() + ttl_ms / 1000, scope, principal == _PUBLIC, uri)
         self._bytes += size
         while len(self._entries) > self._config.max_entries or self._bytes > self._config.max_bytes:
             self._drop(next(iter(self._entries)), "lru")
         self._gauges()
-        self.on_store(key)
+        self.on_store(uri)
 
     def _authorize(self, principal: str) -> None:
         self._authorized[principal] = self._clock()
@@ -199,25 +210,26 @@ class ResponseCache:
             uri = params.get("uri")
             if not isinstance(uri, str):
                 return 0
-            return self._invalidate(lambda key: _under(resource_uri(key), uri), "resources_updated")
+            # Also the resources below it (reference §5, conservative).
+            return self._invalidate(
+                lambda slot, entry: entry.uri is not None and uri_within(entry.uri, uri), "resources_updated"
+            )
         methods = _INVALIDATES.get(method)  # type: ignore[arg-type]
         if methods is None:
             return 0
-        return self._invalidate(lambda key: key[0] in methods, "list_changed")
+        return self._invalidate(lambda slot, entry: slot[0] in methods, "list_changed")
 
     def clear(self, reason: str) -> int:
-        return self._invalidate(lambda key: True, reason)
+        return self._invalidate(lambda slot, entry: True, reason)
 
     def watched_uris(self) -> list[str]:
-        return sorted({uri for key in self._entries if (uri := resource_uri(key[:-1])) is not None})
+        return sorted({entry.uri for entry in self._entries.values() if entry.uri is not None})
 
-    def _invalidate(self, matches: Callable[[tuple[Any, ...]], bool], reason: str) -> int:
-        stale = [slot for slot in self._entries if matches(slot[:-1])]
-        for slot in stale:
-            entry = self._entries[slot]
+    def _invalidate(self, matches: Callable[[tuple[Any, ...], _Entry], bool], reason: str) -> int:
+        stale = [(slot, entry) for slot, entry in self._entries.items() if matches(slot, entry)]
+        for slot, entry in stale:
             self._metrics.cache_invalidations.labels(entry.scope, reason).inc()
-            self._drop(slot, None)
-        self._gauges()
+            self._drop(slot, None)  # updates the gauges
         return len(stale)
 
     def _drop(self, slot: tuple[Any, ...], eviction: str | None) -> None:
@@ -236,8 +248,3 @@ def _scope_of(message: JSONDict) -> str:
     result = message.get("result")
     scope = result.get("cacheScope") if isinstance(result, dict) else None
     return scope if scope in ("public", "private") else "none"
-
-
-def _under(cached: str | None, updated: str) -> bool:
-    """A resources/updated for a URI also concerns the resources below it (reference §5, conservative)."""
-    return cached is not None and (cached == updated or cached.startswith(updated.rstrip("/") + "/"))

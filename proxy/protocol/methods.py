@@ -1,4 +1,5 @@
-"""Method tables the spec fixes for both eras (one source for every module that needs them)."""
+"""Method tables the spec fixes for both eras (one source for every module that needs them), and
+which resources a `notifications/resources/updated` concerns."""
 
 from __future__ import annotations
 
@@ -23,3 +24,8 @@ LIST_CHANGED = {
     "promptsListChanged": ("prompts", "notifications/prompts/list_changed"),
     "resourcesListChanged": ("resources", "notifications/resources/list_changed"),
 }
+
+
+def uri_within(uri: str, updated: str) -> bool:
+    """Whether an update of `updated` concerns `uri`: the resource itself or one below it."""
+    return uri == updated or uri.startswith(updated.rstrip("/") + "/")

@@ -12,7 +12,7 @@ from typing import Any
 
 from . import jsonrpc, meta
 from .capabilities import elicitation_modes, legacy_client_capabilities, modern_server_capabilities
-from .methods import CACHEABLE_METHODS, INPUT_REQUEST_METHODS, INPUT_REQUIRED_METHODS, LIST_CHANGED
+from .methods import CACHEABLE_METHODS, INPUT_REQUEST_METHODS, INPUT_REQUIRED_METHODS, LIST_CHANGED, uri_within
 from .versions import LATEST_LEGACY, LEGACY_VERSIONS, MODERN_VERSIONS
 
 JSONDict = dict[str, Any]
@@ -269,9 +269,7 @@ def listen_notification(note: JSONDict, honored: JSONDict, subscription_id: Any)
             wanted = True
     if method == "notifications/resources/updated":
         uri = params.get("uri")
-        wanted = isinstance(uri, str) and any(
-            uri == s or uri.startswith(s.rstrip("/") + "/") for s in honored.get("resourceSubscriptions", ())
-        )
+        wanted = isinstance(uri, str) and any(uri_within(uri, s) for s in honored.get("resourceSubscriptions", ()))
     if not wanted:
         return None
     note_meta = params.get("_meta") if isinstance(params.get("_meta"), dict) else {}

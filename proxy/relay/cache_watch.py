@@ -18,7 +18,7 @@ from typing import Any
 
 import structlog
 
-from ..cache import ResponseCache, resource_uri
+from ..cache import ResponseCache
 from ..config import Settings
 from ..errors import ProxyError
 from ..protocol import legacy_to_modern as l2m
@@ -56,11 +56,10 @@ class CacheWatcher:
         self._dirty = asyncio.Event()
         self._listens = itertools.count(1)
 
-    def watch(self, key: tuple[Any, ...]) -> None:
-        """Called when an entry is stored: start watching, or add the resource it holds."""
+    def watch(self, uri: str | None) -> None:
+        """Called when an entry is stored: start watching, or add the resource it holds (`uri`)."""
         if not self._settings.cache.watch:
             return
-        uri = resource_uri(key)
         if self._task is None or self._task.done():
             self._task = asyncio.create_task(self._run(), name="cache-watch")
         elif uri is not None and uri not in self._subscribed:

@@ -27,7 +27,6 @@ from ..protocol import legacy_to_modern as l2m
 from ..protocol.capabilities import modern_client_capabilities
 from ..protocol.detection import recognized_modern_error
 from ..protocol.headers import ParamHeader
-from ..protocol.methods import CACHEABLE_METHODS
 from ..protocol.versions import LATEST_MODERN, pick_modern
 from ..sessions import LegacySession, SessionIds, SessionStore, short_hash
 from ..upstream.errors import UpstreamError, UpstreamHTTPError, UpstreamProtocolError
@@ -336,9 +335,8 @@ class LegacyToModern:
         async def load() -> JSONDict:
             return await self._forward_modern(session, runtime, message, channel, auth_headers)
 
-        if method in CACHEABLE_METHODS and self._cache.enabled:
-            capabilities = session.upstream_capabilities if self._settings.cache.capabilities_in_key else None
-            key = request_key(method, message.get("params"), session.modern_version, capabilities)
+        key = self._cache.key_for(method, message.get("params"), session.modern_version, session.upstream_capabilities)
+        if key is not None:
             final = await self._cache.fetch(key, session.principal, load)
         else:
             final = await load()

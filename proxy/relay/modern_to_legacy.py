@@ -16,7 +16,7 @@ from typing import Any
 
 import structlog
 
-from ..cache import ResponseCache, request_key
+from ..cache import ResponseCache
 from ..config import Settings
 from ..errors import ProxyError
 from ..metrics import Metrics, method_label
@@ -24,7 +24,6 @@ from ..protocol import jsonrpc, meta
 from ..protocol import modern_to_legacy as m2l
 from ..protocol.capabilities import ALL_INPUT_CAPABILITIES, modern_server_capabilities
 from ..protocol.detection import names_modern_versions, recognized_modern_error
-from ..protocol.methods import CACHEABLE_METHODS
 from ..protocol.modern_inbound import ModernRequest, method_problem
 from ..upstream.errors import UpstreamError, UpstreamProtocolError, UpstreamSessionGone
 from ..upstream.http import HttpUpstream
@@ -275,15 +274,14 @@ class ModernToLegacy:
         params = request.message.get("params") or {}
         if "requestState" in params:
             return await self._resume(request, channel, principal)
-        if request.method not in CACHEABLE_METHODS or not self._cache.enabled:
+        key = self._cache.key_for(request.method, params, request.version, request.capabilities)
+        if key is None:
             return await self._handle(request, channel, principal, auth_headers)
 
         async def load() -> JSONDict:
             reply, status = await self._handle(request, channel, principal, auth_headers)
             return {**reply, _STATUS: status}
 
-        capabilities = request.capabilities if self._settings.cache.capabilities_in_key else None
-        key = request_key(request.method, params, request.version, capabilities)
         message = await self._cache.fetch(key, principal, load)
         reply = {k: v for k, v in message.items() if k != _STATUS}
         reply["id"] = request.message["id"]

@@ -20,12 +20,11 @@ from typing import Any
 
 import structlog
 
-from ..cache import ResponseCache, request_key
+from ..cache import ResponseCache
 from ..config import Settings
 from ..errors import ProxyError
 from ..metrics import Metrics
 from ..protocol import jsonrpc, meta
-from ..protocol.methods import CACHEABLE_METHODS
 from ..protocol.modern_inbound import ModernRequest
 from ..protocol.modern_to_legacy import listen_closed
 from ..protocol.versions import LEGACY_VERSIONS
@@ -112,14 +111,8 @@ class ModernPassThrough:
         principal: str = "",
     ) -> tuple[JSONDict, int]:
         params = request.message.get("params") or {}
-        if (
-            request.method in CACHEABLE_METHODS
-            and self._cache.enabled
-            and "requestState" not in params
-            and "inputResponses" not in params
-        ):
-            capabilities = request.capabilities if self._settings.cache.capabilities_in_key else None
-            key = request_key(request.method, params, request.version, capabilities)
+        key = self._cache.key_for(request.method, params, request.version, request.capabilities)
+        if key is not None and "requestState" not in params and "inputResponses" not in params:
             message = await self._cache.fetch(key, principal, lambda: self._forward(request, channel, headers))
         else:
             message = await self._forward(request, channel, headers)
