@@ -127,7 +127,7 @@ def create_app(
         upstream_era=lambda: detector.era.value if detector.era is not None else "unknown",
     )
 
-    guard = Guard(settings, settings.path)
+    guard = Guard(settings)
     app = web.Application(client_max_size=settings.security.max_body_bytes)
     app[METRICS] = metrics
     app[RELAY] = legacy_clients

@@ -20,12 +20,11 @@ def _hostname(host_header: str) -> str:
 
 
 class Guard:
-    def __init__(self, settings: Settings, protected_path: str) -> None:
+    def __init__(self, settings: Settings) -> None:
         security = settings.security
         self._origins = {o.rstrip("/").lower() for o in security.allowed_origins}
         self._hosts = {h.lower() for h in security.allowed_hosts}
         self._loopback_only = not self._hosts and is_loopback_host(settings.listen_address[0])
-        self._path = protected_path
         self._host_verdicts: dict[str | None, bool] = {}
 
     def origin_allowed(self, origin: str) -> bool:

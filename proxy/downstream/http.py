@@ -40,6 +40,7 @@ LegacySessions = LegacyToModern | LegacyFacade  # both hold legacy sessions behi
 # Headers carried from the client to the upstream, beside the ones the proxy computes.
 _TRACE_HEADERS = ("traceparent", "tracestate", "baggage")
 _PASSTHROUGH_PREFIXES = ("mcp-",)
+_SESSION_HEADER_LOWER = SESSION_HEADER.lower()
 _SMALL_REPLY = 1024 * 1024  # same-era replies up to this size (with a Content-Length) are sent in one piece
 
 
@@ -292,13 +293,17 @@ class McpEndpoint:
         principal, auth = self._principal(request), self._auth_headers(request)
         if checked.method == "subscriptions/listen":
             if era is Era.MODERN:
-                return await self._listen_same_era(request, checked, same_era, self._modern_headers(request, auth))
+                return await self._listen_same_era(
+                    request, checked, same_era, _forward_headers(request, auth, legacy=False)
+                )
             return await self._listen(request, checked, principal, auth, record)
         reply = RequestReply(request, self._keepalive_s)
         try:
             if era is Era.MODERN:
                 assert same_era is not None
-                message, status = await same_era.handle(checked, reply, self._modern_headers(request, auth), principal)
+                message, status = await same_era.handle(
+                    checked, reply, _forward_headers(request, auth, legacy=False), principal
+                )
             else:
                 message, status = await self._modern_clients.handle(checked, reply, principal, auth)
         except ProxyError as exc:
@@ -309,14 +314,6 @@ class McpEndpoint:
         if "error" in message:
             record.outcome = "error" if status == 200 else "rejected"
         return await reply.finish(message, status)
-
-    def _modern_headers(self, request: web.BaseRequest, auth: dict[str, str]) -> dict[str, str]:
-        """What a same-era modern request carries upstream: credentials, trace, its Mcp-* headers."""
-        headers = dict(auth)
-        for name, value in request.headers.items():
-            if name.lower().startswith(_PASSTHROUGH_PREFIXES) and name.lower() != SESSION_HEADER.lower():
-                headers[name] = value
-        return headers
 
     async def _listen_same_era(
         self, request: web.Request, checked: ModernRequest, same_era: ModernPassThrough | None, headers: dict[str, str]
@@ -384,13 +381,7 @@ class McpEndpoint:
 
         A legacy session maps one to one onto the upstream's (its id and Last-Event-ID pass).
         """
-        headers = self._auth_headers(request)
-        for name, value in request.headers.items():
-            lowered = name.lower()
-            if lowered.startswith(_PASSTHROUGH_PREFIXES) and (legacy or lowered != SESSION_HEADER.lower()):
-                headers[name] = value
-            elif legacy and lowered == "last-event-id":
-                headers[name] = value
+        headers = _forward_headers(request, self._auth_headers(request), legacy=legacy)
         assert self._http is not None, "byte-for-byte relaying needs an HTTP upstream"
         try:
             async with asyncio.timeout(self._settings.upstream.request_timeout_s if method == "POST" else None):
@@ -510,3 +501,17 @@ def _method_not_allowed() -> web.Response:
 
 
 __all__ = ["McpEndpoint", "UpstreamError"]
+
+
+def _forward_headers(request: web.BaseRequest, auth: dict[str, str], *, legacy: bool) -> dict[str, str]:
+    """What a same-era request carries upstream: credentials, trace, its Mcp-* headers; for a legacy
+    session also its id and Last-Event-ID (it maps one to one onto the upstream's)."""
+    headers = dict(auth)
+    for name, value in request.headers.items():
+        lowered = name.lower()
+        if lowered.startswith(_PASSTHROUGH_PREFIXES):
+            if legacy or lowered != _SESSION_HEADER_LOWER:
+                headers[name] = value
+        elif legacy and lowered == "last-event-id":
+            headers[name] = value
+    return headers

@@ -75,23 +75,24 @@ class HttpUpstream:
     def _headers(self, extra: Mapping[str, str]) -> dict[str, str]:
         return {**self._static_headers, **extra}
 
+    async def _request(self, method: str, body: bytes | None, headers: Mapping[str, str]) -> aiohttp.ClientResponse:
+        """Send one request; a connection that fails becomes the UpstreamError the relays map."""
+        try:
+            return await self._session.request(
+                method, self.url, data=body, headers=self._headers(headers) if body else self._bodiless_headers(headers)
+            )
+        except TimeoutError:
+            raise UpstreamTimeout(self.name, "did not accept the connection in time") from None
+        except aiohttp.ClientError as exc:
+            raise UpstreamUnavailable(self.name, f"is unreachable ({exc.__class__.__name__}: {exc})") from None
+
     @asynccontextmanager
     async def exchange(
         self, message: JSONDict | None, headers: Mapping[str, str], *, method: str = "POST"
     ) -> AsyncIterator[Reply]:
         """Send `message` (or a bodiless GET/DELETE); yield the reply, iterable over its messages."""
         session_bound = SESSION_HEADER in headers
-        try:
-            response = await self._session.request(
-                method,
-                self.url,
-                data=None if message is None else jsonrpc.encode(message),
-                headers=self._headers(headers) if message is not None else self._bodiless_headers(headers),
-            )
-        except TimeoutError:
-            raise UpstreamTimeout(self.name, "did not accept the connection in time") from None
-        except aiohttp.ClientError as exc:
-            raise UpstreamUnavailable(self.name, f"is unreachable ({exc.__class__.__name__}: {exc})") from None
+        response = await self._request(method, None if message is None else jsonrpc.encode(message), headers)
         try:
             if session_bound and response.status == 404:
                 raise UpstreamSessionGone(self.name, "no longer knows the session (HTTP 404)")
@@ -176,14 +177,7 @@ class HttpUpstream:
         self, method: str, body: bytes | None, headers: Mapping[str, str]
     ) -> AsyncIterator[aiohttp.ClientResponse]:
         """Raw pass-through for same-era traffic: the caller streams the response bytes."""
-        try:
-            response = await self._session.request(
-                method, self.url, data=body, headers=self._headers(headers) if body else self._bodiless_headers(headers)
-            )
-        except TimeoutError:
-            raise UpstreamTimeout(self.name, "did not accept the connection in time") from None
-        except aiohttp.ClientError as exc:
-            raise UpstreamUnavailable(self.name, f"is unreachable ({exc.__class__.__name__}: {exc})") from None
+        response = await self._request(method, body, headers)
         try:
             if response.status < 500:
                 self.last_ok = self._clock()

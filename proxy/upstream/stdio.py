@@ -18,7 +18,7 @@ from typing import Any
 
 import structlog
 
-from ..protocol import jsonrpc
+from ..protocol import jsonrpc, meta
 from .errors import UpstreamUnavailable
 
 JSONDict = dict[str, Any]
@@ -234,11 +234,8 @@ class StdioChannel:
         return await self.process.stop(grace_s)
 
     def open_route(self, message: JSONDict) -> _Route:
-        params = message.get("params") if isinstance(message.get("params"), dict) else {}
-        request_meta = params.get("_meta") if isinstance(params.get("_meta"), dict) else {}
-        route = _Route(
-            message["id"], request_meta.get("progressToken"), "io.modelcontextprotocol/logLevel" in request_meta
-        )
+        request_meta = meta.meta_of(message.get("params")) or {}
+        route = _Route(message["id"], request_meta.get("progressToken"), meta.LOG_LEVEL in request_meta)
         if route.id in self._routes:
             raise ValueError(f"request id {route.id!r} is already in flight on {self.name!r}")
         self._routes[route.id] = route
@@ -274,9 +271,9 @@ class StdioChannel:
         route = None
         if "id" not in message:
             method = message["method"]
-            note_meta = params.get("_meta") if isinstance(params.get("_meta"), dict) else {}
-            if "io.modelcontextprotocol/subscriptionId" in note_meta:
-                route = self._routes.get(note_meta["io.modelcontextprotocol/subscriptionId"])
+            note_meta = meta.meta_of(params) or {}
+            if meta.SUBSCRIPTION_ID in note_meta:
+                route = self._routes.get(note_meta[meta.SUBSCRIPTION_ID])
             elif method == "notifications/progress":
                 route = self._tokens.get(params.get("progressToken"))
             elif method == "notifications/message":
