@@ -54,6 +54,7 @@ def cases() -> list[tuple[str, dict[str, Any]]]:
 def readme_cases() -> list[tuple[str, dict[str, Any]]]:
     """(name, effective values): each YAML block of README.md's chart sections ("### The chart" up
     to "### Metrics") over the defaults, so the documented snippets stay valid values."""
+    base = defaults()
     out, section, block, indent, start = [], None, None, 0, 0
     for number, line in enumerate((REPO / "README.md").read_text(encoding="utf-8").splitlines(), 1):
         if line.startswith("## ") or line == "### Metrics":
@@ -65,7 +66,7 @@ def readme_cases() -> list[tuple[str, dict[str, Any]]]:
             block, indent, start = [], len(line) - len(stripped), number
         elif block is not None and stripped == "```":
             values = yaml.safe_load("\n".join(block)) or {}
-            out.append((f"README.md:{start} ({section})", coalesce(defaults(), values)))
+            out.append((f"README.md:{start} ({section})", coalesce(base, values)))
             block = None
         elif block is not None:
             block.append(line[indent:])

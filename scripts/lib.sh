@@ -26,14 +26,17 @@ project_venv() {
   fi
 }
 
-# A test-only virtualenv holding one pinned PyPI package (never a project dependency).
-peer_venv() {  # name requirement
+# A test- or tool-only virtualenv ($CACHE/venvs/<name>) holding pinned PyPI packages (never a
+# project dependency); rebuilt when the pinned set changes.
+peer_venv() {  # name "requirement [requirement ...]"
   local dir="$CACHE/venvs/$1"
   if [ ! -x "$dir/bin/python" ] || [ "$(cat "$dir/.requirement" 2>/dev/null)" != "$2" ]; then
     rm -rf "$dir"
     "$PYTHON" -m venv "$dir"
-    "$dir/bin/pip" install -q --upgrade pip >&2
-    "$dir/bin/pip" install -q "$2" >&2
+    # shellcheck disable=SC2086  # a list of requirement specs, split on purpose
+    if ! { "$dir/bin/pip" install -q --upgrade pip && "$dir/bin/pip" install -q $2; } >"$dir.log" 2>&1; then
+      cat "$dir.log" >&2; echo "cannot install $2" >&2; return 1
+    fi
     echo "$2" > "$dir/.requirement"
   fi
 }

@@ -15,8 +15,9 @@
 #      the Kubernetes schemas (kubernetes-validate --strict) and, for the custom resources
 #      (HTTPRoute, ServiceMonitor), their CRD schemas (scripts/crd-validate), the rendered config
 #      equal to the one checked in 5, and value combinations the chart must refuse refused.
-# Tools go into their own virtualenv ($CACHE/venvs/lint-deploy), pinned below. helm is $HELM when
-# set, else a pinned official release binary (see fetch_helm), else `helm` on PATH.
+# Tools go into their own virtualenvs ($CACHE/venvs/lint-deploy*, made by peer_venv in lib.sh),
+# pinned below. helm is $HELM when set, else a pinned official release binary (see fetch_helm),
+# else `helm` on PATH.
 . "$(dirname "$0")/lib.sh"
 set -euo pipefail
 
@@ -71,21 +72,8 @@ fetch_helm() {  # prints the path of the pinned helm binary, fetched into $CACHE
   echo "$dir/helm"
 }
 
-tools_venv() {  # dir requirements: (re)creates a tools venv when its pinned set changed
-  local dir="$1" wanted="$2"
-  if [ ! -x "$dir/bin/python" ] || [ "$(cat "$dir/.requirements" 2>/dev/null)" != "$wanted" ]; then
-    rm -rf "$dir"
-    "$PYTHON" -m venv "$dir"
-    # shellcheck disable=SC2086  # a list of requirement specs, split on purpose
-    if ! "$dir/bin/pip" install -q --disable-pip-version-check $wanted >"$dir.log" 2>&1; then
-      cat "$dir.log" >&2; echo "cannot install $wanted" >&2; exit 1
-    fi
-    echo "$wanted" > "$dir/.requirements"
-  fi
-}
-
 project_venv
-tools_venv "$TOOLS" "$TOOLS_REQUIREMENTS"
+peer_venv lint-deploy "$TOOLS_REQUIREMENTS"
 cd "$REPO"
 examples=("$CHART"/examples/*.yaml)
 
@@ -135,7 +123,7 @@ if [ -z "$HELM" ]; then
     echo "FAIL no helm: install one, or set HELM=/path/to/helm"; exit 1
   fi
 fi
-tools_venv "$RENDER_TOOLS" "$RENDER_REQUIREMENTS"
+peer_venv lint-deploy-render "$RENDER_REQUIREMENTS"
 "$HELM" version --short
 rendered="$(mktemp -d)"
 trap 'rm -rf "$rendered"' EXIT
