@@ -34,6 +34,7 @@ from ..upstream.http import HttpUpstream
 from .channel import ReplyChannel
 from .listen import SessionListener, listen_request
 from .runtime import GetStream, SessionRuntime
+from .tasks import BackgroundTasks
 
 JSONDict = dict[str, Any]
 log = structlog.get_logger("mcp_era_proxy.relay")
@@ -92,6 +93,7 @@ class LegacyToModern:
         self._runtimes: dict[str, SessionRuntime] = {}
         self._upstream_ids = itertools.count(1)
         self._tool_headers: dict[str, _ToolHeaders] = {}
+        self._tasks = BackgroundTasks()
         # Called when an answer says the upstream no longer speaks 2026-07-28 (era re-detection).
         self.on_era_mismatch: Callable[[str], None] = lambda reason: None
         self._modern_version = LATEST_MODERN
@@ -646,9 +648,7 @@ class LegacyToModern:
         return runtime.listener
 
     def _background(self, coroutine: Any) -> None:
-        task = asyncio.create_task(coroutine)
-        _BACKGROUND.add(task)
-        task.add_done_callback(_finish_background)
+        self._tasks.spawn(coroutine)
 
     # ------------------------------------------------------------ discover
 
@@ -722,15 +722,6 @@ async def _withdraw(
 
 def _error(code: int, message: str) -> JSONDict:
     return {"error": jsonrpc.error_object(code, message)}
-
-
-_BACKGROUND: set[asyncio.Task[Any]] = set()
-
-
-def _finish_background(task: asyncio.Task[Any]) -> None:
-    _BACKGROUND.discard(task)
-    if not task.cancelled() and task.exception() is not None:
-        log.warning("background_task_failed", error=str(task.exception()))
 
 
 class _NoChannel:

@@ -31,6 +31,7 @@ from .channel import ReplyChannel
 from .legacy_to_modern import upstream_error, upstream_timeout
 from .legacy_upstream import SessionFactory, SessionPool, UpstreamSession
 from .parking import RequestStateCodec, new_park_id, params_digest
+from .tasks import BackgroundTasks
 
 JSONDict = dict[str, Any]
 log = structlog.get_logger("mcp_era_proxy.relay")
@@ -221,7 +222,7 @@ class ModernToLegacy:
         self.pool.on_change = lambda delta: metrics.upstream_sessions.labels(upstream.name).inc(delta)
         self.codec = RequestStateCodec(secret, secrets.token_hex(4), clock)
         self._parked: dict[str, Call] = {}
-        self._tasks: set[asyncio.Task[Any]] = set()
+        self._tasks = BackgroundTasks()
         # Called when an answer says the upstream is not a legacy server (era re-detection).
         self.on_era_mismatch: Callable[[str], None] = lambda reason: None
         self.listens: set[ListenBridge] = set()
@@ -491,14 +492,7 @@ class ModernToLegacy:
     # ------------------------------------------------------------ housekeeping
 
     def background(self, coroutine: Any) -> None:
-        task = asyncio.create_task(coroutine)
-        self._tasks.add(task)
-        task.add_done_callback(self._done)
-
-    def _done(self, task: asyncio.Task[Any]) -> None:
-        self._tasks.discard(task)
-        if not task.cancelled() and task.exception() is not None:
-            log.warning("background_task_failed", error=str(task.exception()))
+        self._tasks.spawn(coroutine)
 
     async def maintain(self) -> None:
         await self.pool.maintain()
@@ -514,8 +508,7 @@ class ModernToLegacy:
         self.end_streams()
         for bridge in list(self.listens):
             await bridge.close()
-        if self._tasks:
-            await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self._tasks.drain()
         await self.pool.close_all()
 
 

@@ -34,6 +34,7 @@ from ..upstream.stdio import StdioChannel, StdioProcess
 from .channel import ReplyChannel
 from .legacy_to_modern import upstream_error, upstream_timeout
 from .runtime import GetStream, SessionRuntime
+from .tasks import BackgroundTasks
 
 JSONDict = dict[str, Any]
 log = structlog.get_logger("mcp_era_proxy.relay")
@@ -236,7 +237,7 @@ class LegacyFacade:
         self._metrics = metrics
         self._clock = clock
         self._live: dict[str, _FacadeSession] = {}
-        self._tasks: set[asyncio.Task[Any]] = set()
+        self._tasks = BackgroundTasks()
 
     # ------------------------------------------------------------ sessions
 
@@ -400,6 +401,4 @@ class LegacyFacade:
             live.runtime.detach(stream)
 
     def spawn(self, coroutine: Any) -> None:
-        task = asyncio.create_task(coroutine)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        self._tasks.spawn(coroutine)
