@@ -46,6 +46,12 @@ def meta_of(params: object) -> dict[str, Any] | None:
     return None
 
 
+def with_meta(params: object, key: str, value: Any) -> dict[str, Any]:
+    """A copy of `params` (or of a result) whose `_meta` also holds `key`; the rest kept as it was."""
+    base = params if isinstance(params, dict) else {}
+    return {**base, "_meta": {**(meta_of(base) or {}), key: value}}
+
+
 # W3C trace context: carried in HTTP headers and, where there are none (stdio) or a server reads
 # it there, in the request `_meta` under the same names.
 TRACE_KEYS = ("traceparent", "tracestate", "baggage")

@@ -272,8 +272,7 @@ def listen_notification(note: JSONDict, honored: JSONDict, subscription_id: Any)
         wanted = isinstance(uri, str) and any(uri_within(uri, s) for s in honored.get("resourceSubscriptions", ()))
     if not wanted:
         return None
-    note_meta = params.get("_meta") if isinstance(params.get("_meta"), dict) else {}
-    return {**note, "params": {**params, "_meta": {**note_meta, meta.SUBSCRIPTION_ID: subscription_id}}}
+    return {**note, "params": meta.with_meta(params, meta.SUBSCRIPTION_ID, subscription_id)}
 
 
 def acknowledgement(honored: JSONDict, subscription_id: Any) -> JSONDict:

@@ -65,12 +65,6 @@ def _retag(message: JSONDict, key: str, value: Any) -> JSONDict:
     return {**message, "params": {**params, key: value}}
 
 
-def _retag_meta(message: JSONDict, key: str, value: Any) -> JSONDict:
-    params = message.get("params") if isinstance(message.get("params"), dict) else {}
-    note_meta = params.get("_meta") if isinstance(params.get("_meta"), dict) else {}
-    return {**message, "params": {**params, "_meta": {**note_meta, key: value}}}
-
-
 class ModernPassThrough:
     """Modern clients, modern upstream, message by message: always over stdio; over HTTP only for
     cacheable requests (everything else is relayed byte for byte there)."""
@@ -88,10 +82,9 @@ class ModernPassThrough:
         message = request.message
         upstream_id = f"m{next(self._ids)}"
         params = message.get("params") if isinstance(message.get("params"), dict) else {}
-        request_meta = params.get("_meta") if isinstance(params.get("_meta"), dict) else {}
-        front_token = request_meta.get("progressToken")
+        front_token = (meta.meta_of(params) or {}).get("progressToken")
         if front_token is not None:
-            params = {**params, "_meta": {**request_meta, "progressToken": f"{upstream_id}-progress"}}
+            params = meta.with_meta(params, "progressToken", f"{upstream_id}-progress")
         return {**message, "id": upstream_id, "params": params}, message["id"], front_token
 
     def _downstream(self, incoming: JSONDict, front_id: Any, front_token: Any) -> JSONDict:
@@ -101,7 +94,7 @@ class ModernPassThrough:
             return _retag(incoming, "progressToken", front_token)
         note_meta = meta.meta_of(incoming.get("params"))
         if note_meta is not None and meta.SUBSCRIPTION_ID in note_meta:
-            return _retag_meta(incoming, meta.SUBSCRIPTION_ID, front_id)
+            return {**incoming, "params": meta.with_meta(incoming.get("params"), meta.SUBSCRIPTION_ID, front_id)}
         return incoming
 
     async def handle(
@@ -158,9 +151,7 @@ class ModernPassThrough:
                     self._cache.invalidate_for(incoming)
                     out = self._downstream(incoming, front_id, None)
                     if "method" not in incoming and isinstance(out.get("result"), dict):
-                        result = out["result"]
-                        result_meta = result.get("_meta") if isinstance(result.get("_meta"), dict) else {}
-                        out = {**out, "result": {**result, "_meta": {**result_meta, meta.SUBSCRIPTION_ID: front_id}}}
+                        out = {**out, "result": meta.with_meta(out["result"], meta.SUBSCRIPTION_ID, front_id)}
                     await send(out)
                     if "method" not in incoming:
                         return

@@ -28,3 +28,16 @@ def test_a_message_without_params_gets_them_only_when_there_is_trace_to_carry():
     assert meta.carry_trace(jsonrpc.request(1, "ping"), {}) == jsonrpc.request(1, "ping")
     out = meta.carry_trace(jsonrpc.request(1, "ping"), {"traceparent": PARENT})
     assert out["params"] == {"_meta": {"traceparent": PARENT}}
+
+
+def test_with_meta_adds_one_key_to_a_copy_and_keeps_every_other_field():
+    params = {"uri": "file:///a", "_meta": {"progressToken": 5, "com.example/x": 1}, "extra": [1]}
+    out = meta.with_meta(params, meta.SUBSCRIPTION_ID, 7)
+    assert out == {
+        "uri": "file:///a",
+        "_meta": {"progressToken": 5, "com.example/x": 1, meta.SUBSCRIPTION_ID: 7},
+        "extra": [1],
+    }
+    assert params["_meta"] == {"progressToken": 5, "com.example/x": 1}
+    assert meta.with_meta(None, "k", "v") == {"_meta": {"k": "v"}}
+    assert meta.with_meta({"_meta": "not a dict"}, "k", "v") == {"_meta": {"k": "v"}}
