@@ -1130,18 +1130,23 @@ async def test_delete_closes_the_upstream_listen_stream_and_ends_the_get_stream(
 # ---------------------------------------------------------------------------- 9. keep-alive
 
 
+def answered_late(release: asyncio.Event) -> Any:
+    """A tool handler that answers "late" once `release` is set."""
+
+    async def long_tool(call: Call) -> Outcome:
+        await release.wait()
+        return complete(content=text("late"))
+
+    return long_tool
+
+
 async def test_a_result_slower_than_the_keepalive_interval_comes_on_an_sse_stream_kept_alive_meanwhile(
     make_proxy: MakeProxy, fake: FakeModern
 ) -> None:
     """Intermediaries with an idle timeout (ingress-nginx: 60 s) must not cut a long quiet call."""
     proxy = await make_proxy(**{"streams.keepalive_s": 0.05})
     release = asyncio.Event()
-
-    async def long_tool(call: Call) -> Outcome:
-        await release.wait()
-        return complete(content=text("late"))
-
-    fake.handlers["tools/call"] = long_tool
+    fake.handlers["tools/call"] = answered_late(release)
     async with asyncio.timeout(WAIT):
         peer = await proxy.connect()
         request_id, response = await peer.send("tools/call", {"name": "long", "arguments": {}})
@@ -1162,12 +1167,7 @@ async def test_a_2025_03_26_batch_that_runs_long_streams_its_replies_kept_alive_
     on plain JSON, which an intermediary's idle timeout would cut."""
     proxy = await make_proxy(**{"streams.keepalive_s": 0.05})
     release = asyncio.Event()
-
-    async def long_tool(call: Call) -> Outcome:
-        await release.wait()
-        return complete(content=text("late"))
-
-    fake.handlers["tools/call"] = long_tool
+    fake.handlers["tools/call"] = answered_late(release)
     batch = [
         {"jsonrpc": "2.0", "id": 1, "method": "logging/setLevel", "params": {"level": "loud"}},
         {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "long", "arguments": {}}},

@@ -149,6 +149,16 @@ def tool_result(value: str) -> JSONDict:
     return {"content": text(value)}
 
 
+def answered_after(release: asyncio.Event, outcome: Outcome) -> Any:
+    """A fake handler that answers `outcome` once `release` is set."""
+
+    async def handler(call: Call) -> Outcome:
+        await release.wait()
+        return outcome
+
+    return handler
+
+
 def respond_with(outcome: Outcome) -> Any:
     async def handler(call: Call) -> Outcome:
         return copy.deepcopy(outcome)
@@ -517,12 +527,7 @@ async def test_a_tool_result_slower_than_the_keepalive_interval_comes_on_a_kept_
     proxy = await make_proxy(**{"streams.keepalive_s": 0.05})
     client = proxy.modern("Bearer alice")
     release = asyncio.Event()
-
-    async def long_tool(call: Any) -> Any:
-        await release.wait()
-        return tool_result("late")
-
-    fake.handlers["tools/call"] = long_tool
+    fake.handlers["tools/call"] = answered_after(release, tool_result("late"))
     async with asyncio.timeout(WAIT):
         message, response = await client.send("tools/call", CALL)
         stream = ModernStream(response, "tools/call", message["id"])  # headers came while the call runs
@@ -718,12 +723,7 @@ async def test_the_pool_never_holds_more_than_max_sessions(make_proxy: MakeProxy
     proxy = await make_proxy(**{"upstream.pool.max_sessions": 1})
     alice, bob = proxy.modern("Bearer alice", capabilities={}), proxy.modern("Bearer bob", capabilities={})
     release = asyncio.Event()
-
-    async def slow(call: Call) -> Outcome:
-        await release.wait()
-        return tool_result("slow")
-
-    fake.handlers["tools/call"] = slow
+    fake.handlers["tools/call"] = answered_after(release, tool_result("slow"))
     async with asyncio.timeout(WAIT):
         await alice.request("tools/list")
         await bob.request("tools/list")  # alice's idle session makes room
