@@ -173,6 +173,62 @@ def expect_echo(label: str, status: int, reply: Any) -> None:
         raise RuntimeError(f"{label} did not answer the echo correctly: HTTP {status} {reply}")
 
 
+# ---------------------------------------------------------------- CPU time of the process under test
+
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+WRAPPERS = frozenset({"bash", "sh", "dash", "env", "timeout"})  # a pid that is not the server itself
+
+
+def _stat(pid: int) -> tuple[str, int, int] | None:
+    """(comm, ppid, utime + stime in clock ticks) from /proc/<pid>/stat; None once it is gone."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    comm = text[text.index("(") + 1 : text.rindex(")")]
+    fields = text[text.rindex(")") + 2 :].split()  # fields[0] is field 3 (state) of proc(5)
+    return comm, int(fields[1]), int(fields[11]) + int(fields[12])
+
+
+def _descendants(pid: int) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and (stat := _stat(int(entry.name))) is not None:
+            children.setdefault(stat[1], []).append(int(entry.name))
+    out: list[int] = []
+    todo = [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            out.append(child)
+            todo.append(child)
+    return out
+
+
+def cpu_ticks(pid: int) -> int:
+    """utime + stime of the process under test, in clock ticks (os.sysconf('SC_CLK_TCK') a second).
+
+    The process itself only (the proxy, the bare hop and the upstreams are the python process
+    started; peer.sh execs node), not its children: for the stdio rows those are the upstream.
+    Only if `pid` is a wrapper (a shell that did not exec) are its live descendants added.
+    """
+    stat = _stat(pid)
+    if stat is None:
+        return 0
+    ticks = stat[2]
+    if stat[0] in WRAPPERS:
+        ticks += sum(s[2] for child in _descendants(pid) if (s := _stat(child)) is not None)
+    return ticks
+
+
+def cpu_us_per_request(ticks: int, requests: int) -> float | None:
+    return ticks * 1e6 / CLK_TCK / requests if requests else None
+
+
+def median_value(values: list[float | None]) -> float | None:
+    known = sorted(v for v in values if v is not None)
+    return known[len(known) // 2] if known else None
+
+
 # ---------------------------------------------------------------- wrk
 
 
@@ -181,8 +237,9 @@ class Load:
     rps: float
     p50_ms: float
     p99_ms: float
-    requests: int
+    requests: int  # completed in this wrk run
     errors: int
+    cpu_us: float | None = None  # CPU time of the process under test per completed request
 
 
 @dataclass
@@ -195,6 +252,9 @@ class Row:
     baseline: str | None = None  # the row "added p50@1" is measured against
     total_requests: int = 0
     spread: tuple[str, str] | None = None  # rps range over the repeats, @1 and @32
+    cpu1: float | None = None  # CPU µs per request of the process under test, median of the runs @1
+    cpu32: float | None = None  # the same @32
+    runs: list[dict[str, Any]] = field(default_factory=list)  # every recorded wrk run: requests, rps, CPU
 
 
 def median(loads: list[Load]) -> Load:
@@ -206,7 +266,16 @@ def spread(loads: list[Load]) -> str:
     return f"{values[0]:.0f}..{values[-1]:.0f}"
 
 
-def wrk(url: str, script: str, connections: int, threads: int, duration: int, env: dict[str, str]) -> Load:
+def wrk(
+    url: str,
+    script: str,
+    connections: int,
+    threads: int,
+    duration: int,
+    env: dict[str, str],
+    cpu_pid: int | None = None,
+) -> Load:
+    """One wrk run; with `cpu_pid`, that process's CPU time is sampled right before and after it."""
     argv = [
         "wrk",
         f"-t{threads}",
@@ -218,9 +287,11 @@ def wrk(url: str, script: str, connections: int, threads: int, duration: int, en
         str(WRK_DIR / script),
         url,
     ]
+    before = cpu_ticks(cpu_pid) if cpu_pid is not None else 0
     done = subprocess.run(
         argv, capture_output=True, text=True, env={**os.environ, **env}, timeout=duration + 30, check=False
     )
+    ticks = cpu_ticks(cpu_pid) - before if cpu_pid is not None else None
     match = re.search(r"^BENCH_JSON (.*)$", done.stdout, re.MULTILINE)
     if done.returncode != 0 or match is None:
         raise RuntimeError(f"wrk failed ({done.returncode}): {done.stdout[-500:]} {done.stderr[-500:]}")
@@ -232,6 +303,7 @@ def wrk(url: str, script: str, connections: int, threads: int, duration: int, en
         p99_ms=data["p99_us"] / 1000,
         requests=data["requests"],
         errors=errors,
+        cpu_us=cpu_us_per_request(ticks, data["requests"]) if ticks is not None else None,
     )
 
 
@@ -253,16 +325,26 @@ class Bench:
         script: str,
         env: dict[str, str] | None = None,
         profile_pid: int | None = None,
+        cpu_pid: int | None = None,
     ) -> Row:
+        """Warm up, then `repeat` runs @1 and @32. `cpu_pid` is the process under test (its CPU time
+        per request is recorded per run); `profile_pid`, when profiling, the one py-spy samples."""
         env = env or {}
         duration = self.args.duration
         warm = wrk(url, script, 32, 2, self.args.warmup, env)
         c1: list[Load] = []
         c32: list[Load] = []
         for _ in range(self.args.repeat):  # the run with the median rps stands (this box is noisy)
-            c1.append(wrk(url, script, 1, 1, duration, env))
-            c32.append(wrk(url, script, 32, 2, duration, env))
+            c1.append(wrk(url, script, 1, 1, duration, env, cpu_pid))
+            c32.append(wrk(url, script, 32, 2, duration, env, cpu_pid))
         row.c1, row.c32 = median(c1), median(c32)
+        row.cpu1 = median_value([load.cpu_us for load in c1])  # the median of the runs, not of the rps median
+        row.cpu32 = median_value([load.cpu_us for load in c32])
+        row.runs = [
+            {"c": c, "requests": load.requests, "rps": round(load.rps), "cpu_us": load.cpu_us}
+            for c, loads in ((1, c1), (32, c32))
+            for load in loads
+        ]
         row.total_requests = warm.requests + sum(load.requests for load in c1 + c32)
         errors = warm.errors + sum(load.errors for load in c1 + c32)
         if self.args.repeat > 1:
@@ -274,9 +356,16 @@ class Bench:
         if errors:
             row.notes.append(f"**{errors} wrk errors (non-2xx/timeouts)**")
         say(f"  {row.key}: rps over the repeats @1 {[round(x.rps) for x in c1]} @32 {[round(x.rps) for x in c32]}")
+        say(f"  {row.key}: requests per run @1 {[x.requests for x in c1]} @32 {[x.requests for x in c32]}")
+        if cpu_pid is not None:
+            say(
+                f"  {row.key}: CPU µs/req per run @1 {[cpu_text(x.cpu_us) for x in c1]} @32 "
+                f"{[cpu_text(x.cpu_us) for x in c32]}"
+            )
         say(
             f"  {row.key}: rps@1 {row.c1.rps:.0f} p50@1 {row.c1.p50_ms:.3f} ms | "
-            f"rps@32 {row.c32.rps:.0f} p50@32 {row.c32.p50_ms:.2f} ms | errors {errors}"
+            f"rps@32 {row.c32.rps:.0f} p50@32 {row.c32.p50_ms:.2f} ms | "
+            f"CPU µs/req @1 {cpu_text(row.cpu1)} @32 {cpu_text(row.cpu32)} | errors {errors}"
         )
         self.rows.append(row)
         return row
@@ -311,11 +400,11 @@ class Bench:
     # -------------------------------------------------------------- servers
 
     @contextlib.contextmanager
-    def upstream(self, era: str) -> Iterator[str]:
+    def upstream(self, era: str) -> Iterator[tuple[str, int]]:
         port = free_port()
         argv = [sys.executable, "-m", "bench.upstream", "--port", str(port), "--era", era]
-        with self.procs.listening(f"upstream-{era}", argv, port):
-            yield f"http://127.0.0.1:{port}/mcp"
+        with self.procs.listening(f"upstream-{era}", argv, port) as process:
+            yield f"http://127.0.0.1:{port}/mcp", process.proc.pid
 
     @contextlib.contextmanager
     def proxy(
@@ -336,27 +425,33 @@ class Bench:
             yield f"http://127.0.0.1:{port}/mcp", process.proc.pid
 
     @contextlib.contextmanager
-    def bare_hop(self, upstream: str) -> Iterator[str]:
+    def bare_hop(self, upstream: str) -> Iterator[tuple[str, int]]:
         port = free_port()
         argv = [sys.executable, "-m", "bench.bare_hop", "--upstream", upstream, "--port", str(port)]
-        with self.procs.listening("bare-hop", argv, port):
-            yield f"http://127.0.0.1:{port}/mcp"
+        with self.procs.listening("bare-hop", argv, port) as process:
+            yield f"http://127.0.0.1:{port}/mcp", process.proc.pid
 
     @contextlib.contextmanager
-    def peer(self, name: str) -> Iterator[str]:
+    def peer(self, name: str) -> Iterator[tuple[str, int]]:
+        """A peer bridge; peer.sh execs node, so the pid is the bridge (cpu_ticks checks anyway)."""
         port = free_port()
-        with self.procs.listening(name, ["bash", str(peers.peer_sh()), name, str(port)], port):
-            yield f"http://127.0.0.1:{port}/mcp"
+        with self.procs.listening(name, ["bash", str(peers.peer_sh()), name, str(port)], port) as process:
+            yield f"http://127.0.0.1:{port}/mcp", process.proc.pid
 
     # -------------------------------------------------------------- scenarios
 
     def run(self) -> None:
         cache_known = proxy_knows("cache")
-        with self.upstream("modern") as modern:
+        with self.upstream("modern") as (modern, upstream_pid):
             if self.wanted("a"):
                 say("(a) direct to the modern upstream")
                 expect_echo("(a)", *modern_call(modern))
-                self.measure(Row("a", "(a) direct → modern upstream (tools/call)"), modern, "modern_tools_call.lua")
+                self.measure(
+                    Row("a", "(a) direct → modern upstream (tools/call)"),
+                    modern,
+                    "modern_tools_call.lua",
+                    cpu_pid=upstream_pid,
+                )
                 say("(a2) direct, tools/list")
                 status, reply = modern_list(modern)
                 say(f"  check (a2): tools/list -> HTTP {status} {short(reply)}")
@@ -364,15 +459,17 @@ class Bench:
                     Row("a-list", "(a2) direct → modern upstream (tools/list)", ["reference for (f)"], baseline="a"),
                     modern,
                     "modern_tools_list.lua",
+                    cpu_pid=upstream_pid,
                 )
             if self.wanted("b"):
                 say("(b) bare aiohttp hop")
-                with self.bare_hop(modern) as hop:
+                with self.bare_hop(modern) as (hop, hop_pid):
                     expect_echo("(b)", *modern_call(hop))
                     self.measure(
                         Row("b", "(b) bare aiohttp hop → modern", ["reference Python hop"], baseline="a"),
                         hop,
                         "modern_tools_call.lua",
+                        cpu_pid=hop_pid,
                     )
             if self.wanted("c"):
                 say("(c) proxy, modern → modern (pass-through)")
@@ -383,6 +480,7 @@ class Bench:
                         url,
                         "modern_tools_call.lua",
                         profile_pid=pid,
+                        cpu_pid=pid,
                     )
                 say("(c) again with the default info-level access log")
                 with self.proxy("c-info", url=modern, era="modern", level="info") as (url, pid):
@@ -397,6 +495,7 @@ class Bench:
                         url,
                         "modern_tools_call.lua",
                         profile_pid=pid,
+                        cpu_pid=pid,
                     )
             if self.wanted("d"):
                 say("(d) proxy, legacy client → modern upstream (translated)")
@@ -414,6 +513,7 @@ class Bench:
                         "legacy_tools_call.lua",
                         {"BENCH_SESSION": session},
                         profile_pid=pid,
+                        cpu_pid=pid,
                     )
             if self.wanted("f"):
                 say("(f) proxy, modern tools/list served from the proxy's cache")
@@ -432,7 +532,7 @@ class Bench:
                     row = Row("f", "(f) proxy, cached tools/list", ["log level warning"], baseline="a")
                     if not cache_known:
                         row.notes.append("this proxy build has no `cache` setting yet")
-                    self.measure(row, url, "modern_tools_list.lua", profile_pid=pid)
+                    self.measure(row, url, "modern_tools_list.lua", profile_pid=pid, cpu_pid=pid)
                     reached = upstream_count(modern, "tools/list") - before
                     sent = row.total_requests + 2
                     row.notes.append(
@@ -442,7 +542,7 @@ class Bench:
             if self.wanted("mem"):
                 self.measure_memory(modern)
         if self.wanted("e"):
-            with self.upstream("legacy") as legacy:
+            with self.upstream("legacy") as (legacy, _):
                 say("(e) proxy, modern client → legacy upstream (translated)")
                 session = legacy_session(legacy)
                 expect_echo("(e, legacy upstream direct)", *legacy_call(legacy, session))
@@ -458,6 +558,7 @@ class Bench:
                         url,
                         "modern_tools_call.lua",
                         profile_pid=pid,
+                        cpu_pid=pid,
                     )
         if self.wanted("g"):
             self.run_stdio()
@@ -475,13 +576,14 @@ class Bench:
                 "legacy_tools_call.lua",
                 {**env, "BENCH_SESSION": session},
                 profile_pid=pid,
+                cpu_pid=pid,
             )
         for bridge, label in (
             ("mcp-proxy-everything", "npm mcp-proxy 6.7.19"),
             ("supergateway-everything", "supergateway 4.0.0"),
         ):
             say(f"(g) server-everything over stdio behind {label}")
-            with self.peer(bridge) as url:
+            with self.peer(bridge) as (url, pid):
                 session = legacy_session(url)
                 expect_echo(f"(g) {bridge}", *legacy_call(url, session))
                 self.measure(
@@ -494,6 +596,7 @@ class Bench:
                     url,
                     "legacy_tools_call.lua",
                     {**env, "BENCH_SESSION": session},
+                    cpu_pid=pid,
                 )
 
     def measure_memory(self, modern: str) -> None:
@@ -640,6 +743,10 @@ def ms(value: float, digits: int = 3) -> str:
     return f"{value:.{digits}f}"
 
 
+def cpu_text(value: float | None) -> str:
+    return "—" if value is None else f"{value:.0f}"
+
+
 def render(bench: Bench, args: argparse.Namespace, facts: dict[str, str], started: float) -> tuple[str, list[str]]:
     rows = {row.key: row for row in bench.rows}
     lines = ["# mcp-era-proxy benchmark", ""]
@@ -651,11 +758,17 @@ def render(bench: Bench, args: argparse.Namespace, facts: dict[str, str], starte
         f"rps range in the notes) after a {args.warmup} s warm-up at 32 connections; "
         "@1 = `wrk -t1 -c1`, @32 = `wrk -t2 -c32`; latency in ms. Proxy runs at log level **warning** "
         "unless the row says otherwise. Load generator, proxy, upstream (and bridges) share the "
-        f"{facts['cores']} cores above, all on 127.0.0.1."
+        f"{facts['cores']} cores above, all on 127.0.0.1. CPU µs/req = utime + stime of the process "
+        "under test (the server wrk talks to; for (a) the upstream), sampled from /proc right before "
+        "and after each run, over the requests wrk completed in it; median of the runs. Steadier than "
+        "rps on a shared machine."
     )
     lines.append("")
-    lines.append("| scenario | rps@1 | p50@1 (ms) | p99@1 | rps@32 | p50@32 | p99@32 | added p50@1 (ms) | notes |")
-    lines.append("|---|---:|---:|---:|---:|---:|---:|---:|---|")
+    lines.append(
+        "| scenario | rps@1 | p50@1 (ms) | p99@1 | rps@32 | p50@32 | p99@32 | CPU µs/req@1 | CPU µs/req@32 "
+        "| added p50@1 (ms) | notes |"
+    )
+    lines.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
     for row in bench.rows:
         assert row.c1 is not None and row.c32 is not None
         added = "—"
@@ -665,7 +778,8 @@ def render(bench: Bench, args: argparse.Namespace, facts: dict[str, str], starte
             added = f"{delta:+.3f}" + ("" if row.baseline == "a" else f" vs ({row.baseline})")
         lines.append(
             f"| {row.label} | {row.c1.rps:.0f} | {ms(row.c1.p50_ms)} | {ms(row.c1.p99_ms)} | "
-            f"{row.c32.rps:.0f} | {ms(row.c32.p50_ms, 2)} | {ms(row.c32.p99_ms, 2)} | {added} | "
+            f"{row.c32.rps:.0f} | {ms(row.c32.p50_ms, 2)} | {ms(row.c32.p99_ms, 2)} | "
+            f"{cpu_text(row.cpu1)} | {cpu_text(row.cpu32)} | {added} | "
             f"{'; '.join(row.notes + ([f'rps range @1 {row.spread[0]}, @32 {row.spread[1]}'] if row.spread else []))} |"
         )
     lines.append("")
@@ -718,6 +832,13 @@ def judge(rows: dict[str, Row], mem: dict[str, Any] | None) -> list[str]:
         if a is not None and a.c1 and row.c1:
             added = row.c1.p50_ms - a.c1.p50_ms
             out.append(f"({key}) added p50@1 < 0.3 ms: {added:.3f} ms → {verdict(added < 0.3)}")
+        if b is not None and b.cpu32 and row.cpu32 is not None:
+            ratio = row.cpu32 / b.cpu32
+            at1 = f"{row.cpu1 / b.cpu1:.2f}x" if b.cpu1 and row.cpu1 is not None else "—"
+            out.append(
+                f"({key}) CPU/req@32 ≤ 1.25x (b): {row.cpu32:.0f} vs {b.cpu32:.0f} µs = {ratio:.2f}x "
+                f"(@1: {cpu_text(row.cpu1)} vs {cpu_text(b.cpu1)} µs = {at1}) → {verdict(ratio <= 1.25)}"
+            )
     f = rows.get("f")
     if f is not None and a is not None and f.c1 and f.c32 and a.c1 and a.c32:
         ok = f.c32.rps > a.c32.rps and f.c32.p50_ms < a.c32.p50_ms and f.c1.p50_ms < a.c1.p50_ms
@@ -745,7 +866,7 @@ def chart(bench: Bench, path: Path) -> None:
 
     rows = [r for r in bench.rows if r.c1 and r.c32]
     labels = [r.label.replace(" → ", "\n→ ", 1) for r in rows]
-    fig, (left, right) = plt.subplots(1, 2, figsize=(15, 0.65 * len(rows) + 2), sharey=True)
+    fig, (left, right, cpu) = plt.subplots(1, 3, figsize=(20, 0.65 * len(rows) + 2), sharey=True)
     positions = range(len(rows))
     height = 0.38
     left.barh([p - height / 2 for p in positions], [r.c1.rps for r in rows], height, label="concurrency 1")
@@ -761,6 +882,11 @@ def chart(bench: Bench, path: Path) -> None:
     right.set_xlabel("latency at concurrency 1 (ms, log scale)")
     right.legend(loc="lower right")
     right.grid(axis="x", alpha=0.3)
+    cpu.barh([p - height / 2 for p in positions], [r.cpu1 or 0 for r in rows], height, label="concurrency 1")
+    cpu.barh([p + height / 2 for p in positions], [r.cpu32 or 0 for r in rows], height, label="concurrency 32")
+    cpu.set_xlabel("CPU µs per request, process under test")
+    cpu.legend(loc="lower right")
+    cpu.grid(axis="x", alpha=0.3)
     fig.suptitle("mcp-era-proxy benchmark (wrk, 127.0.0.1)")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -774,9 +900,12 @@ def main() -> int:
     parser.add_argument("--warmup", type=int, default=1, help="seconds of warm-up load before each scenario")
     parser.add_argument("--sessions", type=int, default=10_000, help="idle legacy sessions for the memory line")
     parser.add_argument("--only", type=lambda s: set(s.split(",")), default=set(), help="e.g. a,b,c,mem")
+    parser.add_argument("--quick", action="store_true", help="same as --only b,c,d,e: the CPU/req targets")
     parser.add_argument("--profile", action="store_true", help="py-spy the proxy during its @32 runs")
     parser.add_argument("--out", type=Path, default=BENCH / "results")
     args = parser.parse_args()
+    if args.quick:
+        args.only = args.only or {"b", "c", "d", "e"}
     args.out.mkdir(parents=True, exist_ok=True)
     logs = args.out / "logs"
     logs.mkdir(exist_ok=True)
@@ -794,6 +923,8 @@ def main() -> int:
     bench.rows.sort(key=lambda row: order.index(row.key) if row.key in order else len(order))
     text, _ = render(bench, args, facts, started)
     (args.out / "latest.md").write_text(text + "\n")
+    runs = {row.key: {"cpu_us@1": row.cpu1, "cpu_us@32": row.cpu32, "runs": row.runs} for row in bench.rows}
+    (args.out / "latest-runs.json").write_text(json.dumps(runs, indent=1) + "\n")
     try:
         chart(bench, args.out / "latest.png")
     except ImportError:
