@@ -19,11 +19,12 @@ from ..config import Settings
 from ..errors import ProxyError, session_not_found
 from ..metrics import Metrics, RequestMetrics, method_label
 from ..protocol import jsonrpc
-from ..protocol.classify import Rejection, Route, classify_post
+from ..protocol.classify import Route, classify_post
 from ..protocol.headers import PROTOCOL_VERSION_HEADER, SESSION_HEADER
 from ..protocol.methods import CACHEABLE_METHODS
-from ..protocol.modern_inbound import ModernRequest, header_view, validate_request
 from ..protocol.modern_to_legacy import listen_closed
+from ..protocol.modern_validate import ModernRequest, header_view, validate_request
+from ..protocol.status import Rejection
 from ..protocol.versions import LEGACY_VERSIONS, Era
 from ..relay.detect import EraDetector
 from ..relay.legacy_to_modern import LegacyToModern, upstream_error, upstream_timeout
@@ -44,8 +45,8 @@ _SESSION_HEADER_LOWER = SESSION_HEADER.lower()
 _SMALL_REPLY = 1024 * 1024  # same-era replies up to this size (with a Content-Length) are sent in one piece
 
 
-def error_reply(exc: ProxyError, request_id: Any = None) -> web.Response:
-    return json_response(exc.reply(request_id), exc.status, exc.headers or None)
+def error_reply(exc: ProxyError, era: Era, request_id: Any = None) -> web.Response:
+    return json_response(exc.reply(request_id), exc.status_for(era), exc.headers or None)
 
 
 class McpEndpoint:
@@ -119,7 +120,7 @@ class McpEndpoint:
             response = await self._post(request, record)
         except ProxyError as exc:
             record.outcome = exc.outcome if exc.outcome != "error" else "rejected"
-            response = error_reply(exc, record.request_id)
+            response = error_reply(exc, Era(record.downstream_era), record.request_id)
         except asyncio.CancelledError:
             record.outcome = "cancelled"
             record.status = 499  # client closed the connection
@@ -137,12 +138,12 @@ class McpEndpoint:
         try:
             body = jsonrpc.decode(raw)
         except jsonrpc.DecodeError:
-            raise ProxyError(jsonrpc.PARSE_ERROR, "Parse error: body is not valid JSON", status=400) from None
+            raise ProxyError(jsonrpc.PARSE_ERROR, "Parse error: body is not valid JSON", refused=True) from None
         record.request_id = jsonrpc.id_of(body)
         session_id = request.headers.get(SESSION_HEADER)
         route = classify_post(body, session_id, request.headers.get(PROTOCOL_VERSION_HEADER))
         if isinstance(route, Rejection):
-            raise ProxyError(route.code, route.message, status=route.status)
+            raise ProxyError.rejected(route)
         era = await self._era()
         record.upstream_era = era.value
         if route is Route.MODERN:
@@ -153,7 +154,7 @@ class McpEndpoint:
         if relay is None:  # legacy client, legacy HTTP upstream: the upstream's own session
             record.method = body.get("method") if isinstance(body, dict) else "batch"
             if any(jsonrpc.kind(item) == "invalid" for item in (body if isinstance(body, list) else [body])):
-                raise ProxyError(jsonrpc.INVALID_REQUEST, "not a valid JSON-RPC 2.0 message", status=400)
+                raise ProxyError(jsonrpc.INVALID_REQUEST, "not a valid JSON-RPC 2.0 message", refused=True)
             return await self._pass_through(request, "POST", raw, record, legacy=True)
         if route is Route.LEGACY_INITIALIZE:
             return await self._initialize(request, relay, body, record)
@@ -169,12 +170,12 @@ class McpEndpoint:
     ) -> web.StreamResponse:
         record.method = "initialize"
         if jsonrpc.kind(body) != "request":
-            raise ProxyError(jsonrpc.INVALID_REQUEST, "initialize must be a JSON-RPC request", status=400)
+            raise ProxyError(jsonrpc.INVALID_REQUEST, "initialize must be a JSON-RPC request", refused=True)
         try:
             result, session_id = await relay.initialize(body, self._principal(request), self._auth_headers(request))
         except ProxyError as exc:
             record.outcome = exc.outcome
-            return error_reply(exc, body["id"])
+            return error_reply(exc, Era.LEGACY, body["id"])
         record.session = session_id
         return json_response(jsonrpc.result_response(body["id"], result), headers={SESSION_HEADER: session_id})
 
@@ -185,7 +186,7 @@ class McpEndpoint:
         version = request.headers.get(PROTOCOL_VERSION_HEADER)
         if version is not None and version not in LEGACY_VERSIONS:
             raise ProxyError(
-                jsonrpc.INVALID_REQUEST, f"unsupported MCP-Protocol-Version {version!r} for this session", status=400
+                jsonrpc.INVALID_REQUEST, f"unsupported MCP-Protocol-Version {version!r} for this session", refused=True
             )
         return session
 
@@ -200,7 +201,7 @@ class McpEndpoint:
         kind = jsonrpc.kind(body)
         record.method = body.get("method") if kind != "response" else "response"
         if kind == "invalid":
-            raise ProxyError(jsonrpc.INVALID_REQUEST, "not a valid JSON-RPC 2.0 message", status=400)
+            raise ProxyError(jsonrpc.INVALID_REQUEST, "not a valid JSON-RPC 2.0 message", refused=True)
         if kind == "notification":
             await relay.handle_notification(session, body)
             return web.Response(status=202)
@@ -227,7 +228,7 @@ class McpEndpoint:
         except ProxyError as exc:
             record.outcome = exc.outcome
             # A batch shares `reply`: only an error that needs its own HTTP status stops it opening.
-            if exc.status != 200 and not await reply.streaming():
+            if exc.status_for(Era.LEGACY) != 200 and not await reply.streaming():
                 raise  # e.g. an upstream 401: relayed with its status and WWW-Authenticate
             return exc.reply(body["id"])
         if message is None:
@@ -243,15 +244,15 @@ class McpEndpoint:
         record.method = "batch"
         if session.legacy_version != "2025-03-26":
             raise ProxyError(
-                jsonrpc.INVALID_REQUEST, f"batches are not part of protocol {session.legacy_version}", status=400
+                jsonrpc.INVALID_REQUEST, f"batches are not part of protocol {session.legacy_version}", refused=True
             )
         requests: list[dict[str, Any]] = []
         for item in body:
             kind = jsonrpc.kind(item)
             if kind == "request" and item["method"] == "initialize":
-                raise ProxyError(jsonrpc.INVALID_REQUEST, "initialize cannot be batched", status=400)
+                raise ProxyError(jsonrpc.INVALID_REQUEST, "initialize cannot be batched", refused=True)
             if kind == "invalid":
-                raise ProxyError(jsonrpc.INVALID_REQUEST, "batch holds an invalid JSON-RPC message", status=400)
+                raise ProxyError(jsonrpc.INVALID_REQUEST, "batch holds an invalid JSON-RPC message", refused=True)
             if kind == "notification":
                 await relay.handle_notification(session, item)
             elif kind == "response":
@@ -281,12 +282,12 @@ class McpEndpoint:
         if kind == "notification":
             return web.Response(status=202)  # nothing to act on: over HTTP a closed stream cancels
         if kind != "request":
-            raise ProxyError(jsonrpc.INVALID_REQUEST, "expected a single JSON-RPC request or notification", status=400)
+            raise ProxyError(
+                jsonrpc.INVALID_REQUEST, "expected a single JSON-RPC request or notification", refused=True
+            )
         checked = validate_request(body, header_view(request.headers.items()))
         if isinstance(checked, Rejection):
-            raise ProxyError(
-                checked.code, checked.message, status=checked.status, data=checked.data, outcome="rejected"
-            )
+            raise ProxyError.rejected(checked)
         same_era = self._modern_stdio if self._http is None else self._modern_http
         if era is Era.MODERN and self._http is not None and checked.method not in CACHEABLE_METHODS:
             return await self._pass_through(request, "POST", raw, record, legacy=False)
@@ -421,7 +422,7 @@ class McpEndpoint:
             session = await self._session(request, relay, session_id)
             stream_handle = relay.open_get_stream(session)
         except ProxyError as exc:
-            return error_reply(exc)
+            return error_reply(exc, Era.LEGACY)
         sse = SseStream(request, self._keepalive_s)
         gauge = self._metrics.streams_open.labels("downstream_get")
         gauge.inc()
@@ -451,10 +452,10 @@ class McpEndpoint:
             if relay is None:
                 return await self._pass_through(request, "DELETE", None, _Record(), legacy=True)
         except ProxyError as exc:
-            return error_reply(exc)
+            return error_reply(exc, Era.LEGACY)
         session = await relay.resolve(session_id, self._principal(request))
         if session is None:
-            return error_reply(session_not_found())
+            return error_reply(session_not_found(), Era.LEGACY)
         await relay.close(session.id, reason="deleted")
         return web.Response(status=200)
 

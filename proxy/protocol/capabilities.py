@@ -1,4 +1,5 @@
-"""Capability mapping between eras (translation reference tables A, B and C)."""
+"""Capability mapping between eras (docs/translation.md tables A, B and C), and the one rule for
+what an input request needs from the client."""
 
 from __future__ import annotations
 
@@ -67,6 +68,44 @@ def elicitation_modes(modern_caps: object) -> frozenset[str]:
     elicitation = _obj(caps["elicitation"])
     modes = {mode for mode in ("form", "url") if mode in elicitation}
     return frozenset(modes or {"form"})
+
+
+def missing_input_capability(method: str, params: object, caps: object) -> JSONDict | None:
+    """What an input request (elicitation, sampling, roots) needs that the client capabilities
+    `caps` do not declare, in the shape of -32021's `requiredCapabilities`; None when covered.
+
+    One rule for both directions: a modern server must not ask for what the request did not
+    declare (2026-07-28/basic/patterns/mrtr.mdx §Server Requirements), so a legacy server's request
+    that needs more is refused, and a modern server's input request that needs more is its bug.
+    Elicitation needs its mode (2025-11-25/client/elicitation.mdx §Capabilities; {} means form);
+    sampling needs `tools` for tools/toolChoice and `context` for includeContext other than none
+    (2025-11-25/client/sampling.mdx).
+    """
+    given = _obj(caps)
+    args = params if isinstance(params, dict) else {}
+    if method == "elicitation/create":
+        mode = args.get("mode", "form")
+        return None if mode in elicitation_modes(given) else {"elicitation": {str(mode): {}}}
+    if method == "sampling/createMessage":
+        needed: JSONDict = {}
+        if "tools" in args or "toolChoice" in args:
+            needed["tools"] = {}
+        if args.get("includeContext", "none") != "none":
+            needed["context"] = {}
+        sampling = given.get("sampling")
+        if not isinstance(sampling, dict) or any(key not in sampling for key in needed):
+            return {"sampling": needed}
+        return None
+    return None if "roots" in given else {"roots": {}}
+
+
+def describe_required(required: JSONDict) -> str:
+    """`{"sampling": {"tools": {}}}` → "sampling.tools", for error messages."""
+    names = []
+    for capability, detail in required.items():
+        members = list(detail) if isinstance(detail, dict) else []
+        names.extend(f"{capability}.{member}" for member in members) if members else names.append(capability)
+    return ", ".join(names)
 
 
 # Every input capability a legacy client can declare (2025-11-25): what the proxy tells a legacy

@@ -6,11 +6,10 @@ the two headers that matter, never a socket.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from enum import Enum
-from typing import Any
 
 from . import jsonrpc, meta
+from .status import Rejection
 from .versions import MODERN_VERSIONS
 
 
@@ -21,23 +20,15 @@ class Route(Enum):
     LEGACY_SESSION = "legacy_session"
 
 
-@dataclass(frozen=True, slots=True)
-class Rejection:
-    status: int
-    code: int
-    message: str
-    data: Any = None
-
-
 def classify_post(body: object, session_id: str | None, protocol_version_header: str | None) -> Route | Rejection:
     if isinstance(body, list):
         if not body:
-            return Rejection(400, jsonrpc.INVALID_REQUEST, "empty batch")
+            return Rejection(jsonrpc.INVALID_REQUEST, "empty batch")
         if session_id is None:
-            return Rejection(400, jsonrpc.INVALID_REQUEST, "batch outside a session")
+            return Rejection(jsonrpc.INVALID_REQUEST, "batch outside a session")
         return Route.LEGACY_BATCH
     if not isinstance(body, dict):
-        return Rejection(400, jsonrpc.INVALID_REQUEST, "body is not a JSON-RPC message")
+        return Rejection(jsonrpc.INVALID_REQUEST, "body is not a JSON-RPC message")
     # The reserved protocolVersion key marks a modern request even for `initialize` (a removed
     # method a modern server answers with -32601); legacy clients never set it.
     request_meta = meta.meta_of(body.get("params"))
@@ -54,13 +45,10 @@ def classify_post(body: object, session_id: str | None, protocol_version_header:
             return Route.MODERN  # a modern notification carries no _meta envelope; its handler decides
         return _missing_meta(protocol_version_header)
     return Rejection(
-        400,
         jsonrpc.INVALID_REQUEST,
         "no Mcp-Session-Id: send initialize first (legacy) or per-request _meta (2026-07-28)",
     )
 
 
 def _missing_meta(version: str) -> Rejection:
-    return Rejection(
-        400, jsonrpc.INVALID_PARAMS, f"missing params._meta[{meta.PROTOCOL_VERSION!r}] required by {version}"
-    )
+    return Rejection(jsonrpc.INVALID_PARAMS, f"missing params._meta[{meta.PROTOCOL_VERSION!r}] required by {version}")

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import downgrade, jsonrpc, meta
-from .capabilities import elicitation_modes, legacy_server_capabilities
+from .capabilities import describe_required, legacy_server_capabilities, missing_input_capability
 from .headers import (
     METHOD_HEADER,
     NAME_HEADER,
@@ -245,22 +245,13 @@ def input_request_to_downstream(request: object, legacy_version: str, modern_cap
     params = request.get("params")
     params = dict(params) if isinstance(params, dict) else {}
     params.pop("task", None)
+    missing = missing_input_capability(method, params, modern_caps)
+    if missing is not None:
+        raise InputRequestRejected(f"client did not declare {describe_required(missing)}")
     if method == "elicitation/create":
-        mode = params.get("mode", "form")
-        if mode not in elicitation_modes(modern_caps):
-            raise InputRequestRejected(f"client did not declare elicitation mode {mode!r}")
         return method, downgrade.elicitation_params(params, legacy_version)
     if method == "sampling/createMessage":
-        sampling = modern_caps.get("sampling")
-        if not isinstance(sampling, dict):
-            raise InputRequestRejected("client did not declare sampling")
-        if ("tools" in params or "toolChoice" in params) and "tools" not in sampling:
-            raise InputRequestRejected("client did not declare sampling.tools")
-        if params.get("includeContext", "none") != "none" and "context" not in sampling:
-            raise InputRequestRejected("client did not declare sampling.context")
         return method, downgrade.sampling_params(params, legacy_version)
-    if "roots" not in modern_caps:
-        raise InputRequestRejected("client did not declare roots")
     return method, params
 
 

@@ -11,9 +11,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import jsonrpc, meta
-from .capabilities import elicitation_modes, legacy_client_capabilities, modern_server_capabilities
+from .capabilities import (
+    describe_required,
+    legacy_client_capabilities,
+    missing_input_capability,
+    modern_server_capabilities,
+)
 from .methods import CACHEABLE_METHODS, INPUT_REQUEST_METHODS, INPUT_REQUIRED_METHODS, LIST_CHANGED, uri_within
-from .versions import LATEST_LEGACY, LEGACY_VERSIONS, MODERN_VERSIONS
+from .status import http_status
+from .versions import LATEST_LEGACY, LEGACY_VERSIONS, MODERN_VERSIONS, Era
 
 JSONDict = dict[str, Any]
 
@@ -131,16 +137,12 @@ def error_to_downstream(error: JSONDict) -> tuple[JSONDict, int]:
     """A legacy error as 2026-07-28 defines it, with the HTTP status to send it with."""
     code = error.get("code")
     if code == jsonrpc.RESOURCE_NOT_FOUND:
-        return {**error, "code": jsonrpc.INVALID_PARAMS}, 200
-    if code == jsonrpc.METHOD_NOT_FOUND:
-        return error, 404
-    if isinstance(code, int) and -32099 <= code <= -32020 and code not in _MODERN_DEFINED:
-        return jsonrpc.error_object(
+        error = {**error, "code": jsonrpc.INVALID_PARAMS}
+    elif isinstance(code, int) and -32099 <= code <= -32020 and code not in _MODERN_DEFINED:
+        error = jsonrpc.error_object(
             jsonrpc.INTERNAL_ERROR, str(error.get("message", "upstream error")), {"upstreamError": error}
-        ), 200
-    if code in _MODERN_DEFINED:
-        return error, 400
-    return error, 200
+        )
+    return error, http_status(error.get("code"), Era.MODERN)
 
 
 def notification_to_downstream(note: JSONDict, progress_token: Any, log_level: str | None) -> JSONDict | None:
@@ -203,11 +205,13 @@ def server_request(request: JSONDict, front_method: str | None, front_caps: JSON
             )
         )
     params = request.get("params") if isinstance(request.get("params"), dict) else {}
-    required = missing_capability(method, params, front_caps)
+    required = missing_input_capability(method, params, front_caps)
     if required is not None:
         # Legacy servers expect invalid params for an elicitation the client cannot do, else not found.
         code = jsonrpc.INVALID_PARAMS if method == "elicitation/create" else jsonrpc.METHOD_NOT_FOUND
-        return Missing(required, jsonrpc.error_object(code, f"the client did not declare {next(iter(required))}"))
+        return Missing(
+            required, jsonrpc.error_object(code, f"the client did not declare {describe_required(required)}")
+        )
     clean = {k: v for k, v in params.items() if k not in ("task", "_meta")}
     if method == "elicitation/create":
         clean.pop("elicitationId", None)
@@ -215,24 +219,6 @@ def server_request(request: JSONDict, front_method: str | None, front_caps: JSON
     if clean or method != "roots/list":
         entry["params"] = clean
     return Park(entry)
-
-
-def missing_capability(method: str, params: JSONDict, caps: JSONDict) -> JSONDict | None:
-    """The client capabilities a server request needs and the request did not declare."""
-    if method == "elicitation/create":
-        mode = params.get("mode", "form")
-        return None if mode in elicitation_modes(caps) else {"elicitation": {mode: {}}}
-    if method == "sampling/createMessage":
-        sampling = caps.get("sampling")
-        needed: JSONDict = {}
-        if "tools" in params or "toolChoice" in params:
-            needed["tools"] = {}
-        if params.get("includeContext", "none") != "none":
-            needed["context"] = {}
-        if not isinstance(sampling, dict) or any(k not in sampling for k in needed):
-            return {"sampling": needed}
-        return None
-    return None if "roots" in caps else {"roots": {}}
 
 
 def abandoned_answer(method: str) -> Answer:

@@ -12,7 +12,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import jsonrpc, meta
-from .classify import Rejection
 from .headers import (
     METHOD_HEADER,
     NAME_BEARING_METHODS,
@@ -22,6 +21,7 @@ from .headers import (
     ParamHeader,
     decode_header_value,
 )
+from .status import Rejection
 from .versions import MODERN_VERSIONS
 
 JSONDict = dict[str, Any]
@@ -50,7 +50,6 @@ BACKING_CAPABILITY = {
     "resources/read": "resources",
     "completion/complete": "completions",
 }
-_HTTP_400 = 400
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,7 +82,7 @@ def _single(headers: Headers, name: str) -> str | Rejection | None:
 
 
 def _mismatch(text: str) -> Rejection:
-    return Rejection(_HTTP_400, jsonrpc.HEADER_MISMATCH, f"Header mismatch: {text}")
+    return Rejection(jsonrpc.HEADER_MISMATCH, f"Header mismatch: {text}")
 
 
 def validate_request(
@@ -97,7 +96,6 @@ def validate_request(
     capabilities = request_meta.get(meta.CLIENT_CAPABILITIES) if request_meta else None
     if not isinstance(version, str) or not isinstance(capabilities, dict):
         return Rejection(
-            _HTTP_400,
             jsonrpc.INVALID_PARAMS,
             f"params._meta must carry {meta.PROTOCOL_VERSION!r} (string) and {meta.CLIENT_CAPABILITIES!r} (object)",
         )
@@ -131,14 +129,13 @@ def validate_request(
             return _mismatch(f"{NAME_HEADER} {decoded!r} does not match body {field} {params.get(field)!r}")
     if version not in MODERN_VERSIONS:
         return Rejection(
-            _HTTP_400,
             jsonrpc.UNSUPPORTED_PROTOCOL_VERSION,
             f"Unsupported protocol version: {version}",
             {"supported": list(MODERN_VERSIONS), "requested": version},
         )
     level = request_meta.get(meta.LOG_LEVEL)
     if level is not None and level not in meta.LOG_LEVELS:
-        return Rejection(_HTTP_400, jsonrpc.INVALID_PARAMS, f"unknown log level {level!r}")
+        return Rejection(jsonrpc.INVALID_PARAMS, f"unknown log level {level!r}")
     if method == "tools/call" and isinstance(params.get("name"), str):
         problem = _check_param_headers(param_headers(params["name"]), params.get("arguments"), headers)
         if problem is not None:
@@ -193,10 +190,10 @@ def method_problem(method: str, server_capabilities: JSONDict | None) -> Rejecti
     """Method-level check (-32601 travels with HTTP 404): methods 2026-07-28 removed, and, given
     the upstream's capabilities, methods it does not back."""
     if method in REMOVED_METHODS or method.startswith("tasks/"):
-        return Rejection(404, jsonrpc.METHOD_NOT_FOUND, f"Method not found: {method}")
+        return Rejection(jsonrpc.METHOD_NOT_FOUND, f"Method not found: {method}")
     if server_capabilities is None:
         return None
     capability = BACKING_CAPABILITY.get(method)
     if capability is not None and capability not in server_capabilities:
-        return Rejection(404, jsonrpc.METHOD_NOT_FOUND, f"Method not found: {method} (the server has no {capability})")
+        return Rejection(jsonrpc.METHOD_NOT_FOUND, f"Method not found: {method} (the server has no {capability})")
     return None

@@ -104,7 +104,7 @@ class LegacyToModern:
         """Answer `initialize` from the upstream's discover result and mint a session."""
         params = message.get("params")
         if not isinstance(params, dict):
-            raise ProxyError(jsonrpc.INVALID_PARAMS, "initialize needs params", status=200)
+            raise ProxyError(jsonrpc.INVALID_PARAMS, "initialize needs params")
         if await self._store.count() >= self._settings.sessions.max_sessions:
             raise ProxyError(jsonrpc.LIMIT_EXCEEDED, "too many sessions", status=503, outcome="rejected")
         try:

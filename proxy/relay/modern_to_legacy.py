@@ -24,7 +24,7 @@ from ..protocol import jsonrpc, meta
 from ..protocol import modern_to_legacy as m2l
 from ..protocol.capabilities import ALL_INPUT_CAPABILITIES, modern_server_capabilities
 from ..protocol.detection import names_modern_versions, recognized_modern_error
-from ..protocol.modern_inbound import ModernRequest, method_problem
+from ..protocol.modern_validate import ModernRequest, method_problem
 from ..upstream.errors import UpstreamError, UpstreamProtocolError, UpstreamSessionGone
 from ..upstream.http import HttpUpstream
 from .channel import ReplyChannel
@@ -547,17 +547,17 @@ class ListenBridge:
         params = self._request.message.get("params") or {}
         wanted = params.get("notifications")
         if not isinstance(wanted, dict):
-            raise ProxyError(jsonrpc.INVALID_PARAMS, "subscriptions/listen needs a notifications filter", status=400)
+            raise ProxyError(jsonrpc.INVALID_PARAMS, "subscriptions/listen needs a notifications filter", refused=True)
         if "taskIds" in wanted:
             raise ProxyError(
                 jsonrpc.MISSING_REQUIRED_CAPABILITY,
                 "task notifications need the tasks extension",
-                status=400,
+                refused=True,
                 data={"requiredCapabilities": {"extensions": {"io.modelcontextprotocol/tasks": {}}}},
             )
         uris = wanted.get("resourceSubscriptions", [])
         if not isinstance(uris, list) or not all(isinstance(u, str) for u in uris):
-            raise ProxyError(jsonrpc.INVALID_PARAMS, "resourceSubscriptions must be a list of URIs", status=400)
+            raise ProxyError(jsonrpc.INVALID_PARAMS, "resourceSubscriptions must be a list of URIs", refused=True)
         try:
             session = await self._relay.pool.open_dedicated(
                 self._request.capabilities, self._request.client_info, self._auth_headers, owner=self, push_wait_s=0.25

@@ -25,9 +25,10 @@ from ..config import Settings
 from ..errors import ProxyError
 from ..metrics import Metrics
 from ..protocol import jsonrpc, meta
-from ..protocol.modern_inbound import ModernRequest
 from ..protocol.modern_to_legacy import listen_closed
-from ..protocol.versions import LEGACY_VERSIONS
+from ..protocol.modern_validate import ModernRequest
+from ..protocol.status import status_of
+from ..protocol.versions import LEGACY_VERSIONS, Era
 from ..sessions import LegacySession, SessionIds, SessionStore, short_hash
 from ..upstream.errors import UpstreamError, UpstreamUnavailable
 from ..upstream.stdio import StdioChannel, StdioProcess
@@ -38,22 +39,6 @@ from .tasks import BackgroundTasks
 
 JSONDict = dict[str, Any]
 log = structlog.get_logger("mcp_era_proxy.relay")
-
-# HTTP status of a modern error reply (2026-07-28 streamable-http.mdx; 200 where it is silent).
-_MODERN_ERROR_STATUS = {
-    jsonrpc.PARSE_ERROR: 400,
-    jsonrpc.INVALID_REQUEST: 400,
-    jsonrpc.METHOD_NOT_FOUND: 404,
-    jsonrpc.HEADER_MISMATCH: 400,
-    jsonrpc.MISSING_REQUIRED_CAPABILITY: 400,
-    jsonrpc.UNSUPPORTED_PROTOCOL_VERSION: 400,
-}
-
-
-def modern_status(message: JSONDict) -> int:
-    error = message.get("error")
-    return _MODERN_ERROR_STATUS.get(error.get("code"), 200) if isinstance(error, dict) else 200
-
 
 def _with_id(message: JSONDict, request_id: Any) -> JSONDict:
     return {**message, "id": request_id}
@@ -111,7 +96,7 @@ class ModernPassThrough:
         else:
             message = await self._forward(request, channel, headers)
         reply = {**message, "jsonrpc": "2.0", "id": request.message["id"]}
-        return reply, modern_status(reply)
+        return reply, status_of(reply, Era.MODERN)
 
     async def _forward(
         self, request: ModernRequest, channel: ReplyChannel, headers: Mapping[str, str] | None

@@ -7,8 +7,10 @@ import copy
 import pytest
 
 from proxy.protocol.capabilities import (
+    describe_required,
     elicitation_modes,
     legacy_server_capabilities,
+    missing_input_capability,
     modern_client_capabilities,
 )
 from proxy.protocol.versions import LATEST_MODERN, LEGACY_VERSIONS
@@ -166,3 +168,52 @@ def test_table_b_leaves_its_input_alone():
 )
 def test_elicitation_modes_treats_an_empty_object_as_form_only(caps, modes):
     assert elicitation_modes(caps) == modes
+
+
+# The one rule for what an input request needs, used by both directions.
+NEEDS = [
+    ("elicitation/create", {"message": "m"}, {"elicitation": {}}, None),
+    ("elicitation/create", {"mode": "form"}, {"elicitation": {"url": {}}}, {"elicitation": {"form": {}}}),
+    ("elicitation/create", {"mode": "url", "url": "https://x"}, {"elicitation": {}}, {"elicitation": {"url": {}}}),
+    ("elicitation/create", {"mode": "url"}, {"elicitation": {"url": {}}}, None),
+    ("elicitation/create", {}, {}, {"elicitation": {"form": {}}}),
+    ("sampling/createMessage", {"messages": []}, {"sampling": {}}, None),
+    ("sampling/createMessage", {"messages": []}, {}, {"sampling": {}}),
+    ("sampling/createMessage", {"tools": []}, {"sampling": {}}, {"sampling": {"tools": {}}}),
+    ("sampling/createMessage", {"toolChoice": {}}, {"sampling": {"tools": {}}}, None),
+    (
+        "sampling/createMessage",
+        {"includeContext": "thisServer"},
+        {"sampling": {"tools": {}}},
+        {"sampling": {"context": {}}},
+    ),
+    ("sampling/createMessage", {"includeContext": "none"}, {"sampling": {}}, None),
+    (
+        "sampling/createMessage",
+        {"tools": [], "includeContext": "allServers"},
+        {"sampling": {"tools": {}}},
+        {"sampling": {"tools": {}, "context": {}}},
+    ),
+    ("sampling/createMessage", {}, {"sampling": "yes"}, {"sampling": {}}),
+    ("roots/list", None, {"roots": {}}, None),
+    ("roots/list", None, {"sampling": {}}, {"roots": {}}),
+    ("roots/list", {}, "not an object", {"roots": {}}),
+]
+
+
+@pytest.mark.parametrize(("method", "params", "caps", "missing"), NEEDS)
+def test_an_input_request_needs_exactly_the_capabilities_of_its_kind(method, params, caps, missing):
+    assert missing_input_capability(method, params, caps) == missing
+
+
+@pytest.mark.parametrize(
+    ("required", "text"),
+    [
+        ({"roots": {}}, "roots"),
+        ({"sampling": {}}, "sampling"),
+        ({"elicitation": {"url": {}}}, "elicitation.url"),
+        ({"sampling": {"tools": {}, "context": {}}}, "sampling.tools, sampling.context"),
+    ],
+)
+def test_what_is_missing_reads_as_capability_paths(required, text):
+    assert describe_required(required) == text

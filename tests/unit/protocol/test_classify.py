@@ -21,7 +21,7 @@ def test_a_batch_inside_a_session_is_a_legacy_batch():
 
 
 def test_an_empty_batch_is_rejected_as_an_invalid_request():
-    assert classify_post([], SESSION, None) == Rejection(400, jsonrpc.INVALID_REQUEST, "empty batch")
+    assert classify_post([], SESSION, None) == Rejection(jsonrpc.INVALID_REQUEST, "empty batch")
 
 
 def test_a_batch_without_a_session_is_rejected():
