@@ -20,7 +20,9 @@ import orjson
 
 from .config import CacheConfig
 from .metrics import Metrics
+from .protocol import jsonrpc
 from .protocol.methods import CACHEABLE_METHODS, uri_within
+from .protocol.outcome import Outcome
 
 JSONDict = dict[str, Any]
 # What each notification makes stale (reference §5 Invalidation; templates follow the resource list).
@@ -30,7 +32,6 @@ _INVALIDATES = {
     "notifications/resources/list_changed": ("resources/list", "resources/templates/list"),
 }
 _PUBLIC = ""  # the principal slot of a shared entry
-NO_STORE = "_no_store"  # mark on a loaded message: do not keep it, do not share it
 _AUTHORIZATION_WINDOW_S = 300.0  # how long an upstream answer vouches for its caller
 
 
@@ -67,7 +68,7 @@ class ResponseCache:
         self._clock = clock
         self._entries: OrderedDict[tuple[Any, ...], _Entry] = OrderedDict()
         self._bytes = 0
-        self._inflight: dict[tuple[Any, ...], tuple[asyncio.Future[JSONDict], str]] = {}  # key -> (flight, caller)
+        self._inflight: dict[tuple[Any, ...], tuple[asyncio.Future[Outcome], str]] = {}  # key -> (flight, caller)
         # Callers the upstream served lately: a public entry is served only to them, so the cache
         # never answers someone the upstream would refuse (caching.mdx §Security).
         self._authorized: OrderedDict[str, float] = OrderedDict()
@@ -107,34 +108,33 @@ class ResponseCache:
             return {**entry.result, "ttlMs": max(0, int((entry.expires - now) * 1000))}
         return None
 
-    async def fetch(self, key: tuple[Any, ...], principal: str, load: Callable[[], Awaitable[JSONDict]]) -> JSONDict:
-        """The final JSON-RPC message for `key`: from memory when fresh, else from `load()` (one call for
-        concurrent misses), stored when cacheable. Only the `result` of the returned message is shared.
-
-        `load` may mark its message with NO_STORE (e.g. a result that took the client's own input):
-        it is then neither kept nor handed to concurrent callers.
+    async def fetch(self, key: tuple[Any, ...], principal: str, load: Callable[[], Awaitable[Outcome]]) -> Outcome:
+        """The outcome for `key`: from memory when fresh, else from `load()` (one call for concurrent
+        misses), stored when cacheable. Only the `result` of the message is shared (the caller sets
+        its own id). An outcome that is not `shareable` (a result that took the client's own input)
+        is neither kept nor handed to concurrent callers.
         """
         hit = self.lookup(key, principal)
         if hit is not None:
-            return {"jsonrpc": "2.0", "result": hit}
+            return Outcome({"jsonrpc": "2.0", "result": hit})
         flight = self._inflight.get(key)
         if flight is not None:
             future, loader = flight
             if loader in (principal, _PUBLIC) or self._is_authorized(principal, self._clock()):
                 try:
-                    message = await asyncio.shield(future)
+                    shared: Outcome | None = await asyncio.shield(future)
                 except asyncio.CancelledError:
                     current = asyncio.current_task()
                     if not future.cancelled() or (current is not None and current.cancelling()):
                         raise
-                    message = None  # that caller went away: load for ourselves
-                if message is not None and self._shareable(message, same_caller=loader == principal):
-                    self._metrics.cache_requests.labels("shared", _scope_of(message)).inc()
-                    return message
+                    shared = None  # that caller went away: load for ourselves
+                if shared is not None and self._shareable(shared, same_caller=loader == principal):
+                    self._metrics.cache_requests.labels("shared", _scope_of(shared.message)).inc()
+                    return shared
         future = asyncio.get_running_loop().create_future()
         self._inflight.setdefault(key, (future, principal))
         try:
-            message = await load()
+            outcome = await load()
         except asyncio.CancelledError:
             future.cancel()
             raise
@@ -145,19 +145,19 @@ class ResponseCache:
         finally:
             if self._inflight.get(key, (None,))[0] is future:
                 del self._inflight[key]
-        future.set_result(message)
-        if message.get(NO_STORE):
-            return message
+        future.set_result(outcome)
+        if not outcome.shareable:
+            return outcome
         self._authorize(principal)
-        self._metrics.cache_requests.labels("miss", _scope_of(message)).inc()
-        self.store(key, principal, message)
-        return message
+        self._metrics.cache_requests.labels("miss", _scope_of(outcome.message)).inc()
+        self.store(key, principal, outcome.message)
+        return outcome
 
     @staticmethod
-    def _shareable(message: JSONDict, *, same_caller: bool) -> bool:
-        if message.get(NO_STORE):
+    def _shareable(outcome: Outcome, *, same_caller: bool) -> bool:
+        if not outcome.shareable:
             return False
-        result = message.get("result")
+        result = outcome.message.get("result")
         if isinstance(result, dict) and result.get("resultType") == "input_required":
             return False  # its requestState belongs to that call alone
         return same_caller or (isinstance(result, dict) and result.get("cacheScope") == "public")
@@ -165,12 +165,7 @@ class ResponseCache:
     def store(self, key: tuple[Any, ...], principal: str, message: JSONDict) -> None:
         """Keep a complete result whose hints allow it; never errors or input_required results."""
         result = message.get("result")
-        if (
-            not self.enabled
-            or message.get(NO_STORE)
-            or not isinstance(result, dict)
-            or result.get("resultType", "complete") != "complete"
-        ):
+        if not self.enabled or not isinstance(result, dict) or result.get("resultType", "complete") != "complete":
             return
         ttl_ms, scope = result.get("ttlMs"), result.get("cacheScope")
         if not isinstance(ttl_ms, int) or isinstance(ttl_ms, bool) or ttl_ms <= 0 or scope not in ("public", "private"):
@@ -206,7 +201,7 @@ class ResponseCache:
         """Drop what a list_changed / resources/updated notification makes stale; returns how many."""
         method = notification.get("method")
         if method == "notifications/resources/updated":
-            params = notification.get("params") if isinstance(notification.get("params"), dict) else {}
+            params = jsonrpc.params_of(notification)
             uri = params.get("uri")
             if not isinstance(uri, str):
                 return 0

@@ -40,9 +40,7 @@ class ProxyError(Exception):
 
     @classmethod
     def rejected(cls, rejection: Rejection) -> ProxyError:
-        return cls(
-            rejection.code, rejection.message, status=rejection.status, data=rejection.data, outcome="rejected"
-        )
+        return cls(rejection.code, rejection.message, status=rejection.status, data=rejection.data, outcome="rejected")
 
     def status_for(self, era: Era) -> int:
         return self.status if self.status is not None else http_status(self.code, era, refused=self.refused)

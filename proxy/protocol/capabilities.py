@@ -101,10 +101,10 @@ def missing_input_capability(method: str, params: object, caps: object) -> JSOND
 
 def describe_required(required: JSONDict) -> str:
     """`{"sampling": {"tools": {}}}` → "sampling.tools", for error messages."""
-    names = []
+    names: list[str] = []
     for capability, detail in required.items():
         members = list(detail) if isinstance(detail, dict) else []
-        names.extend(f"{capability}.{member}" for member in members) if members else names.append(capability)
+        names.extend([f"{capability}.{member}" for member in members] or [capability])
     return ", ".join(names)
 
 

@@ -9,7 +9,7 @@ not hinge on one error code.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeGuard
 
 from . import jsonrpc, meta
 from .versions import LATEST_MODERN, Era, pick_modern
@@ -26,7 +26,7 @@ def probe_request(request_id: jsonrpc.RequestId, version: str = LATEST_MODERN) -
     )
 
 
-def recognized_modern_error(error: object) -> bool:
+def recognized_modern_error(error: object) -> TypeGuard[JSONDict]:
     """Errors only a 2026-07-28 server sends (policy: the spec gives no list; -32602 and -32601
     are not conclusive, legacy servers use them too)."""
     if not isinstance(error, dict):
@@ -53,7 +53,7 @@ def era_from_reply(reply: object) -> Detected:
             return Detected(Era.MODERN, pick_modern(result["supportedVersions"]))
         error = reply.get("error")
         if recognized_modern_error(error):
-            data = error.get("data") if isinstance(error.get("data"), dict) else {}
+            data = jsonrpc.obj(error.get("data"))
             return Detected(Era.MODERN, pick_modern(data.get("supported")))
     return Detected(Era.LEGACY, None)
 

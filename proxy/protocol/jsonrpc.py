@@ -97,6 +97,16 @@ def _is_error_object(error: object) -> bool:
     )
 
 
+def obj(value: object) -> JSONDict:
+    """`value` if it is a JSON object, else an empty one: for reading optional members."""
+    return value if isinstance(value, dict) else {}
+
+
+def params_of(message: JSONDict) -> JSONDict:
+    """A message's params when they are an object (a request's may be absent), else {}."""
+    return obj(message.get("params"))
+
+
 def id_of(message: object) -> RequestId | None:
     """The id of a message if it is a readable request id, for error replies."""
     if isinstance(message, dict):

@@ -266,7 +266,7 @@ def input_response_from_downstream(request: JSONDict, reply: JSONDict, legacy_ve
     result = reply.get("result")
     if isinstance(result, dict):
         if method == "elicitation/create" and "content" in result:
-            params = request.get("params") if isinstance(request.get("params"), dict) else {}
+            params = jsonrpc.params_of(request)
             content = downgrade.elicitation_content(params.get("requestedSchema"), result["content"], legacy_version)
             if content is not result["content"]:
                 return {**result, "content": content}

@@ -148,7 +148,7 @@ def error_to_downstream(error: JSONDict) -> tuple[JSONDict, int]:
 def notification_to_downstream(note: JSONDict, progress_token: Any, log_level: str | None) -> JSONDict | None:
     """A request-scoped notification from the legacy session, for one modern request."""
     method = note.get("method")
-    params = note.get("params") if isinstance(note.get("params"), dict) else {}
+    params = jsonrpc.params_of(note)
     if method == "notifications/message":
         return note if meta.level_passes(params.get("level"), log_level) else None
     if method == "notifications/progress":
@@ -204,7 +204,7 @@ def server_request(request: JSONDict, front_method: str | None, front_caps: JSON
                 jsonrpc.METHOD_NOT_FOUND, f"{method} is not available during {front_method or 'this call'}"
             )
         )
-    params = request.get("params") if isinstance(request.get("params"), dict) else {}
+    params = jsonrpc.params_of(request)
     required = missing_input_capability(method, params, front_caps)
     if required is not None:
         # Legacy servers expect invalid params for an elicitation the client cannot do, else not found.
@@ -248,7 +248,7 @@ def honored_filter(requested: JSONDict, server_caps: JSONDict, push_channel: boo
 def listen_notification(note: JSONDict, honored: JSONDict, subscription_id: Any) -> JSONDict | None:
     """A legacy GET-stream notification for one listen stream, tagged, or None if not asked for."""
     method = note.get("method")
-    params = note.get("params") if isinstance(note.get("params"), dict) else {}
+    params = jsonrpc.params_of(note)
     wanted = False
     for key, (_, list_method) in LIST_CHANGED.items():
         if method == list_method and honored.get(key):

@@ -21,6 +21,7 @@ import structlog
 from ..cache import ResponseCache
 from ..config import Settings
 from ..errors import ProxyError
+from ..protocol import jsonrpc
 from ..protocol import legacy_to_modern as l2m
 from ..protocol.versions import Era
 from ..upstream.errors import UpstreamError
@@ -99,7 +100,7 @@ class CacheWatcher:
     async def _follow_modern(self) -> None:
         if self._listener is None:
             discover = await self._legacy_clients.discover()
-            self._capabilities = discover.get("capabilities") if isinstance(discover.get("capabilities"), dict) else {}
+            self._capabilities = jsonrpc.obj(discover.get("capabilities"))
             self._listener = SessionListener(
                 open_stream=self._open_listen,
                 current_filter=self._filter,

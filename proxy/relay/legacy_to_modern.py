@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import itertools
 import time
+from collections import deque
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from typing import Any
@@ -18,20 +19,39 @@ from typing import Any
 import structlog
 
 from .. import __version__
-from ..cache import NO_STORE, ResponseCache, request_key
+from ..cache import ResponseCache, request_key
 from ..config import Settings
 from ..errors import ProxyError
 from ..metrics import Metrics, method_label
 from ..protocol import jsonrpc, meta
 from ..protocol import legacy_to_modern as l2m
 from ..protocol.capabilities import modern_client_capabilities
-from ..protocol.detection import recognized_modern_error
+from ..protocol.forwarded_call import (
+    Action,
+    Ask,
+    AskClient,
+    Fail,
+    Finish,
+    ForwardedCall,
+    InputRound,
+    Log,
+    LookupToolHeaders,
+    RelayToClient,
+    Renegotiated,
+    SendUpstream,
+    SuspectEra,
+    WithdrawAsks,
+    final_message,
+    outcome_message,
+)
 from ..protocol.headers import ParamHeader
+from ..protocol.outcome import Outcome, timed_out
 from ..protocol.versions import LATEST_MODERN, pick_modern
 from ..sessions import LegacySession, SessionIds, SessionStore, short_hash
-from ..upstream.errors import UpstreamError, UpstreamHTTPError, UpstreamProtocolError
+from ..upstream.errors import UpstreamError, UpstreamProtocolError
 from ..upstream.http import HttpUpstream
 from .channel import ReplyChannel
+from .failures import UpstreamFailures, to_client_error
 from .listen import SessionListener, listen_request
 from .runtime import GetStream, SessionRuntime
 from .tasks import BackgroundTasks
@@ -47,21 +67,12 @@ _TOOLS_REFRESH_S = 5.0
 
 
 def upstream_error(exc: UpstreamError) -> ProxyError:
-    """How an upstream failure reaches the client; 401/403 are relayed as they came."""
-    if isinstance(exc, UpstreamHTTPError) and exc.is_auth:
-        headers = {"WWW-Authenticate": exc.www_authenticate} if exc.www_authenticate else {}
-        return ProxyError(
-            jsonrpc.INVALID_REQUEST,
-            f"upstream refused the credentials (HTTP {exc.status})",
-            status=exc.status,
-            headers=headers,
-            outcome="upstream_error",
-        )
-    return ProxyError(exc.code, exc.client_message, outcome="upstream_error")
+    """How an upstream failure reaches the client (not counted: see relay.failures)."""
+    return to_client_error(exc.failure)
 
 
 def upstream_timeout(name: str) -> ProxyError:
-    return ProxyError(jsonrpc.UPSTREAM_TIMEOUT, f"upstream {name!r} timed out", outcome="upstream_error")
+    return to_client_error(timed_out(name))
 
 
 class _ToolHeaders:
@@ -82,9 +93,11 @@ class LegacyToModern:
         metrics: Metrics,
         clock: Callable[[], float] = time.time,
         cache: ResponseCache | None = None,
+        failures: UpstreamFailures | None = None,
     ) -> None:
         self._settings = settings
         self._upstream = upstream
+        self._failures = failures if failures is not None else UpstreamFailures(metrics)
         self._cache = cache if cache is not None else ResponseCache(settings.cache, metrics)
         self._store = store
         self._ids = ids
@@ -110,12 +123,12 @@ class LegacyToModern:
         try:
             discover = await self.discover(principal, auth_headers)
         except UpstreamError as exc:
-            raise upstream_error(exc) from None
+            raise self._failures.client_error(exc) from None
         try:
             legacy, modern, result = l2m.initialize_result(discover, params.get("protocolVersion"), PROXY_INFO)
         except l2m.InitializeRefused as exc:
             raise ProxyError(jsonrpc.INTERNAL_ERROR, str(exc)) from None
-        client_caps = params.get("capabilities") if isinstance(params.get("capabilities"), dict) else {}
+        client_caps = jsonrpc.obj(params.get("capabilities"))
         client_info = params.get("clientInfo") if isinstance(params.get("clientInfo"), dict) else None
         now = self._clock()
         session = LegacySession(
@@ -125,7 +138,7 @@ class LegacyToModern:
             modern_version=modern,
             client_capabilities=client_caps,
             upstream_capabilities=modern_client_capabilities(client_caps, legacy),
-            server_capabilities=discover.get("capabilities") if isinstance(discover.get("capabilities"), dict) else {},
+            server_capabilities=jsonrpc.obj(discover.get("capabilities")),
             client_info=client_info,
             log_level=self._settings.sessions.default_log_level,
             created_at=now,
@@ -220,7 +233,7 @@ class LegacyToModern:
             if runtime is not None:
                 runtime.initialized.set()
         elif method == "notifications/cancelled":
-            params = message.get("params") if isinstance(message.get("params"), dict) else {}
+            params = jsonrpc.params_of(message)
             runtime = self._runtimes.get(session.id)
             task = runtime.inflight.get(params.get("requestId")) if runtime else None
             if task is not None:
@@ -277,7 +290,7 @@ class LegacyToModern:
 
     async def _local(self, session: LegacySession, runtime: SessionRuntime, message: JSONDict) -> JSONDict:
         method = message["method"]
-        params = message.get("params") if isinstance(message.get("params"), dict) else {}
+        params = jsonrpc.params_of(message)
         if method == "ping":
             return {}
         if method == "logging/setLevel":
@@ -333,151 +346,102 @@ class LegacyToModern:
         auth_headers: dict[str, str],
     ) -> JSONDict:
         method = message["method"]
-
-        async def load() -> JSONDict:
-            return await self._forward_modern(session, runtime, message, channel, auth_headers)
-
         key = self._cache.key_for(method, message.get("params"), session.modern_version, session.upstream_capabilities)
-        if key is not None:
-            final = await self._cache.fetch(key, session.principal, load)
-        else:
-            final = await load()
-        if "error" in final:
-            return {"jsonrpc": "2.0", "id": message["id"], "error": final["error"]}
-        result = final["result"]
-        if method == "tools/list":
-            result = self._learn_tools(session.principal, result)
-        return jsonrpc.result_response(message["id"], l2m.result_to_downstream(method, result, session.legacy_version))
 
-    async def _forward_modern(
+        async def load() -> Outcome:
+            call = self._new_call(session, message, channel.can_stream, auth_headers)
+            finish = await self._drive(call, session, runtime, channel, auth_headers)
+            return Outcome(outcome_message(finish), shareable=finish.cacheable)
+
+        outcome = await self._cache.fetch(key, session.principal, load) if key is not None else await load()
+        reply = outcome.message
+        if method == "tools/list" and isinstance(reply.get("result"), dict):
+            reply = {**reply, "result": self._learn_tools(session.principal, reply["result"])}
+        return final_message(message, reply, session.legacy_version)
+
+    def _new_call(
+        self, session: LegacySession, message: JSONDict, can_stream: bool, auth_headers: Mapping[str, str]
+    ) -> ForwardedCall:
+        return ForwardedCall.new(
+            message,
+            self._profile(session),
+            session.legacy_version,
+            tag=str(next(self._upstream_ids)),
+            upstream=self._upstream.name,
+            can_stream=can_stream,
+            max_rounds=self._settings.input.max_rounds,
+            trace={k: v for k, v in auth_headers.items() if k in meta.TRACE_KEYS},
+        )
+
+    async def _drive(
         self,
+        call: ForwardedCall,
         session: LegacySession,
-        runtime: SessionRuntime,
-        message: JSONDict,
+        runtime: SessionRuntime | None,
         channel: ReplyChannel,
-        auth_headers: dict[str, str],
-    ) -> JSONDict:
-        """Run the request upstream, input rounds included: {"result": the complete modern result}
-        or {"error": the error as the legacy client must see it}."""
-        method = message["method"]
-        input_responses: JSONDict | None = None
-        request_state: str | None = None
-        progress_floor: list[float] = []  # last progress value sent to the client, across rounds
-        retried: set[int] = set()
-        rounds = 0
-        while True:
-            param_headers = await self._param_headers(session, message, auth_headers)
-            upstream_id = next(self._upstream_ids)
-            outgoing = l2m.to_upstream(
-                message,
-                upstream_id,
-                self._profile(session),
-                input_responses=input_responses,
-                request_state=request_state,
-            )
-            headers = {**auth_headers, **l2m.upstream_headers(outgoing, session.modern_version, param_headers)}
-            outgoing = meta.carry_trace(outgoing, headers)
-            try:
-                final = await self._exchange(session, outgoing, headers, channel, progress_floor)
-            except UpstreamError as exc:
-                self._metrics.upstream_errors.labels(self._upstream.name, exc.kind).inc()
-                log.warning("upstream_failed", upstream=self._upstream.name, method=method, error=str(exc))
-                if isinstance(exc, UpstreamHTTPError) and exc.status in (400, 404, 405):
-                    self.on_era_mismatch(f"HTTP {exc.status} without a modern error body")
-                raise upstream_error(exc) from None
-            except TimeoutError:
-                self._metrics.upstream_errors.labels(self._upstream.name, "timeout").inc()
-                log.warning("upstream_failed", upstream=self._upstream.name, method=method, error="timeout")
-                raise upstream_timeout(self._upstream.name) from None
-            if "error" in final:
-                error = final["error"]
-                code = error.get("code")
-                if final.get("id") is None and not recognized_modern_error(error):
-                    # A reply that could not even read our request: not a 2026-07-28 server (any more).
-                    self.on_era_mismatch(f"error {code} without an id")
-                if code == jsonrpc.UNSUPPORTED_PROTOCOL_VERSION and code not in retried:
-                    retried.add(code)
-                    await self._renegotiate(session, error)
-                    continue
-                if code == jsonrpc.HEADER_MISMATCH and method == "tools/call" and code not in retried:
-                    retried.add(code)
-                    self._tool_headers.pop(session.principal, None)
-                    continue
-                if code in (jsonrpc.HEADER_MISMATCH, jsonrpc.UNSUPPORTED_PROTOCOL_VERSION):
-                    log.error("upstream_rejected_translation", upstream=self._upstream.name, method=method, error=error)
-                    return _error(
-                        jsonrpc.INTERNAL_ERROR, f"upstream rejected the translated request: {error.get('message')}"
-                    )
-                # Keep every field of the upstream error; only the code may change.
-                return {"error": l2m.error_to_downstream(method, error)}
-            outcome = l2m.classify_result(method, final.get("result"))
-            if isinstance(outcome, l2m.Complete):
-                # A result that took this client's answers is its own: never cached nor shared.
-                return {"result": outcome.result, **({NO_STORE: True} if rounds else {})}
-            if isinstance(outcome, l2m.Invalid):
-                log.error("upstream_invalid_result", upstream=self._upstream.name, method=method, reason=outcome.reason)
-                return _error(
-                    jsonrpc.INTERNAL_ERROR, f"upstream {self._upstream.name!r} sent an invalid result: {outcome.reason}"
-                )
-            rounds += 1
-            self._metrics.input_rounds.labels("legacy_to_modern", method_label(method)).inc()
-            if rounds > self._settings.input.max_rounds:
-                return _error(
-                    jsonrpc.INTERNAL_ERROR, f"gave up after {self._settings.input.max_rounds} rounds of input requests"
-                )
-            if not outcome.input_requests:
-                await asyncio.sleep(min(0.05 * rounds, 1.0))  # load shedding: retry with the state only
-                input_responses, request_state = None, outcome.request_state
-                continue
-            input_responses = await self._ask_client(session, runtime, channel, outcome.input_requests)
-            request_state = outcome.request_state
+        auth_headers: Mapping[str, str],
+    ) -> Finish:
+        """Execute the call's actions until it finishes; an upstream failure raises its ProxyError."""
+        credentials = {k: v for k, v in auth_headers.items() if k not in meta.TRACE_KEYS}
+        actions = deque(call.start())
+        while actions:
+            action = actions.popleft()
+            match action:
+                case SendUpstream():
+                    if action.delay_s:
+                        await asyncio.sleep(action.delay_s)
+                    actions.extend(await self._exchange(call, action, credentials, channel))
+                case LookupToolHeaders(tool=tool, refresh=refresh):
+                    if refresh:
+                        self._tool_headers.pop(session.principal, None)
+                    actions.extend(call.tool_headers(await self._param_headers(session, tool, auth_headers)))
+                case AskClient(asks=asks):
+                    assert runtime is not None  # only a call that can stream asks, and such a call has a session
+                    actions.extend(await self._ask_client(call, session, runtime, channel, asks))
+                case RelayToClient(message=note):
+                    await channel.send(note)
+                case Renegotiated(version=version):
+                    self._cache.clear("version_renegotiated")
+                    session.modern_version = version
+                    await self._store.save(session)
+                case SuspectEra(reason=reason):
+                    self.on_era_mismatch(reason)
+                case InputRound():
+                    self._metrics.input_rounds.labels("legacy_to_modern", method_label(call.method)).inc()
+                case Log(level=level, event=event, fields=fields):
+                    getattr(log, level)(event, upstream=self._upstream.name, **fields)
+                case Fail(failure=failure):
+                    raise self._failures.client_error(failure)
+                case Finish():
+                    return action
+                case WithdrawAsks():
+                    pass  # withdrawn where the asks are awaited (_ask_client)
+        raise AssertionError("a forwarded call ended without finishing")  # pragma: no cover
 
     async def _exchange(
-        self,
-        session: LegacySession,
-        outgoing: JSONDict,
-        headers: dict[str, str],
-        channel: ReplyChannel,
-        progress_floor: list[float],
-    ) -> JSONDict:
-        """Send one upstream request; relay its notifications; return its final response."""
-        async with asyncio.timeout(self._upstream_timeout):
-            async with self._upstream.exchange(outgoing, headers) as messages:
-                async for incoming in messages:
-                    if "method" not in incoming:
-                        if incoming.get("id") in (outgoing["id"], None):
-                            return incoming
-                        continue
-                    if "id" in incoming:
-                        # 2026-07-28 forbids server requests on a response stream.
-                        log.warning(
-                            "upstream_request_dropped", upstream=self._upstream.name, method=incoming.get("method")
-                        )
-                        continue
-                    if not channel.can_stream:
-                        continue  # nowhere to relay it: not worth translating
-                    note = l2m.notification_to_downstream(incoming, session.legacy_version, session.log_level)
-                    if note is None:
-                        continue
-                    if note.get("method") == "notifications/progress" and not _progress_increases(note, progress_floor):
-                        continue
-                    await channel.send(note)
-        raise UpstreamProtocolError(self._upstream.name, "ended the response stream without a response")
-
-    @property
-    def _upstream_timeout(self) -> float:
-        return self._settings.upstream.request_timeout_s
-
-    async def _renegotiate(self, session: LegacySession, error: JSONDict) -> None:
-        data = error.get("data") if isinstance(error.get("data"), dict) else {}
-        version = pick_modern(data.get("supported"))
-        if version is None:
-            raise ProxyError(
-                jsonrpc.INTERNAL_ERROR, f"upstream supports none of our protocol versions: {data.get('supported')!r}"
-            )
-        self._cache.clear("version_renegotiated")
-        session.modern_version = version
-        await self._store.save(session)
+        self, call: ForwardedCall, send: SendUpstream, credentials: Mapping[str, str], channel: ReplyChannel
+    ) -> list[Action]:
+        """Send one upstream request and feed what comes back to the call; relay its notifications
+        as they arrive. Returns the actions that follow the reply."""
+        try:
+            async with asyncio.timeout(self._settings.upstream.request_timeout_s):
+                async with self._upstream.exchange(send.message, {**credentials, **send.headers}) as messages:
+                    async for incoming in messages:
+                        follow: list[Action] = []
+                        for action in call.upstream_message(incoming):
+                            if isinstance(action, RelayToClient):
+                                await channel.send(action.message)
+                            elif isinstance(action, Log):
+                                getattr(log, action.level)(action.event, upstream=self._upstream.name, **action.fields)
+                            else:
+                                follow.append(action)
+                        if not call.awaiting_upstream:
+                            return follow
+        except UpstreamError as exc:
+            return call.upstream_failed(exc.failure)
+        except TimeoutError:
+            return call.upstream_failed(timed_out(self._upstream.name))
+        return call.upstream_ended()
 
     # ------------------------------------------------------------ x-mcp-header
 
@@ -492,12 +456,8 @@ class LegacyToModern:
         return page.result
 
     async def _param_headers(
-        self, session: LegacySession, message: JSONDict, auth_headers: dict[str, str]
+        self, session: LegacySession, name: str, auth_headers: Mapping[str, str]
     ) -> tuple[ParamHeader, ...]:
-        if message["method"] != "tools/call":
-            return ()
-        params = message.get("params") if isinstance(message.get("params"), dict) else {}
-        name = params.get("name")
         registry = self._tool_headers.get(session.principal)
         if registry is not None and name in registry.tools:
             return registry.tools[name]
@@ -507,98 +467,78 @@ class LegacyToModern:
             registry = self._tool_headers.get(session.principal)
         return registry.tools.get(name, ()) if registry else ()
 
-    async def _fetch_tools(self, session: LegacySession, auth_headers: dict[str, str]) -> None:
+    async def _fetch_tools(self, session: LegacySession, auth_headers: Mapping[str, str]) -> None:
         """Walk every tools/list page so tools/call can mirror annotated arguments."""
         registry = self._tool_headers.setdefault(session.principal, _ToolHeaders())
         registry.fetched_at = time.monotonic()
         cursor: Any = None
         for _ in range(100):
             params: JSONDict = {"cursor": cursor} if cursor is not None else {}
-            outgoing = l2m.to_upstream(
-                jsonrpc.request(0, "tools/list", params), next(self._upstream_ids), self._profile(session)
-            )
-            headers = {**auth_headers, **l2m.upstream_headers(outgoing, session.modern_version)}
+            call = self._new_call(session, jsonrpc.request(0, "tools/list", params), False, auth_headers)
             try:
-                reply = await self._exchange(session, outgoing, headers, _NO_CHANNEL, [])
-            except (UpstreamError, TimeoutError) as exc:
-                log.warning("tools_prefetch_failed", upstream=self._upstream.name, error=str(exc))
+                finish = await self._drive(call, session, None, _NO_CHANNEL, auth_headers)
+            except ProxyError as exc:
+                log.warning("tools_prefetch_failed", upstream=self._upstream.name, error=exc.message)
                 return
-            result = reply.get("result")
-            if not isinstance(result, dict):
+            if finish.result is None:
                 return
-            self._learn_tools(session.principal, result)
-            cursor = result.get("nextCursor")
+            self._learn_tools(session.principal, finish.result)
+            cursor = finish.result.get("nextCursor")
             if cursor is None:
                 return
 
     # ------------------------------------------------------------ input requests (MRTR)
 
     async def _ask_client(
-        self, session: LegacySession, runtime: SessionRuntime, channel: ReplyChannel, input_requests: JSONDict
-    ) -> JSONDict:
-        """Put each input request to the legacy client on this request's stream; collect answers."""
-        asks: list[tuple[str, str, JSONDict]] = []
-        for key, request in input_requests.items():
-            try:
-                method, params = l2m.input_request_to_downstream(
-                    request, session.legacy_version, session.upstream_capabilities
-                )
-            except l2m.InputRequestRejected as exc:
-                log.error("upstream_input_request_rejected", upstream=self._upstream.name, reason=str(exc))
-                raise ProxyError(
-                    jsonrpc.INTERNAL_ERROR, f"upstream asked for input the client cannot give: {exc}"
-                ) from None
-            if method == "elicitation/create" and params.get("mode") == "url":
-                params = {
-                    **params,
-                    "elicitationId": f"{short_hash(session.id)}-{key}-{next(runtime.server_request_ids)}",
-                }
-            asks.append((key, method, params))
-        if not channel.can_stream:
-            raise ProxyError(jsonrpc.INTERNAL_ERROR, "the upstream needs input but the client does not accept SSE")
+        self,
+        call: ForwardedCall,
+        session: LegacySession,
+        runtime: SessionRuntime,
+        channel: ReplyChannel,
+        asks: tuple[Ask, ...],
+    ) -> list[Action]:
+        """Put the input requests to the legacy client on this request's stream, each as a
+        server-to-client request; feed each answer to the call as it arrives."""
         if len(runtime.pending) + len(asks) > self._settings.sessions.max_pending_inputs:
             raise ProxyError(jsonrpc.LIMIT_EXCEEDED, "too many unanswered input requests in this session")
         if not runtime.initialized.is_set():
             # Servers must not send requests before notifications/initialized (lifecycle §Initialization).
-            try:
+            with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(self._settings.input.initialized_wait_s):
                     await runtime.initialized.wait()
-            except TimeoutError:
-                pass
         loop = asyncio.get_running_loop()
-        waiting: list[tuple[str, str, int, asyncio.Future[JSONDict]]] = []
+        waiting: dict[asyncio.Future[JSONDict], tuple[str, int]] = {}  # answer -> (key, server request id)
+        actions: list[Action] = []
         try:
-            for key, method, params in asks:
+            for ask in asks:
                 server_id = next(runtime.server_request_ids)
                 future: asyncio.Future[JSONDict] = loop.create_future()
                 runtime.pending[server_id] = future
-                waiting.append((key, method, server_id, future))
-                await channel.send(jsonrpc.request(server_id, method, params))
-            # asyncio.wait, unlike gather, leaves the futures alone when this task is cancelled,
-            # so the unanswered ones can be withdrawn below.
-            _, unanswered = await asyncio.wait([f for *_, f in waiting], timeout=self._settings.input.round_timeout_s)
-            if unanswered:
-                await _withdraw(channel, waiting, "the client did not answer in time")
-                raise ProxyError(jsonrpc.INTERNAL_ERROR, "the client did not answer the input requests in time")
+                waiting[future] = (ask.key, server_id)
+                await channel.send(jsonrpc.request(server_id, ask.method, ask.params))
+            deadline = loop.time() + self._settings.input.round_timeout_s
+            unanswered = set(waiting)
+            while unanswered and not actions:
+                # asyncio.wait, unlike gather, leaves the futures alone when this task is cancelled,
+                # so the unanswered ones can be withdrawn below.
+                answered, unanswered = await asyncio.wait(
+                    unanswered, timeout=max(0.0, deadline - loop.time()), return_when=asyncio.FIRST_COMPLETED
+                )
+                if not answered:
+                    actions = call.round_timed_out()
+                for future in answered:
+                    actions.extend(call.client_answered(waiting[future][0], future.result()))
         except asyncio.CancelledError:
-            await _withdraw(channel, waiting, "request cancelled")
+            actions = call.cancelled()
             raise
         finally:
-            for _, _, server_id, _ in waiting:
+            withdrawn = next((a for a in actions if isinstance(a, WithdrawAsks)), None)
+            if withdrawn is not None:
+                ids = {key: server_id for key, server_id in waiting.values()}
+                await _withdraw(channel, [ids[key] for key in withdrawn.keys if key in ids], withdrawn.reason)
+            for _, server_id in waiting.values():
                 runtime.pending.pop(server_id, None)
-        answers: JSONDict = {}
-        for key, method, _, future in waiting:
-            reply = future.result()
-            value = l2m.input_response_from_downstream(input_requests[key], reply, session.legacy_version)
-            if value is None:
-                error = reply.get("error") if isinstance(reply.get("error"), dict) else {}
-                raise ProxyError(
-                    error.get("code", jsonrpc.INTERNAL_ERROR),
-                    f"client failed {method}: {error.get('message', 'no result')}",
-                    data=error.get("data"),
-                )
-            answers[key] = value
-        return answers
+        return actions
 
     # ------------------------------------------------------------ GET stream and listen
 
@@ -625,7 +565,7 @@ class LegacyToModern:
                 self._cache.invalidate_for(message)
                 note = l2m.strip_subscription_id(message)
                 if note.get("method") == "notifications/resources/updated":
-                    params = note.get("params") if isinstance(note.get("params"), dict) else {}
+                    params = jsonrpc.params_of(note)
                     if params.get("uri") not in session.subscriptions:
                         return  # unsubscribed meanwhile: filter locally until the re-listen lands
                 runtime.deliver(note)
@@ -655,11 +595,12 @@ class LegacyToModern:
     async def discover(self, principal: str = "", auth_headers: Mapping[str, str] | None = None) -> JSONDict:
         """The upstream's DiscoverResult, from the cache while fresh (legacy initialize uses it)."""
 
-        async def load() -> JSONDict:
-            return {"result": await self._fetch_discover(auth_headers or {})}
+        async def load() -> Outcome:
+            return Outcome({"jsonrpc": "2.0", "result": await self._fetch_discover(auth_headers or {})})
 
         key = request_key("server/discover", {}, self._modern_version, {})
-        return (await self._cache.fetch(key, principal, load))["result"]
+        result: JSONDict = (await self._cache.fetch(key, principal, load)).message["result"]
+        return result
 
     @property
     def upstream(self) -> Any:
@@ -693,7 +634,7 @@ class LegacyToModern:
                 raise UpstreamProtocolError(self._upstream.name, "sent no reply to server/discover")
             error = reply.get("error")
             if isinstance(error, dict) and error.get("code") == jsonrpc.UNSUPPORTED_PROTOCOL_VERSION:
-                data = error.get("data") if isinstance(error.get("data"), dict) else {}
+                data = jsonrpc.obj(error.get("data"))
                 picked = pick_modern(data.get("supported"))
                 if picked is None or picked == version:
                     break
@@ -708,20 +649,13 @@ class LegacyToModern:
         raise UpstreamProtocolError(self._upstream.name, "supports no protocol version this proxy speaks")
 
 
-async def _withdraw(
-    channel: ReplyChannel, waiting: list[tuple[str, str, int, asyncio.Future[JSONDict]]], reason: str
-) -> None:
+async def _withdraw(channel: ReplyChannel, server_ids: list[int], reason: str) -> None:
     """Tell a legacy client to drop the requests we no longer wait for (cancellation §3.6.8)."""
-    for _, _, server_id, future in waiting:
-        if not future.done():  # the asks went out on this stream, so it can carry the withdrawal
-            with contextlib.suppress(ConnectionError, RuntimeError):
-                await channel.send(
-                    jsonrpc.notification("notifications/cancelled", {"requestId": server_id, "reason": reason})
-                )
-
-
-def _error(code: int, message: str) -> JSONDict:
-    return {"error": jsonrpc.error_object(code, message)}
+    for server_id in server_ids:  # the asks went out on this stream, so it can carry the withdrawal
+        with contextlib.suppress(ConnectionError, RuntimeError):
+            await channel.send(
+                jsonrpc.notification("notifications/cancelled", {"requestId": server_id, "reason": reason})
+            )
 
 
 class _NoChannel:
@@ -732,15 +666,3 @@ class _NoChannel:
 
 
 _NO_CHANNEL = _NoChannel()
-
-
-def _progress_increases(note: JSONDict, floor: list[float]) -> bool:
-    """Legacy clients must see progress only increase, across MRTR rounds too."""
-    params = note.get("params")
-    value = params.get("progress") if isinstance(params, dict) else None
-    if not isinstance(value, (int, float)) or isinstance(value, bool):
-        return True
-    if floor and value <= floor[0]:
-        return False
-    floor[:] = [value]
-    return True

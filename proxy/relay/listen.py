@@ -131,8 +131,8 @@ class SessionListener:
         if "id" in message and method is None:
             return False
         if method == _ACK:
-            params = message.get("params") if isinstance(message.get("params"), dict) else {}
-            ack = params.get("notifications") if isinstance(params.get("notifications"), dict) else {}
+            params = jsonrpc.params_of(message)
+            ack = jsonrpc.obj(params.get("notifications"))
             if not listen.acked.done():
                 listen.acked.set_result(ack)
             elif reconnecting:

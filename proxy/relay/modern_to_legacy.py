@@ -25,6 +25,7 @@ from ..protocol import modern_to_legacy as m2l
 from ..protocol.capabilities import ALL_INPUT_CAPABILITIES, modern_server_capabilities
 from ..protocol.detection import names_modern_versions, recognized_modern_error
 from ..protocol.modern_validate import ModernRequest, method_problem
+from ..protocol.outcome import Outcome
 from ..upstream.errors import UpstreamError, UpstreamProtocolError, UpstreamSessionGone
 from ..upstream.http import HttpUpstream
 from .channel import ReplyChannel
@@ -36,7 +37,6 @@ from .tasks import BackgroundTasks
 JSONDict = dict[str, Any]
 log = structlog.get_logger("mcp_era_proxy.relay")
 
-_STATUS = "_status"  # the HTTP status of a reply, carried beside it through the cache's single flight
 _STATE_INVALID = "requestState is invalid, expired, already used, or belongs to another request"
 
 
@@ -104,7 +104,7 @@ class Call:
                             elif "id" in message:
                                 self.on_server_request(message)
                             elif message["method"] == "notifications/cancelled":
-                                params = message.get("params") if isinstance(message.get("params"), dict) else {}
+                                params = jsonrpc.params_of(message)
                                 self.withdraw(params.get("requestId"))
                             else:
                                 self.events.put_nowait(("note", message))
@@ -248,7 +248,7 @@ class ModernToLegacy:
     def on_notification(self, session: UpstreamSession, note: JSONDict) -> None:
         self._cache.invalidate_for(note)
         method = note.get("method")
-        params = note.get("params") if isinstance(note.get("params"), dict) else {}
+        params = jsonrpc.params_of(note)
         if method == "notifications/progress":
             call = session.progress_routes.get(params.get("progressToken"))
             if call is not None:
@@ -279,14 +279,12 @@ class ModernToLegacy:
         if key is None:
             return await self._handle(request, channel, principal, auth_headers)
 
-        async def load() -> JSONDict:
+        async def load() -> Outcome:
             reply, status = await self._handle(request, channel, principal, auth_headers)
-            return {**reply, _STATUS: status}
+            return Outcome(reply, status)
 
-        message = await self._cache.fetch(key, principal, load)
-        reply = {k: v for k, v in message.items() if k != _STATUS}
-        reply["id"] = request.message["id"]
-        return reply, message.get(_STATUS, 200)
+        outcome = await self._cache.fetch(key, principal, load)
+        return {**outcome.message, "id": request.message["id"]}, outcome.status
 
     async def _handle(
         self, request: ModernRequest, channel: ReplyChannel, principal: str, auth_headers: dict[str, str]
@@ -478,7 +476,7 @@ class ModernToLegacy:
         if "error" in message and isinstance(message["error"], dict):
             error, status = m2l.error_to_downstream(message["error"])
             return {"jsonrpc": "2.0", "id": front_id, "error": error}, status
-        result = message.get("result") if isinstance(message.get("result"), dict) else {}
+        result = jsonrpc.obj(message.get("result"))
         hint = self.hint(call.method) if call.method in m2l.CACHEABLE_METHODS else None
         return jsonrpc.result_response(
             front_id, m2l.result_to_downstream(call.method, result, call.session.server_info, hint)

@@ -27,6 +27,7 @@ from ..metrics import Metrics
 from ..protocol import jsonrpc, meta
 from ..protocol.modern_to_legacy import listen_closed
 from ..protocol.modern_validate import ModernRequest
+from ..protocol.outcome import Outcome
 from ..protocol.status import status_of
 from ..protocol.versions import LEGACY_VERSIONS, Era
 from ..sessions import LegacySession, SessionIds, SessionStore, short_hash
@@ -40,13 +41,14 @@ from .tasks import BackgroundTasks
 JSONDict = dict[str, Any]
 log = structlog.get_logger("mcp_era_proxy.relay")
 
+
 def _with_id(message: JSONDict, request_id: Any) -> JSONDict:
     return {**message, "id": request_id}
 
 
 def _retag(message: JSONDict, key: str, value: Any) -> JSONDict:
     """Put `value` back under params[key] (progress token) of a notification."""
-    params = message.get("params") if isinstance(message.get("params"), dict) else {}
+    params = jsonrpc.params_of(message)
     return {**message, "params": {**params, key: value}}
 
 
@@ -66,7 +68,7 @@ class ModernPassThrough:
         """The request under a channel-unique id (and progress token); returns it, and the originals."""
         message = request.message
         upstream_id = f"m{next(self._ids)}"
-        params = message.get("params") if isinstance(message.get("params"), dict) else {}
+        params = jsonrpc.params_of(message)
         front_token = (meta.meta_of(params) or {}).get("progressToken")
         if front_token is not None:
             params = meta.with_meta(params, "progressToken", f"{upstream_id}-progress")
@@ -92,15 +94,16 @@ class ModernPassThrough:
         params = request.message.get("params") or {}
         key = self._cache.key_for(request.method, params, request.version, request.capabilities)
         if key is not None and "requestState" not in params and "inputResponses" not in params:
-            message = await self._cache.fetch(key, principal, lambda: self._forward(request, channel, headers))
+            outcome = await self._cache.fetch(key, principal, lambda: self._forward(request, channel, headers))
+            message = outcome.message
         else:
-            message = await self._forward(request, channel, headers)
+            message = (await self._forward(request, channel, headers)).message
         reply = {**message, "jsonrpc": "2.0", "id": request.message["id"]}
         return reply, status_of(reply, Era.MODERN)
 
     async def _forward(
         self, request: ModernRequest, channel: ReplyChannel, headers: Mapping[str, str] | None
-    ) -> JSONDict:
+    ) -> Outcome:
         outgoing, front_id, front_token = self._outgoing(request)
         headers = dict(headers or {})
         outgoing = meta.carry_trace(outgoing, headers)
@@ -112,7 +115,7 @@ class ModernPassThrough:
                 async for incoming in reply:
                     out = self._downstream(incoming, front_id, front_token)
                     if "method" not in incoming:
-                        return out
+                        return Outcome(out)
                     if channel.can_stream:
                         await channel.send(out)
         except UpstreamError as exc:
@@ -234,7 +237,7 @@ class LegacyFacade:
         result = reply.get("result")
         if not isinstance(result, dict) or result.get("protocolVersion") not in LEGACY_VERSIONS:
             await live.channel.stop(self._settings.upstream.shutdown_grace_s)
-            error = reply.get("error") if isinstance(reply.get("error"), dict) else {}
+            error = jsonrpc.obj(reply.get("error"))
             raise ProxyError(
                 error.get("code", jsonrpc.INTERNAL_ERROR),
                 str(error.get("message", "the upstream refused initialize")),

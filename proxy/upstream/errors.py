@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ..protocol import jsonrpc
+from ..protocol.outcome import UpstreamFailure
 
 
 class UpstreamError(Exception):
@@ -15,7 +16,12 @@ class UpstreamError(Exception):
 
     @property
     def client_message(self) -> str:
-        return f"upstream {self.upstream!r} {self.args[0]}"
+        return self.failure.message
+
+    @property
+    def failure(self) -> UpstreamFailure:
+        """This failure as plain data, for the core and the one place that tells the client."""
+        return UpstreamFailure(self.upstream, self.kind, self.code, str(self.args[0]))
 
 
 class UpstreamUnavailable(UpstreamError):
@@ -46,8 +52,10 @@ class UpstreamHTTPError(UpstreamError):
         self.www_authenticate = www_authenticate
 
     @property
-    def is_auth(self) -> bool:
-        return self.status in (401, 403)
+    def failure(self) -> UpstreamFailure:
+        return UpstreamFailure(
+            self.upstream, self.kind, self.code, str(self.args[0]), self.status, self.www_authenticate
+        )
 
 
 class UpstreamSessionGone(UpstreamError):

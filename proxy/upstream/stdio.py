@@ -267,7 +267,7 @@ class StdioChannel:
             else:
                 log.debug("upstream_reply_dropped", upstream=self.name, id=message.get("id"))
             return
-        params = message.get("params") if isinstance(message.get("params"), dict) else {}
+        params = jsonrpc.params_of(message)
         route = None
         if "id" not in message:
             method = message["method"]

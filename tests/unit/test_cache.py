@@ -17,6 +17,7 @@ from proxy.cache import ResponseCache, request_key
 from proxy.config import CacheConfig
 from proxy.metrics import Metrics
 from proxy.protocol import jsonrpc
+from proxy.protocol.outcome import Outcome
 from proxy.protocol.versions import LATEST_MODERN
 from proxy.sessions import principal_of
 
@@ -85,13 +86,13 @@ class Loader:
     With a `gate`, each call waits for it first; `started` is set when the first call begins.
     """
 
-    def __init__(self, *replies: JSONDict | BaseException, gate: asyncio.Event | None = None) -> None:
+    def __init__(self, *replies: JSONDict | Outcome | BaseException, gate: asyncio.Event | None = None) -> None:
         self.replies = list(replies)
         self.calls = 0
         self.gate = gate
         self.started = asyncio.Event()
 
-    async def __call__(self) -> JSONDict:
+    async def __call__(self) -> Outcome:
         self.calls += 1
         self.started.set()
         reply = self.replies[min(self.calls, len(self.replies)) - 1]
@@ -99,7 +100,9 @@ class Loader:
             await self.gate.wait()
         if isinstance(reply, BaseException):
             raise reply
-        return copy.deepcopy(reply)
+        if isinstance(reply, Outcome):
+            return Outcome(copy.deepcopy(reply.message), reply.status, reply.shareable)
+        return Outcome(copy.deepcopy(reply))
 
 
 def sample(metrics: Metrics, name: str, **labels: str) -> float:
@@ -117,7 +120,7 @@ def requests_counted(metrics: Metrics) -> dict[tuple[str, str], float]:
     return counts
 
 
-async def concurrently(*calls: Callable[[], Awaitable[JSONDict]], release: asyncio.Event) -> list[Any]:
+async def concurrently(*calls: Callable[[], Awaitable[Outcome]], release: asyncio.Event) -> list[Any]:
     """Start `calls` in order (asyncio runs new tasks first-in first-out, so each reaches its first
     suspension before the next starts), then open `release`; return every outcome (or exception)."""
 
@@ -139,16 +142,16 @@ async def test_a_hit_is_served_with_the_ttl_remaining_since_receipt() -> None:
     clock.advance(15.0)
     second = await cache.fetch(TOOLS_KEY, ALICE, load)
     assert load.calls == 1
-    assert first["result"]["ttlMs"] == 60_000  # the miss passes the upstream's own hint on
-    assert second["result"] == {**first["result"], "ttlMs": 45_000}
+    assert first.message["result"]["ttlMs"] == 60_000  # the miss passes the upstream's own hint on
+    assert second.message["result"] == {**first.message["result"], "ttlMs": 45_000}
 
 
 async def test_freshness_counts_from_when_the_result_was_received_not_when_it_was_asked() -> None:
     cache, _, clock = make()
 
-    async def slow_upstream() -> JSONDict:
+    async def slow_upstream() -> Outcome:
         clock.advance(10.0)  # the upstream takes 10 s to answer
-        return listing(ttl=60_000)
+        return Outcome(listing(ttl=60_000))
 
     await cache.fetch(TOOLS_KEY, ALICE, slow_upstream)
     clock.advance(55.0)  # 65 s after the request, 55 s after the answer: still fresh
@@ -167,7 +170,7 @@ async def test_an_entry_is_stale_once_its_ttl_has_passed_and_is_fetched_again() 
     assert cache.lookup(TOOLS_KEY, ALICE) is None
     again = await cache.fetch(TOOLS_KEY, ALICE, load)
     assert load.calls == 2
-    assert [tool["name"] for tool in again["result"]["tools"]] == ["new"]
+    assert [tool["name"] for tool in again.message["result"]["tools"]] == ["new"]
     assert sample(metrics, "cache_evictions_total", reason="expired", scope="public") == 1
 
 
@@ -209,7 +212,7 @@ async def test_a_public_entry_is_served_to_another_principal_only_once_the_upstr
     assert cache.lookup(TOOLS_KEY, BOB) is None  # the upstream never vouched for bob
     bobs = await cache.fetch(TOOLS_KEY, BOB, load)  # so bob's request goes upstream
     assert load.calls == 2
-    assert bobs["result"]["tools"][0]["name"] == "for-bob"
+    assert bobs.message["result"]["tools"][0]["name"] == "for-bob"
     # Now both were served by the upstream: the one public entry serves both, and nobody else.
     alice_hit, bob_hit = cache.lookup(TOOLS_KEY, ALICE), cache.lookup(TOOLS_KEY, BOB)
     assert alice_hit is not None and bob_hit is not None
@@ -249,7 +252,7 @@ async def test_the_anonymous_principals_private_entries_are_not_served_to_authen
     await cache.fetch(_key("prompts/list"), ALICE, Loader(listing()))
     assert cache.lookup(TOOLS_KEY, ALICE) is None
     alices = await cache.fetch(TOOLS_KEY, ALICE, Loader(listing("alice-view", scope="private")))
-    assert alices["result"]["tools"][0]["name"] == "alice-view"
+    assert alices.message["result"]["tools"][0]["name"] == "alice-view"
 
 
 # ---------------------------------------------------------------------------- what is never stored
@@ -280,7 +283,7 @@ async def test_results_the_spec_does_not_let_a_cache_keep_are_never_stored(reply
     load = Loader(reply)
     first = await cache.fetch(TOOLS_KEY, ANONYMOUS, load)
     second = await cache.fetch(TOOLS_KEY, ANONYMOUS, load)
-    assert first == second == reply  # passed through unchanged
+    assert first.message == second.message == reply  # passed through unchanged
     assert load.calls == 2
     assert len(cache) == 0
     assert sample(metrics, "cache_entries") == 0 and sample(metrics, "cache_bytes") == 0
@@ -353,7 +356,7 @@ async def test_concurrent_misses_of_one_principal_make_one_load() -> None:
     load = Loader(listing("shared"), listing("second-load"), gate=gate)
     outcomes = await concurrently(*[lambda: cache.fetch(TOOLS_KEY, ALICE, load)] * 5, release=gate)
     assert load.calls == 1
-    assert all(o["result"]["tools"][0]["name"] == "shared" for o in outcomes), outcomes
+    assert all(o.message["result"]["tools"][0]["name"] == "shared" for o in outcomes), outcomes
     assert requests_counted(metrics) == {("miss", "public"): 1, ("shared", "public"): 4}
 
 
@@ -368,7 +371,7 @@ async def test_concurrent_misses_of_other_principals_join_an_anonymous_load_when
         release=gate,
     )
     assert load.calls == 1
-    assert [o["result"]["tools"][0]["name"] for o in outcomes] == ["open"] * 3
+    assert [o.message["result"]["tools"][0]["name"] for o in outcomes] == ["open"] * 3
     assert requests_counted(metrics) == {("miss", "public"): 1, ("shared", "public"): 2}
 
 
@@ -383,7 +386,7 @@ async def test_concurrent_misses_of_two_vouched_principals_make_one_load_when_th
     outcomes = await concurrently(
         lambda: cache.fetch(TOOLS_KEY, ALICE, load), lambda: cache.fetch(TOOLS_KEY, BOB, load), release=gate
     )
-    assert [o["result"]["tools"][0]["name"] for o in outcomes] == ["fresh", "fresh"]
+    assert [o.message["result"]["tools"][0]["name"] for o in outcomes] == ["fresh", "fresh"]
     assert load.calls == 1
 
 
@@ -395,8 +398,8 @@ async def test_a_private_result_is_not_shared_with_a_concurrent_caller_of_anothe
         lambda: cache.fetch(TOOLS_KEY, ANONYMOUS, load), lambda: cache.fetch(TOOLS_KEY, BOB, load), release=gate
     )
     assert load.calls == 2
-    assert anonymous["result"]["tools"][0]["name"] == "anonymous-view"
-    assert bob["result"]["tools"][0]["name"] == "bob-view"
+    assert anonymous.message["result"]["tools"][0]["name"] == "anonymous-view"
+    assert bob.message["result"]["tools"][0]["name"] == "bob-view"
     assert sample(metrics, "cache_requests_total", result="shared", scope="private") == 0
 
 
@@ -408,8 +411,8 @@ async def test_a_concurrent_caller_never_shares_an_input_required_result() -> No
         lambda: cache.fetch(TOOLS_KEY, ALICE, load), lambda: cache.fetch(TOOLS_KEY, ALICE, load), release=gate
     )
     assert load.calls == 2
-    assert first["result"]["resultType"] == "input_required"
-    assert second["result"]["resultType"] == "complete"  # asked on its own: the requestState was not its
+    assert first.message["result"]["resultType"] == "input_required"
+    assert second.message["result"]["resultType"] == "complete"  # asked on its own: the requestState was not its
     assert sample(metrics, "cache_requests_total", result="shared", scope="none") == 0
 
 
@@ -423,7 +426,7 @@ async def test_a_failing_load_fails_its_concurrent_callers_too_and_is_not_cached
     assert all(o is failure for o in outcomes), outcomes
     assert len(cache) == 0
     later = await cache.fetch(TOOLS_KEY, ALICE, load)
-    assert load.calls == 2 and later["result"]["tools"][0]["name"] == "later"
+    assert load.calls == 2 and later.message["result"]["tools"][0]["name"] == "later"
 
 
 async def test_a_cancelled_load_does_not_cancel_its_concurrent_callers() -> None:
@@ -442,7 +445,7 @@ async def test_a_cancelled_load_does_not_cancel_its_concurrent_callers() -> None
         gate.set()
         outcome = (await asyncio.gather(waiter, return_exceptions=True))[0]
     assert not isinstance(outcome, BaseException), f"the waiter failed with {outcome!r}"
-    assert outcome["result"]["tools"][0]["name"] == "for-the-waiter"
+    assert outcome.message["result"]["tools"][0]["name"] == "for-the-waiter"
 
 
 # ---------------------------------------------------------------------------- memory bounds
@@ -565,3 +568,19 @@ async def test_metrics_count_hits_misses_shares_invalidations_and_gauge_the_size
     cache.clear("era_changed")
     assert sample(metrics, "cache_invalidations_total", scope="public", reason="era_changed") == 1
     assert sample(metrics, "cache_entries") == 0 and sample(metrics, "cache_bytes") == 0
+
+
+async def test_an_outcome_that_is_not_shareable_is_neither_kept_nor_handed_to_a_concurrent_caller() -> None:
+    # e.g. a result that took the caller's own answers to input requests.
+    cache, _, _ = make()
+    gate = asyncio.Event()
+    load = Loader(Outcome(listing("own-answers", scope="public"), shareable=False), listing("plain"), gate=gate)
+    first, second = await concurrently(
+        lambda: cache.fetch(TOOLS_KEY, ALICE, load), lambda: cache.fetch(TOOLS_KEY, ALICE, load), release=gate
+    )
+    assert load.calls == 2
+    assert first.message["result"]["tools"][0]["name"] == "own-answers"
+    assert second.message["result"]["tools"][0]["name"] == "plain"
+    assert len(cache) == 1  # only the plain one was kept
+    later = await cache.fetch(TOOLS_KEY, ALICE, load)
+    assert load.calls == 2 and later.message["result"]["tools"][0]["name"] == "plain"

@@ -1,0 +1,464 @@
+"""One legacy request forwarded to a modern upstream, over all its rounds: a sans-IO state machine.
+
+The driver (relay.legacy_to_modern) reports what happens by calling one method per event and
+executes the actions each call returns, in order. The state is plain data (`ForwardedCall.state`
+round-trips through JSON), so a call can be inspected, stored or resumed elsewhere.
+
+    call.start()                      → LookupToolHeaders | SendUpstream
+    call.tool_headers(headers)        → SendUpstream
+    call.upstream_message(message)    → RelayToClient | Log, and once the reply came: the next step
+    call.upstream_ended()             → Fail (the stream ended without a reply)
+    call.upstream_failed(failure)     → SuspectEra? Log Fail
+    call.client_answered(key, reply)  → nothing until the round is complete, then SendUpstream
+    call.round_timed_out()            → WithdrawAsks Finish
+    call.cancelled()                  → WithdrawAsks
+
+The next step after a reply is one of SendUpstream (a retry or the next round), LookupToolHeaders
+(refresh after -32020), AskClient (input requests), Finish. Rules: docs/translation.md §3.4-§3.6,
+the error table of §3.5; 2026-07-28/basic/patterns/mrtr.mdx.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from . import jsonrpc, meta
+from . import legacy_to_modern as l2m
+from .detection import recognized_modern_error
+from .headers import ParamHeader
+from .outcome import UpstreamFailure, invalid
+from .versions import pick_modern
+
+JSONDict = dict[str, Any]
+Phase = Literal["new", "headers", "upstream", "asking", "done"]
+
+# ---------------------------------------------------------------- actions
+
+
+@dataclass(frozen=True, slots=True)
+class SendUpstream:
+    """Send `message` upstream with these headers (credentials are the driver's to add), after
+    `delay_s` (load shedding: the upstream asked to be retried with its state only)."""
+
+    message: JSONDict
+    headers: dict[str, str]
+    delay_s: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class LookupToolHeaders:
+    """Find the `x-mcp-header` annotations of `tool` (from tools/list); `refresh`: the upstream
+    refused the headers sent, so learn them again."""
+
+    tool: str
+    refresh: bool
+
+
+@dataclass(frozen=True, slots=True)
+class RelayToClient:
+    """Put this notification on the client's reply stream now."""
+
+    message: JSONDict
+
+
+@dataclass(frozen=True, slots=True)
+class Ask:
+    key: str
+    method: str
+    params: JSONDict
+
+
+@dataclass(frozen=True, slots=True)
+class AskClient:
+    """Send each as a server-to-client request on the reply stream and report every answer."""
+
+    asks: tuple[Ask, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class WithdrawAsks:
+    """The answers to these keys are no longer awaited: tell the client (notifications/cancelled)."""
+
+    keys: tuple[str, ...]
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Renegotiated:
+    """The upstream speaks `version` instead: the session uses it from now on."""
+
+    version: str
+
+
+@dataclass(frozen=True, slots=True)
+class SuspectEra:
+    """The upstream's answer does not fit a 2026-07-28 server: detect its era again."""
+
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class InputRound:
+    """The upstream answered input_required (counted)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Log:
+    level: Literal["warning", "error"]
+    event: str
+    fields: Mapping[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Finish:
+    """The call is over: the complete modern `result`, or the `error` as the legacy client must
+    see it. `cacheable`: the result took none of the client's own answers."""
+
+    result: JSONDict | None = None
+    error: JSONDict | None = None
+    cacheable: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Fail:
+    """The call is over: the upstream failed; relay the failure."""
+
+    failure: UpstreamFailure
+
+
+Action = (
+    SendUpstream
+    | LookupToolHeaders
+    | RelayToClient
+    | AskClient
+    | WithdrawAsks
+    | Renegotiated
+    | SuspectEra
+    | InputRound
+    | Log
+    | Finish
+    | Fail
+)
+
+# ---------------------------------------------------------------- state
+
+
+@dataclass(slots=True)
+class ForwardedCallState:
+    """Everything one forwarded request is, as plain JSON-able data."""
+
+    request: JSONDict  # the legacy request as the client sent it
+    legacy_version: str
+    modern_version: str
+    capabilities: JSONDict  # the session's client capabilities as modern ones (table B)
+    client_info: JSONDict | None
+    log_level: str | None
+    trace: dict[str, str]  # the request's trace context headers
+    tag: str  # names this call's upstream request ids and URL elicitation ids
+    upstream: str  # the upstream's label, for messages
+    can_stream: bool  # the client accepts SSE: notifications and input requests can reach it
+    max_rounds: int
+    phase: Phase = "new"
+    attempt: int = 0  # upstream requests sent
+    rounds: int = 0  # input_required results received
+    retried: list[int] = field(default_factory=list)  # error codes already retried once
+    param_headers: list[JSONDict] | None = None  # x-mcp-header annotations of the tool called
+    input_responses: JSONDict | None = None
+    request_state: str | None = None
+    progress_floor: float | None = None  # last progress value the client saw, across rounds
+    asks: dict[str, JSONDict] = field(default_factory=dict)  # key -> {method, request} this round
+    answers: dict[str, JSONDict] = field(default_factory=dict)
+
+
+# ---------------------------------------------------------------- machine
+
+
+class ForwardedCall:
+    def __init__(self, state: ForwardedCallState) -> None:
+        self.state = state
+
+    @classmethod
+    def new(
+        cls,
+        request: JSONDict,
+        profile: l2m.ClientProfile,
+        legacy_version: str,
+        *,
+        tag: str,
+        upstream: str,
+        can_stream: bool,
+        max_rounds: int,
+        trace: Mapping[str, str] | None = None,
+    ) -> ForwardedCall:
+        return cls(
+            ForwardedCallState(
+                request=request,
+                legacy_version=legacy_version,
+                modern_version=profile.modern_version,
+                capabilities=profile.capabilities,
+                client_info=profile.client_info,
+                log_level=profile.log_level,
+                trace=dict(trace or {}),
+                tag=tag,
+                upstream=upstream,
+                can_stream=can_stream,
+                max_rounds=max_rounds,
+            )
+        )
+
+    @property
+    def method(self) -> str:
+        method: str = self.state.request["method"]
+        return method
+
+    @property
+    def done(self) -> bool:
+        return self.state.phase == "done"
+
+    @property
+    def awaiting_upstream(self) -> bool:
+        return self.state.phase == "upstream"
+
+    @property
+    def upstream_id(self) -> str:
+        """The id of the upstream request in flight (or last sent)."""
+        return f"{self.state.tag}.{self.state.attempt}"
+
+    def pending_keys(self) -> tuple[str, ...]:
+        """The input requests of this round still unanswered."""
+        return tuple(key for key in self.state.asks if key not in self.state.answers)
+
+    # ------------------------------------------------------------ events
+
+    def start(self) -> list[Action]:
+        tool = jsonrpc.obj(self.state.request.get("params")).get("name")
+        if self.method == "tools/call" and isinstance(tool, str):
+            self.state.phase = "headers"
+            return [LookupToolHeaders(tool, refresh=False)]
+        return self._send()
+
+    def tool_headers(self, headers: Sequence[ParamHeader]) -> list[Action]:
+        if self.state.phase != "headers":
+            return []
+        self.state.param_headers = [{"name": h.name, "path": list(h.path), "type": h.type} for h in headers]
+        return self._send()
+
+    def upstream_message(self, message: JSONDict) -> list[Action]:
+        """One message of the upstream reply stream: a notification, a request, or the reply."""
+        if self.state.phase != "upstream":
+            return []
+        if "method" not in message:
+            if message.get("id") not in (self.upstream_id, None):
+                return []  # not ours: ignored
+            return self._reply(message)
+        if "id" in message:  # 2026-07-28 forbids server requests on a response stream
+            return [Log("warning", "upstream_request_dropped", {"method": message.get("method")})]
+        if not self.state.can_stream:
+            return []  # nowhere to relay it: not worth translating
+        note = l2m.notification_to_downstream(message, self.state.legacy_version, self.state.log_level)
+        if note is None or not self._progress_increases(note):
+            return []
+        return [RelayToClient(note)]
+
+    def upstream_ended(self) -> list[Action]:
+        """The reply stream ended without a reply."""
+        if self.state.phase != "upstream":
+            return []
+        return self._fail(invalid(self.state.upstream, "ended the response stream without a response"))
+
+    def upstream_failed(self, failure: UpstreamFailure) -> list[Action]:
+        if self.state.phase != "upstream":
+            return []
+        actions: list[Action] = []
+        if failure.kind == "http" and failure.http_status in (400, 404, 405):
+            actions.append(SuspectEra(f"HTTP {failure.http_status} without a modern error body"))
+        return actions + self._fail(failure)
+
+    def client_answered(self, key: str, reply: JSONDict) -> list[Action]:
+        """The client's JSON-RPC reply to the input request `key`."""
+        state = self.state
+        if state.phase != "asking" or key not in state.asks or key in state.answers:
+            return []
+        ask = state.asks[key]
+        value = l2m.input_response_from_downstream(ask["request"], reply, state.legacy_version)
+        if value is None:
+            error = jsonrpc.obj(reply.get("error"))
+            others = tuple(k for k in self.pending_keys() if k != key)
+            actions: list[Action] = [WithdrawAsks(others, "the request failed")] if others else []
+            code = error.get("code")
+            failed = self._error(
+                code if isinstance(code, int) else jsonrpc.INTERNAL_ERROR,
+                f"client failed {ask['method']}: {error.get('message', 'no result')}",
+                error.get("data"),
+            )
+            return [*actions, failed]
+        state.answers[key] = value
+        if self.pending_keys():
+            return []
+        state.input_responses = {k: state.answers[k] for k in state.asks}  # in the order asked
+        state.asks, state.answers = {}, {}
+        return self._send()
+
+    def round_timed_out(self) -> list[Action]:
+        if self.state.phase != "asking":
+            return []
+        return [
+            WithdrawAsks(self.pending_keys(), "the client did not answer in time"),
+            self._error(jsonrpc.INTERNAL_ERROR, "the client did not answer the input requests in time"),
+        ]
+
+    def cancelled(self) -> list[Action]:
+        """The client cancelled the request."""
+        pending = self.pending_keys() if self.state.phase == "asking" else ()
+        self.state.phase = "done"
+        return [WithdrawAsks(pending, "request cancelled")] if pending else []
+
+    # ------------------------------------------------------------ steps
+
+    def _send(self, delay_s: float = 0.0) -> list[Action]:
+        state = self.state
+        state.attempt += 1
+        profile = l2m.ClientProfile(state.modern_version, state.capabilities, state.client_info, state.log_level)
+        message = l2m.to_upstream(
+            state.request,
+            self.upstream_id,
+            profile,
+            input_responses=state.input_responses,
+            request_state=state.request_state,
+        )
+        param_headers = tuple(ParamHeader(h["name"], tuple(h["path"]), h["type"]) for h in state.param_headers or ())
+        headers = {**state.trace, **l2m.upstream_headers(message, state.modern_version, param_headers)}
+        message = meta.carry_trace(message, headers)
+        state.phase = "upstream"
+        return [SendUpstream(message, headers, delay_s)]
+
+    def _reply(self, message: JSONDict) -> list[Action]:
+        """The upstream's reply: the error ladder, or the result by its resultType."""
+        error = message.get("error")
+        if isinstance(error, dict):
+            return self._upstream_error(error, id_less=message.get("id") is None)
+        return self._upstream_result(message.get("result"))
+
+    def _upstream_error(self, error: JSONDict, *, id_less: bool) -> list[Action]:
+        state = self.state
+        code = error.get("code")
+        actions: list[Action] = []
+        if id_less and not recognized_modern_error(error):
+            # A reply that could not even read our request: not a 2026-07-28 server (any more).
+            actions.append(SuspectEra(f"error {code} without an id"))
+        if code == jsonrpc.UNSUPPORTED_PROTOCOL_VERSION and code not in state.retried:
+            state.retried.append(code)
+            version = pick_modern(jsonrpc.obj(error.get("data")).get("supported"))
+            if version is None:
+                supported = jsonrpc.obj(error.get("data")).get("supported")
+                message = f"upstream supports none of our protocol versions: {supported!r}"
+                return [*actions, self._error(jsonrpc.INTERNAL_ERROR, message)]
+            state.modern_version = version
+            return [*actions, Renegotiated(version), *self._send()]
+        if code == jsonrpc.HEADER_MISMATCH and self.method == "tools/call" and code not in state.retried:
+            # The spec's suggested reaction: learn the tool's headers again and retry once.
+            state.retried.append(code)
+            state.phase = "headers"
+            tool = jsonrpc.obj(state.request.get("params")).get("name")
+            if isinstance(tool, str):
+                return [*actions, LookupToolHeaders(tool, refresh=True)]
+            return actions + self.tool_headers(())
+        if code in (jsonrpc.HEADER_MISMATCH, jsonrpc.UNSUPPORTED_PROTOCOL_VERSION):
+            return [
+                *actions,
+                Log("error", "upstream_rejected_translation", {"method": self.method, "error": error}),
+                self._error(
+                    jsonrpc.INTERNAL_ERROR, f"upstream rejected the translated request: {error.get('message')}"
+                ),
+            ]
+        # Every field of the upstream error is kept; only the code may change.
+        state.phase = "done"
+        return [*actions, Finish(error=l2m.error_to_downstream(self.method, error))]
+
+    def _upstream_result(self, result: object) -> list[Action]:
+        state = self.state
+        outcome = l2m.classify_result(self.method, result)
+        if isinstance(outcome, l2m.Complete):
+            state.phase = "done"
+            return [Finish(result=outcome.result, cacheable=state.rounds == 0)]
+        if isinstance(outcome, l2m.Invalid):
+            return [
+                Log("error", "upstream_invalid_result", {"method": self.method, "reason": outcome.reason}),
+                self._error(
+                    jsonrpc.INTERNAL_ERROR, f"upstream {state.upstream!r} sent an invalid result: {outcome.reason}"
+                ),
+            ]
+        state.rounds += 1
+        if state.rounds > state.max_rounds:
+            return [
+                InputRound(),
+                self._error(jsonrpc.INTERNAL_ERROR, f"gave up after {state.max_rounds} rounds of input requests"),
+            ]
+        state.request_state = outcome.request_state
+        if not outcome.input_requests:  # load shedding: retry with the state only, after a pause
+            state.input_responses = None
+            return [InputRound(), *self._send(delay_s=min(0.05 * state.rounds, 1.0))]
+        return [InputRound(), *self._ask(outcome.input_requests)]
+
+    def _ask(self, input_requests: JSONDict) -> list[Action]:
+        state = self.state
+        asks: list[Ask] = []
+        for key, request in input_requests.items():
+            try:
+                method, params = l2m.input_request_to_downstream(request, state.legacy_version, state.capabilities)
+            except l2m.InputRequestRejected as exc:
+                # An upstream bug: it must not ask for what the request did not declare.
+                return [
+                    Log("error", "upstream_input_request_rejected", {"reason": str(exc)}),
+                    self._error(jsonrpc.INTERNAL_ERROR, f"upstream asked for input the client cannot give: {exc}"),
+                ]
+            if method == "elicitation/create" and params.get("mode") == "url":
+                # Legacy URL elicitation names each elicitation (2025-11-25/client/elicitation.mdx).
+                params = {**params, "elicitationId": f"{state.tag}-{key}-{state.rounds}"}
+            asks.append(Ask(key, method, params))
+        if not state.can_stream:
+            return [self._error(jsonrpc.INTERNAL_ERROR, "the upstream needs input but the client does not accept SSE")]
+        state.asks = {ask.key: {"method": ask.method, "request": input_requests[ask.key]} for ask in asks}
+        state.answers = {}
+        state.phase = "asking"
+        return [AskClient(tuple(asks))]
+
+    def _error(self, code: int, message: str, data: Any = None) -> Finish:
+        self.state.phase = "done"
+        return Finish(error=jsonrpc.error_object(code, message, data))
+
+    def _fail(self, failure: UpstreamFailure) -> list[Action]:
+        self.state.phase = "done"
+        return [Log("warning", "upstream_failed", {"method": self.method, "error": failure.detail}), Fail(failure)]
+
+    def _progress_increases(self, note: JSONDict) -> bool:
+        """Legacy clients must see progress only increase, across rounds too (§3.6 step 7)."""
+        if note.get("method") != "notifications/progress":
+            return True
+        value = jsonrpc.obj(note.get("params")).get("progress")
+        if not isinstance(value, (int, float)) or isinstance(value, bool):
+            return True
+        floor = self.state.progress_floor
+        if floor is not None and value <= floor:
+            return False
+        self.state.progress_floor = value
+        return True
+
+
+def outcome_message(finish: Finish) -> JSONDict:
+    """A finished call as the modern-level reply it stands for (what the response cache keeps)."""
+    if finish.error is not None:
+        return {"jsonrpc": "2.0", "error": finish.error}
+    return {"jsonrpc": "2.0", "result": finish.result if finish.result is not None else {}}
+
+
+def final_message(request: JSONDict, reply: JSONDict, legacy_version: str) -> JSONDict:
+    """The legacy client's reply to `request` from the modern-level `reply` (the result downgraded
+    to the client's revision; an error as it is)."""
+    error = reply.get("error")
+    if isinstance(error, dict):
+        return {"jsonrpc": "2.0", "id": request["id"], "error": error}
+    result = jsonrpc.obj(reply.get("result"))
+    return jsonrpc.result_response(request["id"], l2m.result_to_downstream(request["method"], result, legacy_version))

@@ -1,0 +1,39 @@
+"""The one place where an upstream failure becomes the client's error, and is counted."""
+
+from __future__ import annotations
+
+from ..errors import ProxyError
+from ..metrics import Metrics
+from ..protocol import jsonrpc
+from ..protocol.outcome import UpstreamFailure, timed_out
+from ..upstream.errors import UpstreamError
+
+
+class UpstreamFailures:
+    def __init__(self, metrics: Metrics) -> None:
+        self._metrics = metrics
+
+    def client_error(self, failure: UpstreamFailure | UpstreamError) -> ProxyError:
+        """Count the failure (`upstream_errors_total`) and say it to the client: a 401/403 with
+        its status and `WWW-Authenticate` as it came (so the client can authenticate), anything
+        else as the JSON-RPC error of its kind (-32010 unavailable, -32011 timeout, -32012 invalid)."""
+        if isinstance(failure, UpstreamError):
+            failure = failure.failure
+        self._metrics.upstream_errors.labels(failure.upstream, failure.kind).inc()
+        return to_client_error(failure)
+
+    def timeout(self, upstream: str) -> ProxyError:
+        return self.client_error(timed_out(upstream))
+
+
+def to_client_error(failure: UpstreamFailure) -> ProxyError:
+    if failure.is_auth:
+        headers = {"WWW-Authenticate": failure.www_authenticate} if failure.www_authenticate else {}
+        return ProxyError(
+            jsonrpc.INVALID_REQUEST,
+            f"upstream refused the credentials (HTTP {failure.http_status})",
+            status=failure.http_status,
+            headers=headers,
+            outcome="upstream_error",
+        )
+    return ProxyError(failure.code, failure.message, outcome="upstream_error")
