@@ -6,7 +6,6 @@ streams, waiting futures, tasks) stay with the replica that owns them (see relay
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import hmac
 import secrets
@@ -14,6 +13,8 @@ import struct
 import time
 from dataclasses import dataclass, field
 from typing import Any, Protocol
+
+from .protocol.request_state import b64url, unb64url
 
 JSONDict = dict[str, Any]
 
@@ -65,21 +66,6 @@ class SessionIds:
     def _mac(self, payload: bytes, principal: str) -> bytes:
         digest = hmac.new(self._secret, payload + principal.encode(), hashlib.sha256).digest()
         return digest[: self._MAC_BYTES]
-
-
-def b64url(raw: bytes) -> str:
-    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode("ascii")
-
-
-def unb64url(text: str) -> bytes:
-    """Strict base64url: any byte outside the alphabet, or a non-canonical form, is refused."""
-    try:
-        raw = base64.b64decode(text + "=" * (-len(text) % 4), altchars=b"-_", validate=True)
-    except (ValueError, TypeError) as exc:
-        raise ValueError(str(exc)) from None
-    if b64url(raw) != text:
-        raise ValueError("non-canonical base64url")
-    return raw
 
 
 @dataclass(slots=True)

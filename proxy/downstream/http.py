@@ -345,7 +345,7 @@ class McpEndpoint:
         try:
             acknowledgement = await bridge.open()
         except ProxyError:
-            self._modern_clients.background(bridge.close())
+            self._modern_clients.tasks.spawn(bridge.close())
             raise
         sse = SseStream(request, self._keepalive_s)
         gauge = self._metrics.streams_open.labels("downstream_listen")
@@ -370,7 +370,7 @@ class McpEndpoint:
         finally:
             gauge.dec()
             sse.abort()
-            self._modern_clients.background(bridge.close())
+            self._modern_clients.tasks.spawn(bridge.close())
         return await sse.close()
 
     # ------------------------------------------------------------ same-era pass-through

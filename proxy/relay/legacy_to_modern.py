@@ -54,7 +54,7 @@ from .channel import ReplyChannel
 from .failures import UpstreamFailures, to_client_error
 from .listen import SessionListener, listen_request
 from .runtime import GetStream, SessionRuntime
-from .tasks import BackgroundTasks
+from .tasks import TaskScope
 
 JSONDict = dict[str, Any]
 log = structlog.get_logger("mcp_era_proxy.relay")
@@ -106,7 +106,7 @@ class LegacyToModern:
         self._runtimes: dict[str, SessionRuntime] = {}
         self._upstream_ids = itertools.count(1)
         self._tool_headers: dict[str, _ToolHeaders] = {}
-        self._tasks = BackgroundTasks()
+        self._tasks = TaskScope(__name__)
         # Called when an answer says the upstream no longer speaks 2026-07-28 (era re-detection).
         self.on_era_mismatch: Callable[[str], None] = lambda reason: None
         self._modern_version = LATEST_MODERN

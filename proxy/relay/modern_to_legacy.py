@@ -1,8 +1,12 @@
-"""Modern clients in front of a legacy upstream: the executor of protocol.modern_to_legacy.
+"""Modern clients in front of a legacy upstream: the driver of protocol.parked_call.
 
-Requests run on pooled legacy sessions. When the legacy server asks the client for input in
-the middle of a call, the call is parked and the modern client gets `input_required`; its
-retry (with `inputResponses` and the signed `requestState`) resumes the very same call.
+Requests run on pooled legacy sessions. Each is a ParkedCall machine; this module executes its
+actions: it reads the upstream reply, answers the server's requests, relays notifications, keeps
+a call parked between a modern client's rounds and resumes it on the retry.
+
+A call that cannot park (no input capability, or a method that takes no input) is read in the
+request's own handler; one that can gets a reader task of its own, owned by the call, because
+its upstream stream outlives the handler while it is parked.
 """
 
 from __future__ import annotations
@@ -11,7 +15,9 @@ import asyncio
 import contextlib
 import secrets
 import time
-from collections.abc import Callable
+from collections import deque
+from collections.abc import Callable, Sequence
+from contextlib import AsyncExitStack
 from typing import Any
 
 import structlog
@@ -24,63 +30,114 @@ from ..protocol import jsonrpc, meta
 from ..protocol import modern_to_legacy as m2l
 from ..protocol.capabilities import ALL_INPUT_CAPABILITIES, modern_server_capabilities
 from ..protocol.detection import names_modern_versions, recognized_modern_error
+from ..protocol.methods import CACHEABLE_METHODS, INPUT_REQUIRED_METHODS
 from ..protocol.modern_validate import ModernRequest, method_problem
-from ..protocol.outcome import Outcome
-from ..upstream.errors import UpstreamError, UpstreamProtocolError, UpstreamSessionGone
-from ..upstream.http import HttpUpstream
+from ..protocol.outcome import Outcome, UpstreamFailure, timed_out
+from ..protocol.parked_call import (
+    Abandon,
+    Action,
+    AnswerServer,
+    DeliverAnswers,
+    Detach,
+    Fail,
+    Front,
+    Park,
+    ParkedCall,
+    RelayToClient,
+    Release,
+    ReplyClient,
+    StartCollecting,
+    input_required_result,
+    invalid_state,
+)
+from ..protocol.request_state import RequestStateCodec, new_park_id
+from ..upstream.errors import UpstreamError, UpstreamSessionGone
+from ..upstream.http import HttpUpstream, Reply
 from .channel import ReplyChannel
-from .legacy_to_modern import upstream_error, upstream_timeout
+from .failures import UpstreamFailures
 from .legacy_upstream import SessionFactory, SessionPool, UpstreamSession
-from .parking import RequestStateCodec, new_park_id, params_digest
-from .tasks import BackgroundTasks
+from .tasks import TaskScope
 
 JSONDict = dict[str, Any]
-log = structlog.get_logger("mcp_era_proxy.relay")
+log = structlog.get_logger(__name__)
 
-_STATE_INVALID = "requestState is invalid, expired, already used, or belongs to another request"
+_ABANDON_TIMEOUT_S = 5.0  # for telling the upstream that a call is given up
+_SET_LEVEL_TIMEOUT_S = 10.0
+_DOWNSTREAM = (RelayToClient, ReplyClient, Park, Fail)  # actions only the attached handler executes
 
 
-class Call:
-    """One modern request running on a legacy session; it can be parked between rounds."""
+class LegacyCall:
+    """Executes one ParkedCall on its upstream session.
+
+    Downstream actions wait in `outbox` for the handler of the attached request, which is the only
+    writer of that request's reply. Upstream actions run at once, in tasks the call owns.
+    """
 
     def __init__(
         self,
         relay: ModernToLegacy,
         session: UpstreamSession,
-        request: ModernRequest,
-        principal: str,
+        machine: ParkedCall,
+        *,
         interactive: bool,
         upstream_token: str | None,
+        trace: dict[str, str],
     ) -> None:
         self.relay = relay
         self.session = session
-        self.method = request.method
-        self.capabilities = request.capabilities
-        self.principal = principal
-        self.params = request.message.get("params")  # digested only if the call parks
+        self.machine = machine
         self.interactive = interactive
         self.upstream_token = upstream_token
-        self.events: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
-        self.pending: dict[str, tuple[JSONDict, JSONDict]] = {}  # key -> (server request, input request)
-        self.park_id = new_park_id()
-        self.round = 0
-        self.upstream_id: int | None = None
+        self.trace = trace  # this request's trace context (not the session's)
+        self.outbox: deque[Action] = deque()
+        self.wakeup = asyncio.Event()
+        self.tasks = TaskScope("legacy call")
         self.finished = False
-        self.detached = False  # the client got its answer; the upstream call just runs out
-        self._task: asyncio.Task[None] | None = None
-        self._expiry: asyncio.TimerHandle | None = None
-        self._trace: dict[str, str] = {}  # this request's trace context (not the session's)
+        self._timer: asyncio.TimerHandle | None = None
+        self._reader: asyncio.Task[None] | None = None
 
-    # ------------------------------------------------------------ upstream side
+    @property
+    def method(self) -> str:
+        return self.machine.state.method
 
-    def start(self, outgoing: JSONDict, trace: dict[str, str]) -> None:
-        self.upstream_id = outgoing["id"]
-        self._trace = dict(trace)
-        outgoing = meta.carry_trace(outgoing, self._trace)
-        self._bind(self.session)
-        self._task = asyncio.create_task(self._read(outgoing), name="legacy-call")
+    @property
+    def park_id(self) -> str:
+        return self.machine.state.park_id
 
-    def _bind(self, session: UpstreamSession) -> None:
+    # ------------------------------------------------------------ events in, actions out
+
+    def feed(self, actions: Sequence[Action]) -> None:
+        for action in actions:
+            if isinstance(action, _DOWNSTREAM):
+                self.outbox.append(action)
+                self.wakeup.set()
+            elif isinstance(action, AnswerServer):
+                self.tasks.spawn(self._answer(action.response), name="answer-server")
+            elif isinstance(action, StartCollecting):
+                self.arm(action.delay_s, self.machine.collect_window_elapsed)
+            elif isinstance(action, Detach):
+                self.arm(action.timeout_s, self.machine.detach_expired)
+            elif isinstance(action, Abandon):
+                self.disarm()
+                self.relay.unpark(self)
+                self.tasks.spawn(self._abandon(action.reason, action.responses), name="abandon")
+            elif isinstance(action, Release):
+                self.finish()
+            else:  # DeliverAnswers: only a retry returns it, and its handler executes it
+                raise AssertionError(f"unexpected action {action!r}")
+
+    def arm(self, delay_s: float, event: Callable[[], list[Action]]) -> None:
+        self.disarm()
+        self._timer = asyncio.get_running_loop().call_later(delay_s, lambda: self.feed(event()))
+
+    def disarm(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    # ------------------------------------------------------------ the upstream side
+
+    def bind(self, session: UpstreamSession) -> None:
         self.session = session
         session.active.add(self)
         if self.upstream_token is not None:
@@ -88,119 +145,78 @@ class Call:
         if self.interactive:
             session.exclusive = self
 
+    async def open(self, outgoing: JSONDict, stack: AsyncExitStack) -> Reply:
+        """Send the request; a session the upstream forgot (HTTP 404) is opened again and the
+        request sent once more, which is safe: it was not executed (docs/translation.md §4.3)."""
+        try:
+            return await stack.enter_async_context(self.session.request(outgoing, self.trace))
+        except UpstreamSessionGone:
+            self.bind(await self.relay.pool.replace(self.session))
+            self.relay.count_reinitialized()
+            return await stack.enter_async_context(self.session.request(outgoing, self.trace))
+
+    def start_reader(self, outgoing: JSONDict) -> None:
+        self._reader = self.tasks.spawn(self._read(outgoing), name="legacy-call-reader")
+
+    def run_out(self, messages: Any, stack: AsyncExitStack) -> None:
+        """Read the rest of a stream the handler opened, once the client has its answer."""
+        self._reader = self.tasks.spawn(_run_out(self, messages, stack), name="legacy-call-rest")
+
     async def _read(self, outgoing: JSONDict) -> None:
         try:
-            for attempt in (1, 2):
-                try:
-                    async with self.session.request(outgoing, self._trace) as reply:
-                        async for message in reply:
-                            if "method" not in message:
-                                if message.get("id") in (self.upstream_id, None):
-                                    if self.detached:
-                                        self.finish()  # nobody waits for this result any more
-                                    else:
-                                        self.events.put_nowait(("final", message))
-                                    return
-                            elif "id" in message:
-                                self.on_server_request(message)
-                            elif message["method"] == "notifications/cancelled":
-                                params = jsonrpc.params_of(message)
-                                self.withdraw(params.get("requestId"))
-                            else:
-                                self.events.put_nowait(("note", message))
-                    raise UpstreamProtocolError(
-                        self.session.upstream.name, "ended the response stream without a response"
-                    )
-                except UpstreamSessionGone:
-                    if attempt == 2:
-                        raise
-                    # Not executed: re-initialize and send it again (reference §4.3 Expiry).
-                    self._bind(await self.relay.pool.replace(self.session))
-                    self.relay.count_reinitialized()
-        except asyncio.CancelledError:
-            raise
-        except (UpstreamError, ProxyError) as exc:
-            self.events.put_nowait(("error", exc))
+            async with AsyncExitStack() as stack:
+                reply = await self.open(outgoing, stack)
+                await self.consume(reply)
+        except UpstreamError as exc:
+            self.feed(self.machine.upstream_failed(exc.failure))
+        except ProxyError as exc:  # the forgotten session could not be opened again
+            self.feed(self.machine.upstream_failed(_session_failure(self.relay.upstream.name, exc)))
 
-    def on_server_request(self, request: JSONDict) -> None:
-        decision = m2l.server_request(request, self.method, self.capabilities)
-        if self.detached and not isinstance(decision, m2l.Answer):
-            decision = m2l.Answer(error=jsonrpc.error_object(jsonrpc.INTERNAL_ERROR, "the client has gone"))
-        if isinstance(decision, m2l.Answer):
-            self.relay.background(self._reply(request["id"], decision))
-            return
-        if isinstance(decision, m2l.Missing):
-            self.relay.background(self._reply(request["id"], m2l.Answer(error=decision.upstream_error)))
-            self.events.put_nowait(("missing", decision.required))
-            return
-        key = f"s{request['id']}"
-        self.pending[key] = (request, decision.input_request)
-        self.events.put_nowait(("ask", key))
+    async def consume(self, messages: Reply) -> None:
+        """Feed the reply stream to the machine until the call is over."""
+        async for message in messages:
+            self.feed(self.machine.upstream_message(message))
+            if self.machine.phase == "done":
+                return
+        self.feed(self.machine.upstream_ended())
 
-    def withdraw(self, server_request_id: Any) -> None:
-        """The legacy server cancelled one of its own requests."""
-        self.pending.pop(f"s{server_request_id}", None)
+    async def _answer(self, response: JSONDict) -> None:
+        await self.session.send(response)
 
-    async def _reply(self, server_request_id: Any, answer: m2l.Answer) -> None:
-        await self.session.send(answer.response(server_request_id))
-
-    async def answer(self, key: str, value: JSONDict) -> None:
-        request, _ = self.pending.pop(key)
-        await self._reply(request["id"], m2l.Answer(result=value))
-
-    # ------------------------------------------------------------ parking
-
-    def arm(self, timeout_s: float) -> None:
-        self.disarm()
-        self._expiry = asyncio.get_running_loop().call_later(timeout_s, self.relay.expire, self)
-
-    def disarm(self) -> None:
-        if self._expiry is not None:
-            self._expiry.cancel()
-            self._expiry = None
+    async def _abandon(self, reason: str, responses: tuple[JSONDict, ...]) -> None:
+        """Answer what the server waits for and tell it to stop, while its stream is still open and
+        before the session serves anyone else (some servers mishandle a cancellation for a request
+        whose stream already closed); then free the session."""
+        try:
+            with contextlib.suppress(UpstreamError, ProxyError, TimeoutError):
+                async with asyncio.timeout(_ABANDON_TIMEOUT_S):
+                    for response in responses:
+                        await self.session.send(response)
+                    cancel = {"requestId": self.machine.state.upstream_id, "reason": reason}
+                    await self.session.send(jsonrpc.notification("notifications/cancelled", cancel))
+        finally:
+            self.finish()
+        log.info("legacy_call_abandoned", upstream=self.session.name, method=self.method, reason=reason)
 
     def finish(self) -> None:
+        """The upstream call is over: free the session (once)."""
         if self.finished:
             return
         self.finished = True
         self.disarm()
-        if self._task is not None and not self._task.done():
-            self._task.cancel()
+        if self._reader is not None and self._reader is not asyncio.current_task():
+            self._reader.cancel()
         self.session.progress_routes.pop(self.upstream_token or "", None)
         self.session.active.discard(self)
         if self.session.exclusive is self:
             self.session.exclusive = None
         self.relay.pool.release(self.session)
         self.relay.unpark(self)
+        self.relay.forget(self)
 
-    async def abandon(self, reason: str) -> None:
-        """Give up on the call: answer what it waits for, tell the upstream to stop."""
-        if self.finished:
-            return
-        pending = list(self.pending.values())
-        self.pending.clear()
-        self.disarm()
-        try:
-            # Told while its stream is still open, and before the session serves anyone else:
-            # some servers mishandle a cancellation for a request whose stream already closed.
-            with contextlib.suppress(UpstreamError, ProxyError, TimeoutError):
-                async with asyncio.timeout(5.0):
-                    for request, _ in pending:
-                        await self._reply(request["id"], m2l.abandoned_answer(request["method"]))
-                    await self.session.send(
-                        jsonrpc.notification(
-                            "notifications/cancelled", {"requestId": self.upstream_id, "reason": reason}
-                        )
-                    )
-        finally:
-            self.finish()
-        log.info("legacy_call_abandoned", upstream=self.session.name, method=self.method, reason=reason)
 
-    def detach(self, timeout_s: float) -> None:
-        """The client has its answer; let the upstream finish the call on its own (bounded)."""
-        self.detached = True
-        self.pending.clear()
-        self.arm(timeout_s)
+def _session_failure(upstream: str, exc: ProxyError) -> UpstreamFailure:
+    return UpstreamFailure(upstream, "session_gone", jsonrpc.UPSTREAM_UNAVAILABLE, f"forgot the session: {exc.message}")
 
 
 class ModernToLegacy:
@@ -213,16 +229,19 @@ class ModernToLegacy:
         clock: Callable[[], float] = time.time,
         session_factory: SessionFactory | None = None,
         cache: ResponseCache | None = None,
+        failures: UpstreamFailures | None = None,
     ) -> None:
         self._settings = settings
         self.upstream = upstream
         self._metrics = metrics
         self._cache = cache if cache is not None else ResponseCache(settings.cache, metrics)
+        self.failures = failures if failures is not None else UpstreamFailures(metrics)
         self.pool = SessionPool(upstream, settings.upstream.pool, owner=self, session_factory=session_factory)
         self.pool.on_change = lambda delta: metrics.upstream_sessions.labels(upstream.name).inc(delta)
         self.codec = RequestStateCodec(secret, secrets.token_hex(4), clock)
-        self._parked: dict[str, Call] = {}
-        self._tasks = BackgroundTasks()
+        self._parked: dict[str, LegacyCall] = {}
+        self._calls: set[LegacyCall] = set()  # every call whose upstream side still runs
+        self.tasks = TaskScope("modern-to-legacy relay")
         # Called when an answer says the upstream is not a legacy server (era re-detection).
         self.on_era_mismatch: Callable[[str], None] = lambda reason: None
         self.listens: set[ListenBridge] = set()
@@ -231,36 +250,36 @@ class ModernToLegacy:
 
     def on_server_request(self, session: UpstreamSession, request: JSONDict) -> None:
         call = session.exclusive
-        if isinstance(call, Call) and not call.finished:
-            call.on_server_request(request)
+        if isinstance(call, LegacyCall) and not call.finished:
+            call.feed(call.machine.upstream_message(request))
             return
         if request.get("method") == "ping":
             answer = m2l.Answer(result={})
         else:
-            # No single call to attribute it to (reference §4.5 Attribution).
+            # No single call to attribute it to (docs/translation.md §4.5 Attribution).
             answer = m2l.Answer(
                 error=jsonrpc.error_object(
                     jsonrpc.INTERNAL_ERROR, "no request in progress can take this server request"
                 )
             )
-        self.background(session.send(answer.response(request["id"])))
+        self.tasks.spawn(session.send(answer.response(request["id"])), name="answer-server")
 
     def on_notification(self, session: UpstreamSession, note: JSONDict) -> None:
         self._cache.invalidate_for(note)
         method = note.get("method")
         params = jsonrpc.params_of(note)
+        call: Any = None
         if method == "notifications/progress":
-            call = session.progress_routes.get(params.get("progressToken"))
-            if call is not None:
-                call.events.put_nowait(("note", note))
+            token = params.get("progressToken")
+            call = session.progress_routes.get(token) if isinstance(token, str) else None
         elif method == "notifications/cancelled":
             call = session.exclusive
-            if isinstance(call, Call):
-                call.withdraw(params.get("requestId"))
         elif method == "notifications/message" and len(session.active) == 1:
             # Without a per-request stream (stdio), a log belongs to the one call running, if one.
-            next(iter(session.active)).events.put_nowait(("note", note))
+            call = next(iter(session.active))
         # Other logs and list changes outside a call's stream have no modern request to go to.
+        if isinstance(call, LegacyCall) and not call.finished:
+            call.feed(call.machine.upstream_message(note))
 
     # ------------------------------------------------------------ requests
 
@@ -272,32 +291,31 @@ class ModernToLegacy:
         self, request: ModernRequest, channel: ReplyChannel, principal: str, auth_headers: dict[str, str]
     ) -> tuple[JSONDict, int]:
         """Run one validated modern request; returns (reply, HTTP status)."""
-        params = request.message.get("params") or {}
+        params = jsonrpc.params_of(request.message)
         if "requestState" in params:
-            return await self._resume(request, channel, principal)
-        key = self._cache.key_for(request.method, params, request.version, request.capabilities)
-        if key is None:
-            return await self._handle(request, channel, principal, auth_headers)
-
-        async def load() -> Outcome:
-            reply, status = await self._handle(request, channel, principal, auth_headers)
-            return Outcome(reply, status)
-
-        outcome = await self._cache.fetch(key, principal, load)
+            outcome = await self._resume(request, channel, principal)
+        else:
+            key = self._cache.key_for(request.method, params, request.version, request.capabilities)
+            if key is None:
+                outcome = await self._handle(request, channel, principal, auth_headers)
+            else:
+                outcome = await self._cache.fetch(
+                    key, principal, lambda: self._handle(request, channel, principal, auth_headers)
+                )
         return {**outcome.message, "id": request.message["id"]}, outcome.status
 
     async def _handle(
         self, request: ModernRequest, channel: ReplyChannel, principal: str, auth_headers: dict[str, str]
-    ) -> tuple[JSONDict, int]:
+    ) -> Outcome:
         """A new request (not a retry carrying requestState) on a pooled legacy session."""
-        front_id = request.message["id"]
+        request_id = request.message["id"]
         # Trace context belongs to this request; the pooled session keeps only credentials.
         trace = {k: v for k, v in auth_headers.items() if k.lower() in meta.TRACE_KEYS}
         auth_headers = {k: v for k, v in auth_headers.items() if k.lower() not in meta.TRACE_KEYS}
         removed = method_problem(request.method, None)
         if removed is not None:
-            return jsonrpc.error_response(front_id, removed.code, removed.message), removed.status
-        interactive = request.method in m2l.INPUT_REQUIRED_METHODS and any(
+            return Outcome(removed.reply(request_id), removed.status)
+        interactive = request.method in INPUT_REQUIRED_METHODS and any(
             k in request.capabilities for k in ALL_INPUT_CAPABILITIES
         )
         declared = (
@@ -308,7 +326,7 @@ class ModernToLegacy:
                 principal, declared, request.client_info, auth_headers, exclusive=interactive
             )
         except UpstreamError as exc:
-            raise upstream_error(exc) from None
+            raise self.failures.client_error(exc) from None
         except ProxyError as exc:
             upstream = exc.data.get("upstreamError") if isinstance(exc.data, dict) else None
             if names_modern_versions(upstream) or recognized_modern_error(upstream):
@@ -318,179 +336,191 @@ class ModernToLegacy:
         if problem is not None or request.method == "server/discover":
             self.pool.release(session)
             if problem is not None:
-                return jsonrpc.error_response(front_id, problem.code, problem.message), problem.status
-            return jsonrpc.result_response(
-                front_id, m2l.discover_result(session.initialize_result, self.hint("server/discover"))
-            ), 200
+                return Outcome(problem.reply(request_id), problem.status)
+            result = m2l.discover_result(session.initialize_result, self.hint("server/discover"))
+            return Outcome(jsonrpc.result_response(request_id, result))
         try:
             await self._ensure_level(session, request.log_level)
         except (UpstreamError, ProxyError, TimeoutError) as exc:
             log.warning("upstream_set_level_failed", upstream=self.upstream.name, error=str(exc))
-        front_token = m2l.progress_token_of(request.message)
+        downstream_token = m2l.progress_token_of(request.message)
         upstream_id = session.next_id()
-        upstream_token = f"p{upstream_id}" if front_token is not None else None
-        call = Call(self, session, request, principal, interactive, upstream_token)
-        call.start(m2l.to_upstream(request.message, upstream_id, upstream_token), trace)
-        return await self._drive(call, channel, front_id, front_token, request.log_level)
+        upstream_token = f"p{upstream_id}" if downstream_token is not None else None
+        machine = ParkedCall.new(
+            method=request.method,
+            params=jsonrpc.params_of(request.message),
+            capabilities=request.capabilities,
+            front=Front(request_id, downstream_token, request.log_level),
+            principal=principal,
+            park_id=new_park_id(),
+            upstream=self.upstream.name,
+            upstream_id=upstream_id,
+            server_info=session.server_info,
+            cache_hint=self.hint(request.method) if request.method in CACHEABLE_METHODS else None,
+            collect_window_s=self._settings.input.collect_window_s,
+            detach_timeout_s=self._settings.upstream.request_timeout_s,
+        )
+        call = LegacyCall(self, session, machine, interactive=interactive, upstream_token=upstream_token, trace=trace)
+        call.bind(session)
+        self._calls.add(call)
+        outgoing = meta.carry_trace(m2l.to_upstream(request.message, upstream_id, upstream_token), call.trace)
+        if interactive:
+            call.start_reader(outgoing)
+            return await self._attend(call, channel)
+        return await self._inline(call, outgoing, channel)
 
     async def _ensure_level(self, session: UpstreamSession, level: str | None) -> None:
-        """Make the session at least as verbose as this request asks (reference §4.4)."""
+        """Make the session at least as verbose as this request asks (docs/translation.md §4.4)."""
         if level is None or "logging" not in session.server_capabilities:
             return
         if not meta.level_passes(level, session.log_level):
-            await session.call("logging/setLevel", {"level": level}, timeout_s=10.0)
+            await session.call("logging/setLevel", {"level": level}, timeout_s=_SET_LEVEL_TIMEOUT_S)
             session.log_level = level
 
-    async def _drive(
-        self, call: Call, channel: ReplyChannel, front_id: Any, front_token: Any, log_level: str | None
-    ) -> tuple[JSONDict, int]:
-        """Relay the call to the current front request until it completes or asks for input."""
-        parked = False
+    async def _inline(self, call: LegacyCall, outgoing: JSONDict, channel: ReplyChannel) -> Outcome:
+        """A call that cannot park, read in the handler: no task, no queue. Should the call outlive
+        the reply (a -32021 while the server goes on), its stream is handed to a task of the call."""
+        stack = AsyncExitStack()
+        handed_over = False
+        try:
+            async with asyncio.timeout(self._settings.upstream.request_timeout_s):
+                try:
+                    reply = await call.open(outgoing, stack)
+                    messages = aiter(reply)
+                    async for message in messages:
+                        call.feed(call.machine.upstream_message(message))
+                        outcome = await self._drain(call, channel)
+                        if outcome is not None:
+                            if call.machine.phase == "detached":
+                                call.run_out(messages, stack.pop_all())
+                                handed_over = True
+                            return outcome
+                    call.feed(call.machine.upstream_ended())
+                except UpstreamError as exc:
+                    call.feed(call.machine.upstream_failed(exc.failure))
+                except ProxyError as exc:
+                    call.feed(call.machine.upstream_failed(_session_failure(self.upstream.name, exc)))
+                outcome = await self._drain(call, channel)
+                assert outcome is not None, "a call that ended reported no outcome"
+                return outcome
+        except TimeoutError:
+            call.feed(call.machine.timed_out(timed_out(self.upstream.name)))
+            raise self.failures.timeout(self.upstream.name) from None
+        except BaseException:
+            call.feed(call.machine.client_gone())  # in 2026-07-28 a closed stream is the cancellation
+            raise
+        finally:
+            if not handed_over:
+                if call.finished or not call.tasks:
+                    await stack.aclose()
+                else:  # the stream closes once the call has told the upstream it gives up
+                    call.tasks.spawn(_close_after(call, stack.pop_all()), name="legacy-call-close")
+
+    async def _attend(self, call: LegacyCall, channel: ReplyChannel) -> Outcome:
+        """Serve the attached request of a call with its own reader until it has its answer."""
         try:
             async with asyncio.timeout(self._settings.upstream.request_timeout_s):
                 while True:
-                    kind, payload = await call.events.get()
-                    if kind == "note":
-                        await self._relay_note(channel, payload, front_token, log_level)
-                    elif kind == "final":
-                        call.finish()
-                        return self._final(call, front_id, payload)
-                    elif kind == "error":
-                        call.finish()
-                        raise upstream_error(payload) if isinstance(payload, UpstreamError) else payload
-                    elif kind == "missing":
-                        # The server got an error for its request and may still end the call
-                        # by itself; cancel it only if it does not within the request timeout.
-                        call.detach(self._settings.upstream.request_timeout_s)
-                        return jsonrpc.error_response(
-                            front_id,
-                            jsonrpc.MISSING_REQUIRED_CAPABILITY,
-                            f"the server needs client capabilities this request did not declare: "
-                            f"{', '.join(sorted(payload))}",
-                            {"requiredCapabilities": payload},
-                        ), 400
-                    elif payload in call.pending and await self._collect(call, channel, front_token, log_level):
-                        parked = True
-                        return self._park(call, front_id), 200
+                    outcome = await self._drain(call, channel)
+                    if outcome is not None:
+                        return outcome
+                    call.wakeup.clear()
+                    await call.wakeup.wait()
         except TimeoutError:
-            self.background(call.abandon("timed out"))
-            raise upstream_timeout(self.upstream.name) from None
+            call.feed(call.machine.timed_out(timed_out(self.upstream.name)))
+            raise self.failures.timeout(self.upstream.name) from None
         except BaseException:
-            if not parked and not call.finished:
-                # The client closed its stream: in 2026-07-28 that is the cancellation.
-                self.background(call.abandon("cancelled by the client"))
+            call.feed(call.machine.client_gone())
             raise
 
-    async def _collect(self, call: Call, channel: ReplyChannel, front_token: Any, log_level: str | None) -> bool:
-        """After the first input request, give the server a moment to ask the rest.
+    async def _drain(self, call: LegacyCall, channel: ReplyChannel) -> Outcome | None:
+        """Execute the downstream actions waiting for the attached handler; the outcome, if one came."""
+        while call.outbox:
+            action = call.outbox.popleft()
+            if isinstance(action, RelayToClient):
+                if channel.can_stream:
+                    await channel.send(action.message)
+            elif isinstance(action, ReplyClient):
+                return action.outcome
+            elif isinstance(action, Park):
+                outcome = self._park(call, action)
+                if outcome is not None:
+                    return outcome
+            elif isinstance(action, Fail):
+                raise self.failures.client_error(action.failure)
+        return None
 
-        True: park now. False: the call ended meanwhile; its outcome is back in the queue.
-        """
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self._settings.input.collect_window_s
-        while (remaining := deadline - loop.time()) > 0:
-            try:
-                async with asyncio.timeout(remaining):
-                    kind, payload = await call.events.get()
-            except TimeoutError:
-                break
-            if kind == "note":
-                await self._relay_note(channel, payload, front_token, log_level)
-            elif kind in ("final", "error", "missing"):
-                call.events.put_nowait((kind, payload))  # nothing follows an outcome in the queue
-                return False
-        return bool(call.pending)
-
-    def _park(self, call: Call, front_id: Any) -> JSONDict:
-        if call.park_id not in self._parked and len(self._parked) >= self._settings.input.max_parked:
-            self.background(call.abandon("too many parked calls"))
-            raise ProxyError(jsonrpc.LIMIT_EXCEEDED, "the proxy holds its maximum of calls waiting for input")
+    def _park(self, call: LegacyCall, park: Park) -> Outcome | None:
+        """Hold the call for the client's retry; None when it cannot be held (its refusal follows)."""
+        input_settings = self._settings.input
+        if call.park_id not in self._parked and len(self._parked) >= input_settings.max_parked:
+            call.feed(call.machine.park_refused())
+            return None
         self._parked[call.park_id] = call
         self._metrics.parked_calls.set(len(self._parked))
-        call.arm(self._settings.input.park_timeout_s)
+        call.arm(input_settings.park_timeout_s, call.machine.park_expired)
         self._metrics.input_rounds.labels("modern_to_legacy", method_label(call.method)).inc()
+        claims = park.claims
         token = self.codec.mint(
-            call.park_id,
-            call.principal,
-            call.method,
-            params_digest(call.params),
-            call.round,
-            self._settings.input.park_timeout_s,
+            claims.park_id, claims.principal, claims.method, claims.digest, claims.round, input_settings.park_timeout_s
         )
-        result: JSONDict = {
-            "resultType": "input_required",
-            "inputRequests": {key: entry for key, (_, entry) in call.pending.items()},
-            "requestState": token,
-        }
-        if call.session.server_info is not None:
-            result["_meta"] = {meta.SERVER_INFO: call.session.server_info}
-        return jsonrpc.result_response(front_id, result)
+        result = input_required_result(park.input_requests, token, call.machine.state.server_info)
+        return Outcome(jsonrpc.result_response(park.request_id, result))
+
+    async def _resume(self, request: ModernRequest, channel: ReplyChannel, principal: str) -> Outcome:
+        params = jsonrpc.params_of(request.message)
+        request_id = request.message["id"]
+        claims = self.codec.verify(params.get("requestState"))
+        call = self._parked.get(claims.park_id) if claims is not None else None
+        if call is None or call.finished:
+            return invalid_state(request_id)
+        front = Front(request_id, m2l.progress_token_of(request.message), request.log_level)
+        spent = call.machine.state.round
+        actions = call.machine.retry(request.message, front, request.capabilities, claims, principal)
+        if call.machine.state.round == spent:  # refused: the parked call is left as it was
+            refusal = actions[0]
+            assert isinstance(refusal, ReplyClient)
+            return refusal.outcome
+        call.disarm()
+        self.unpark(call)
+        if actions and isinstance(actions[0], DeliverAnswers):
+            try:
+                for response in actions[0].responses:
+                    await call.session.send(response)
+            except UpstreamError as exc:
+                actions = call.machine.delivery_failed(exc.failure)
+            except BaseException:
+                call.feed(call.machine.client_gone())
+                raise
+            else:
+                actions = call.machine.answers_delivered()
+        call.feed(actions)
+        return await self._attend(call, channel)
+
+    # ------------------------------------------------------------ calls and parking
 
     def invalidate_for(self, note: JSONDict) -> None:
         self._cache.invalidate_for(note)
 
-    def unpark(self, call: Call) -> None:
-        self._parked.pop(call.park_id, None)
-        self._metrics.parked_calls.set(len(self._parked))
+    def unpark(self, call: LegacyCall) -> None:
+        if self._parked.pop(call.park_id, None) is not None:
+            self._metrics.parked_calls.set(len(self._parked))
+
+    def forget(self, call: LegacyCall) -> None:
+        """A call whose upstream side ended: once its own tasks are done, nothing holds it."""
+        if not call.tasks:
+            self._calls.discard(call)
+        else:
+            self.tasks.spawn(self._forget_after(call), name="legacy-call-end")
+
+    async def _forget_after(self, call: LegacyCall) -> None:
+        await call.tasks.drain()
+        self._calls.discard(call)
 
     def count_reinitialized(self) -> None:
         self._metrics.upstream_reinitialized.labels(self.upstream.name).inc()
 
-    def expire(self, call: Call) -> None:
-        self.unpark(call)
-        self.background(call.abandon("the client did not retry in time"))
-
-    async def _resume(self, request: ModernRequest, channel: ReplyChannel, principal: str) -> tuple[JSONDict, int]:
-        params = request.message.get("params") or {}
-        front_id = request.message["id"]
-        claims = self.codec.verify(params.get("requestState"))
-        call = self._parked.get(claims.park_id) if claims is not None else None
-        if (
-            claims is None
-            or call is None
-            or call.finished
-            or claims.principal != principal
-            or claims.method != request.method
-            or claims.digest != params_digest(params)
-            or claims.round != call.round
-        ):
-            return jsonrpc.error_response(front_id, jsonrpc.INVALID_PARAMS, _STATE_INVALID), 400
-        responses = params.get("inputResponses", {})
-        if not isinstance(responses, dict):
-            return jsonrpc.error_response(front_id, jsonrpc.INVALID_PARAMS, "inputResponses must be an object"), 400
-        call.round += 1  # this token is spent
-        call.disarm()
-        self.unpark(call)
-        call.capabilities = request.capabilities
-        try:
-            for key in [k for k in call.pending if isinstance(responses.get(k), dict)]:
-                await call.answer(key, responses[key])
-        except (UpstreamError, ProxyError) as exc:
-            self.background(call.abandon("could not deliver the client's answers"))
-            raise upstream_error(exc) if isinstance(exc, UpstreamError) else exc from None
-        if call.pending:  # asked again for what is still missing (mrtr.mdx §Error Handling)
-            return self._park(call, front_id), 200
-        return await self._drive(call, channel, front_id, m2l.progress_token_of(request.message), request.log_level)
-
-    def _final(self, call: Call, front_id: Any, message: JSONDict) -> tuple[JSONDict, int]:
-        if "error" in message and isinstance(message["error"], dict):
-            error, status = m2l.error_to_downstream(message["error"])
-            return {"jsonrpc": "2.0", "id": front_id, "error": error}, status
-        result = jsonrpc.obj(message.get("result"))
-        hint = self.hint(call.method) if call.method in m2l.CACHEABLE_METHODS else None
-        return jsonrpc.result_response(
-            front_id, m2l.result_to_downstream(call.method, result, call.session.server_info, hint)
-        ), 200
-
-    async def _relay_note(self, channel: ReplyChannel, note: JSONDict, front_token: Any, log_level: str | None) -> None:
-        out = m2l.notification_to_downstream(note, front_token, log_level)
-        if out is not None and channel.can_stream:
-            await channel.send(out)
-
     # ------------------------------------------------------------ housekeeping
-
-    def background(self, coroutine: Any) -> None:
-        self._tasks.spawn(coroutine)
 
     async def maintain(self) -> None:
         await self.pool.maintain()
@@ -501,13 +531,34 @@ class ModernToLegacy:
             bridge.queue.put_nowait(None)
 
     async def close_all(self) -> None:
-        for call in list(self._parked.values()):
-            await call.abandon("the proxy is shutting down")
+        for call in list(self._calls):
+            call.feed(call.machine.shutdown())
         self.end_streams()
         for bridge in list(self.listens):
             await bridge.close()
-        await self._tasks.drain()
+        for call in list(self._calls):
+            await call.tasks.drain()
+        await self.tasks.drain()
         await self.pool.close_all()
+
+
+async def _run_out(call: LegacyCall, messages: Any, stack: AsyncExitStack) -> None:
+    """The rest of a detached call's stream, read by the call itself until the call is over."""
+    async with stack:
+        with contextlib.suppress(UpstreamError):
+            async for message in messages:
+                call.feed(call.machine.upstream_message(message))
+                if call.finished:
+                    return
+            call.feed(call.machine.upstream_ended())
+
+
+async def _close_after(call: LegacyCall, stack: AsyncExitStack) -> None:
+    """Close a call's upstream stream once the call has told the upstream what it had to."""
+    try:
+        await call.tasks.drain()
+    finally:
+        await stack.aclose()
 
 
 class ListenBridge:
@@ -561,7 +612,7 @@ class ListenBridge:
                 self._request.capabilities, self._request.client_info, self._auth_headers, owner=self, push_wait_s=0.25
             )
         except UpstreamError as exc:
-            raise upstream_error(exc) from None
+            raise self._relay.failures.client_error(exc) from None
         self._session = session
         self._relay.listens.add(self)
         subscribed: list[str] = []
@@ -569,7 +620,7 @@ class ListenBridge:
         if uris and isinstance(resources, dict) and resources.get("subscribe") and session.push_channel:
             for uri in uris:
                 try:
-                    await session.call("resources/subscribe", {"uri": uri}, timeout_s=10.0)
+                    await session.call("resources/subscribe", {"uri": uri}, timeout_s=_SET_LEVEL_TIMEOUT_S)
                     subscribed.append(uri)
                 except (UpstreamError, ProxyError, TimeoutError) as exc:
                     log.info("upstream_subscribe_refused", upstream=self._relay.upstream.name, error=str(exc))

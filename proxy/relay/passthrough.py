@@ -36,7 +36,7 @@ from ..upstream.stdio import StdioChannel, StdioProcess
 from .channel import ReplyChannel
 from .legacy_to_modern import upstream_error, upstream_timeout
 from .runtime import GetStream, SessionRuntime
-from .tasks import BackgroundTasks
+from .tasks import TaskScope
 
 JSONDict = dict[str, Any]
 log = structlog.get_logger("mcp_era_proxy.relay")
@@ -216,7 +216,7 @@ class LegacyFacade:
         self._metrics = metrics
         self._clock = clock
         self._live: dict[str, _FacadeSession] = {}
-        self._tasks = BackgroundTasks()
+        self._tasks = TaskScope(__name__)
 
     # ------------------------------------------------------------ sessions
 

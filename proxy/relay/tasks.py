@@ -1,4 +1,5 @@
-"""Fire-and-forget work of a relay (background calls, replies to servers, stream closes)."""
+"""Tasks with an owner: a scope holds the tasks one object starts (a call, a relay, a stream) until
+they end, logs their failures, and ends them with its owner."""
 
 from __future__ import annotations
 
@@ -8,26 +9,48 @@ from typing import Any
 
 import structlog
 
-log = structlog.get_logger("mcp_era_proxy.relay")
+log = structlog.get_logger(__name__)
 
 
-class BackgroundTasks:
-    """Holds each task until it ends (the event loop keeps only weak references) and logs failures."""
+class TaskScope:
+    """The event loop keeps only weak references to tasks: a scope keeps them alive, and `aclose`
+    (the owner's end) cancels what still runs and waits for it."""
 
-    def __init__(self) -> None:
+    def __init__(self, owner: str) -> None:
+        self._owner = owner
         self._tasks: set[asyncio.Task[Any]] = set()
+        self.closed = False
 
-    def spawn(self, coroutine: Coroutine[Any, Any, Any]) -> None:
-        task = asyncio.create_task(coroutine)
+    def spawn(self, coroutine: Coroutine[Any, Any, Any], name: str | None = None) -> asyncio.Task[Any]:
+        if self.closed:
+            coroutine.close()
+            raise RuntimeError(f"{self._owner} has ended: it starts no more tasks")
+        task = asyncio.create_task(coroutine, name=name)
         self._tasks.add(task)
         task.add_done_callback(self._done)
+        return task
+
+    def __len__(self) -> int:
+        return len(self._tasks)
 
     def _done(self, task: asyncio.Task[Any]) -> None:
         self._tasks.discard(task)
         if not task.cancelled() and task.exception() is not None:
-            log.warning("background_task_failed", error=str(task.exception()))
+            log.warning("task_failed", owner=self._owner, task=task.get_name(), error=repr(task.exception()))
 
     async def drain(self) -> None:
-        """Wait for the tasks running now (shutdown)."""
-        if self._tasks:
-            await asyncio.gather(*self._tasks, return_exceptions=True)
+        """Wait for the tasks running now and those they start, without cancelling them (a task of
+        the scope may drain it: it does not wait for itself)."""
+        current = asyncio.current_task()
+        while others := [task for task in self._tasks if task is not current]:
+            await asyncio.gather(*others, return_exceptions=True)
+
+    async def aclose(self) -> None:
+        """End the scope: cancel its tasks and wait until they are gone."""
+        self.closed = True
+        current = asyncio.current_task()
+        tasks = [task for task in self._tasks if task is not current]
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)

@@ -1,4 +1,4 @@
-"""Parked legacy calls and the `requestState` tokens that resume them (reference §4.5).
+"""The `requestState` tokens that resume parked legacy calls (docs/translation.md §4.5).
 
 A legacy server asks the client for input in the middle of a call. The modern client can only
 get an `input_required` result and retry later, so the upstream call stays open ("parked")
@@ -8,17 +8,15 @@ the caller, the method, the parameters and the round, so it resumes that call ex
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import hmac
 import secrets
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import orjson
-
-from ..sessions import b64url, unb64url
 
 JSONDict = dict[str, Any]
 _MAC_BYTES = 16
@@ -43,7 +41,7 @@ class StateClaims:
 
 
 class RequestStateCodec:
-    def __init__(self, secret: bytes, instance: str, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, secret: bytes, instance: str, clock: Callable[[], float]) -> None:
         # A key of its own, so a session id can never pass for a requestState or the reverse.
         self._key = hmac.new(secret, b"mcp-era-proxy/requestState/v1", hashlib.sha256).digest()
         self.instance = instance
@@ -96,3 +94,18 @@ class RequestStateCodec:
 
 def new_park_id() -> str:
     return secrets.token_urlsafe(16)
+
+
+def b64url(raw: bytes) -> str:
+    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode("ascii")
+
+
+def unb64url(text: str) -> bytes:
+    """Strict base64url: any byte outside the alphabet, or a non-canonical form, is refused."""
+    try:
+        raw = base64.b64decode(text + "=" * (-len(text) % 4), altchars=b"-_", validate=True)
+    except (ValueError, TypeError) as exc:
+        raise ValueError(str(exc)) from None
+    if b64url(raw) != text:
+        raise ValueError("non-canonical base64url")
+    return raw
