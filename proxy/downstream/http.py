@@ -209,9 +209,9 @@ class McpEndpoint:
             if not relay.handle_response(session, body):
                 log.info("unexpected_response", session=short_hash(session.id), id=body.get("id"))
             return web.Response(status=202)
-        reply = RequestReply(request, self._keepalive_s)
-        message = await self._run(request, relay, session, body, reply, record)
-        return await reply.finish(message)
+        async with RequestReply(request, self._keepalive_s) as reply:
+            message = await self._run(request, relay, session, body, reply, record)
+            return await reply.finish(message)
 
     async def _run(
         self,
@@ -261,16 +261,23 @@ class McpEndpoint:
                 requests.append(item)
         if not requests:
             return web.Response(status=202)
-        reply = RequestReply(request, self._keepalive_s)
-        results = await asyncio.gather(
-            *(self._run(request, relay, session, item, reply, _Record()) for item in requests)
-        )
-        finals = [r for r in results if r is not None]
-        if not await reply.streaming():
-            return json_response(finals)
-        for final in finals:
-            await reply.send(final)
-        return await reply.stream.close()
+        async with RequestReply(request, self._keepalive_s) as reply:
+            try:
+                # Each item's failure is its own error reply; one that needs the HTTP status of the
+                # whole reply (an upstream 401) ends the batch: its siblings are cancelled first.
+                async with asyncio.TaskGroup() as group:
+                    items = [
+                        group.create_task(self._run(request, relay, session, item, reply, _Record()))
+                        for item in requests
+                    ]
+            except* ProxyError as failed:
+                raise failed.exceptions[0] from None
+            finals = [final for task in items if (final := task.result()) is not None]
+            if not await reply.streaming():
+                return json_response(finals)
+            for final in finals:
+                await reply.send(final)
+            return await reply.stream.close()
 
     # ------------------------------------------------------------ modern clients, legacy upstream
 
@@ -298,23 +305,23 @@ class McpEndpoint:
                     request, checked, same_era, _forward_headers(request, auth, legacy=False)
                 )
             return await self._listen(request, checked, principal, auth, record)
-        reply = RequestReply(request, self._keepalive_s)
-        try:
-            if era is Era.MODERN:
-                assert same_era is not None
-                message, status = await same_era.handle(
-                    checked, reply, _forward_headers(request, auth, legacy=False), principal
-                )
-            else:
-                message, status = await self._modern_clients.handle(checked, reply, principal, auth)
-        except ProxyError as exc:
-            record.outcome = exc.outcome
-            if not await reply.streaming():
-                raise
-            message, status = exc.reply(body["id"]), 200
-        if "error" in message:
-            record.outcome = "error" if status == 200 else "rejected"
-        return await reply.finish(message, status)
+        async with RequestReply(request, self._keepalive_s) as reply:
+            try:
+                if era is Era.MODERN:
+                    assert same_era is not None
+                    message, status = await same_era.handle(
+                        checked, reply, _forward_headers(request, auth, legacy=False), principal
+                    )
+                else:
+                    message, status = await self._modern_clients.handle(checked, reply, principal, auth)
+            except ProxyError as exc:
+                record.outcome = exc.outcome
+                if not await reply.streaming():
+                    raise
+                message, status = exc.reply(body["id"]), 200
+            if "error" in message:
+                record.outcome = "error" if status == 200 else "rejected"
+            return await reply.finish(message, status)
 
     async def _listen_same_era(
         self, request: web.Request, checked: ModernRequest, same_era: ModernPassThrough | None, headers: dict[str, str]

@@ -94,22 +94,49 @@ class SseStream:
             self._keepalive.cancel()
 
 
+class ReplyClosed(ConnectionError):
+    """The handler of this reply has ended: nothing more can be written to it. A relay reads it
+    like a client that went away."""
+
+
 class RequestReply:
     """The reply to one downstream request: JSON unless something must precede the result, or the
     result takes longer than `keepalive_s`. Then it becomes an SSE stream with keep-alive comments,
-    so that intermediaries with an idle timeout (ingress-nginx: 60 s) do not cut a long call."""
+    so that intermediaries with an idle timeout (ingress-nginx: 60 s) do not cut a long call.
+
+    It lives exactly as long as its handler (`async with`): leaving the block cancels the keep-alive
+    timer and what it started, and every later write raises ReplyClosed, so nothing can reach the
+    connection once the handler has answered (a kept-alive connection's next request would read it).
+    """
 
     def __init__(self, request: web.BaseRequest, keepalive_s: float) -> None:
         self.can_stream = accepts_sse(request)
         self.stream = SseStream(request, keepalive_s)
         self._request = request
+        self._keepalive_s = keepalive_s
         self._opening: asyncio.Task[None] | None = None
-        # A timer, not a task: most replies finish first, and cancelling a timer costs nothing.
-        self._slow = asyncio.get_running_loop().call_later(keepalive_s, self._open_slow) if self.can_stream else None
+        self._slow: asyncio.TimerHandle | None = None
+        self.closed = False
+
+    async def __aenter__(self) -> RequestReply:
+        if self.can_stream:
+            # A timer, not a task: most replies finish first, and cancelling a timer costs nothing.
+            self._slow = asyncio.get_running_loop().call_later(self._keepalive_s, self._open_slow)
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        self.closed = True
+        if self._slow is not None:
+            self._slow.cancel()
+        if self._opening is not None and not self._opening.done():
+            self._opening.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._opening
+        self.stream.abort()
 
     def _open_slow(self) -> None:
         transport = self._request.transport
-        if not self.stream.started and transport is not None and not transport.is_closing():
+        if not self.closed and not self.stream.started and transport is not None and not transport.is_closing():
             self._opening = asyncio.create_task(self._write_keepalive())
 
     async def _write_keepalive(self) -> None:
@@ -126,6 +153,8 @@ class RequestReply:
         return self.stream.started
 
     async def send(self, message: Any) -> None:
+        if self.closed:
+            raise ReplyClosed("the reply has been sent")
         await self.stream.send(message)
 
     async def finish(

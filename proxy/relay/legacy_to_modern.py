@@ -54,7 +54,7 @@ from .channel import ReplyChannel
 from .failures import UpstreamFailures, to_client_error
 from .listen import SessionListener, listen_request
 from .runtime import GetStream, SessionRuntime
-from .tasks import TaskScope
+from .tasks import CancelScope, TaskScope
 
 JSONDict = dict[str, Any]
 log = structlog.get_logger("mcp_era_proxy.relay")
@@ -235,9 +235,9 @@ class LegacyToModern:
         elif method == "notifications/cancelled":
             params = jsonrpc.params_of(message)
             runtime = self._runtimes.get(session.id)
-            task = runtime.inflight.get(params.get("requestId")) if runtime else None
-            if task is not None:
-                task.cancel()
+            scope = runtime.inflight.get(params.get("requestId")) if runtime else None
+            if scope is not None:
+                scope.cancel()
         elif method not in _DROPPED_NOTIFICATIONS:
             log.debug("notification_ignored", method=method, session=short_hash(session.id))
 
@@ -261,18 +261,14 @@ class LegacyToModern:
             raise ProxyError(jsonrpc.LIMIT_EXCEEDED, "too many concurrent requests in this session")
         if request_id in runtime.inflight:
             raise ProxyError(jsonrpc.INVALID_REQUEST, f"request id {request_id!r} is already in flight")
-        task = asyncio.create_task(self._dispatch(session, runtime, message, channel, auth_headers))
-        runtime.inflight[request_id] = task
-        try:
-            await asyncio.wait({task})
-        finally:
-            if runtime.inflight.get(request_id) is task:
-                del runtime.inflight[request_id]
-            if not task.done():
-                task.cancel()  # the client went away
-        if task.cancelled():
-            return None
-        return task.result()
+        async with CancelScope() as scope:
+            runtime.inflight[request_id] = scope
+            try:
+                return await self._dispatch(session, runtime, message, channel, auth_headers)
+            finally:
+                if runtime.inflight.get(request_id) is scope:
+                    del runtime.inflight[request_id]
+        return None  # the client cancelled it
 
     async def _dispatch(
         self,

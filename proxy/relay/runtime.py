@@ -13,6 +13,7 @@ from typing import Any
 
 from ..errors import ProxyError
 from ..protocol import jsonrpc
+from .tasks import CancelScope
 
 JSONDict = dict[str, Any]
 _CLOSED = None  # queue sentinel: the stream must end
@@ -36,7 +37,7 @@ class SessionRuntime:
         self.initialized = asyncio.Event()
         self.server_request_ids = itertools.count(1)  # never reused within the session
         self.pending: dict[int, asyncio.Future[JSONDict]] = {}
-        self.inflight: dict[Any, asyncio.Task[Any]] = {}
+        self.inflight: dict[Any, CancelScope] = {}  # the requests running, by client request id
         self.get_streams: list[GetStream] = []
         self.backlog: deque[JSONDict] = deque(maxlen=backlog_size)
         self.list_changes = False  # the session wants list_changed (it opened a GET stream)
@@ -78,8 +79,8 @@ class SessionRuntime:
 
     def close(self) -> None:
         self.end_streams()
-        for task in list(self.inflight.values()):
-            task.cancel()
+        for scope in list(self.inflight.values()):
+            scope.cancel()
         for future in self.pending.values():
             if not future.done():
                 future.cancel()

@@ -54,3 +54,36 @@ class TaskScope:
             task.cancel()
         if tasks:
             await asyncio.gather(*tasks, return_exceptions=True)
+
+
+class CancelScope:
+    """Lets another coroutine cancel the work inside `async with` (a legacy client's
+    notifications/cancelled), without a task of its own: the task running the block is cancelled,
+    and the cancellation this scope asked for ends at its edge (`cancelled` says so). A cancellation
+    from elsewhere (the client went away) goes on as usual."""
+
+    __slots__ = ("_active", "_task", "cancelled")
+
+    def __init__(self) -> None:
+        self._task: asyncio.Task[Any] | None = None
+        self._active = False
+        self.cancelled = False
+
+    async def __aenter__(self) -> CancelScope:
+        self._task = asyncio.current_task()
+        self._active = True
+        return self
+
+    def cancel(self) -> None:
+        # Called from another task, so the block's task is suspended inside the block: the
+        # CancelledError it gets is raised there, and reaches __aexit__.
+        if self._active and not self.cancelled and self._task is not None:
+            self.cancelled = True
+            self._task.cancel()
+
+    async def __aexit__(self, exc_type: type[BaseException] | None, exc: object, tb: object) -> bool:
+        self._active = False
+        if not self.cancelled or self._task is None:
+            return False
+        remaining = self._task.uncancel()
+        return exc_type is asyncio.CancelledError and remaining == 0

@@ -1,0 +1,100 @@
+"""Owned concurrency: task scopes and cancel scopes (proxy/relay/tasks.py)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from structlog.testing import capture_logs
+
+from proxy.relay.tasks import CancelScope, TaskScope
+
+WAIT = 5.0
+
+
+async def test_a_cancel_scope_ends_the_cancellation_it_asked_for_at_its_edge() -> None:
+    started, reached = asyncio.Event(), []
+    scope = CancelScope()
+
+    async def work() -> str:
+        async with scope:
+            started.set()
+            await asyncio.Event().wait()
+        reached.append("after the block")
+        await asyncio.sleep(0)  # no cancellation is left pending for the task
+        return "went on"
+
+    task = asyncio.create_task(work())
+    async with asyncio.timeout(WAIT):
+        await started.wait()
+        scope.cancel()
+        assert await task == "went on"
+    assert scope.cancelled and reached == ["after the block"]
+
+
+async def test_a_cancellation_from_elsewhere_goes_on_through_a_cancel_scope() -> None:
+    started = asyncio.Event()
+    scope = CancelScope()
+
+    async def work() -> None:
+        async with scope:
+            started.set()
+            await asyncio.Event().wait()
+
+    task = asyncio.create_task(work())
+    async with asyncio.timeout(WAIT):
+        await started.wait()
+        scope.cancel()
+        task.cancel()  # the client went away too
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+
+async def test_cancelling_a_scope_that_has_ended_does_nothing() -> None:
+    scope = CancelScope()
+    async with scope:
+        pass
+    scope.cancel()
+    await asyncio.sleep(0)  # would raise CancelledError here if the task had been cancelled
+    assert not scope.cancelled
+
+
+async def test_a_task_scope_holds_its_tasks_logs_failures_and_ends_them_with_its_owner() -> None:
+    scope = TaskScope("test")
+    blocker = asyncio.Event()
+
+    async def boom() -> None:
+        raise ValueError("boom")
+
+    long = scope.spawn(blocker.wait())
+    with capture_logs() as logs:
+        failing = scope.spawn(boom(), name="boom")
+        async with asyncio.timeout(WAIT):
+            await asyncio.wait({failing})
+            await asyncio.sleep(0)  # the done callback runs on the next iteration
+    assert [(e["event"], e["owner"], e["task"]) for e in logs] == [("task_failed", "test", "boom")]
+    assert len(scope) == 1
+    async with asyncio.timeout(WAIT):
+        await scope.aclose()
+    assert long.cancelled() and len(scope) == 0
+    with pytest.raises(RuntimeError):
+        scope.spawn(asyncio.sleep(0))
+
+
+async def test_draining_a_scope_waits_for_its_tasks_and_a_task_may_drain_its_own_scope() -> None:
+    scope = TaskScope("test")
+    done: list[str] = []
+
+    async def child() -> None:
+        await asyncio.sleep(0)
+        done.append("child")
+
+    async def parent() -> None:
+        scope.spawn(child())
+        await scope.drain()  # does not wait for itself
+        done.append("parent")
+
+    async with asyncio.timeout(WAIT):
+        scope.spawn(parent())
+        await scope.drain()
+    assert done == ["child", "parent"]
