@@ -21,22 +21,27 @@ from .downstream.http import McpEndpoint
 from .metrics import Metrics
 from .protocol.detection import Detected
 from .protocol.versions import Era
+from .relay.bytes import ByteRelay
 from .relay.cache_watch import CacheWatcher
 from .relay.detect import EraDetector, probe_http, probe_stdio
-from .relay.legacy_to_modern import LegacyToModern
-from .relay.legacy_upstream import SessionFactory, StdioLegacySession
+from .relay.failures import UpstreamFailures
+from .relay.legacy_sessions import LegacySessionHost
+from .relay.legacy_stdio import ProcessBackend
+from .relay.legacy_to_modern import TranslatingBackend
 from .relay.modern_to_legacy import ModernToLegacy
 from .relay.modern_to_legacy import probe as probe_legacy
-from .relay.passthrough import LegacyFacade, ModernPassThrough
+from .relay.passthrough import ModernPassThrough
+from .relay.routes import routing_table
 from .sessions import InMemorySessionStore, SessionIds, SessionStore
 from .upstream.http import HttpUpstream
+from .upstream.legacy_session import SessionFactory, http_sessions, stdio_sessions
 from .upstream.stdio import StdioChannel, StdioModernUpstream, process_factory
 
-log = structlog.get_logger("mcp_era_proxy")
+log = structlog.get_logger(__name__)
 
 METRICS = web.AppKey("metrics", Metrics)
-RELAY = web.AppKey("relay", LegacyToModern)
-MODERN_RELAY = web.AppKey("modern_relay", ModernToLegacy)
+LEGACY_TO_MODERN = web.AppKey("legacy_to_modern", LegacySessionHost[Any])  # legacy sessions, translated
+MODERN_TO_LEGACY = web.AppKey("modern_to_legacy", ModernToLegacy)
 ADMIN = web.AppKey("admin", Admin)
 DETECTOR = web.AppKey("detector", EraDetector)
 CACHE = web.AppKey("cache", ResponseCache)
@@ -48,8 +53,8 @@ def create_app(
     metrics: Metrics | None = None,
     store: SessionStore | None = None,
     client_session: aiohttp.ClientSession | None = None,
-    clock: Any = time.time,
-    cache_clock: Any = time.monotonic,
+    clock: Callable[[], float] = time.time,
+    cache_clock: Callable[[], float] = time.monotonic,
 ) -> tuple[web.Application, web.Application | None]:
     """The MCP application, and the admin application when it listens separately."""
     metrics = metrics or Metrics()
@@ -57,17 +62,18 @@ def create_app(
     secret = settings.security.secret.encode() if settings.security.secret else secrets.token_bytes(32)
     ids = SessionIds(secret, settings.sessions.max_lifetime_s, clock)
     cache = ResponseCache(settings.cache, metrics, cache_clock)
+    failures = UpstreamFailures(metrics)
     http: HttpUpstream | None = None
     stdio: StdioModernUpstream | None = None
-    modern_http: ModernPassThrough | None = None
-    modern_stdio: ModernPassThrough | None = None
-    legacy_stdio: LegacyFacade | None = None
-    session_factory: SessionFactory | None = None
+    byte_relay: ByteRelay | None = None
+    process_sessions: LegacySessionHost[Any] | None = None
+    legacy_sessions: SessionFactory
     owns_session = client_session is None
+    modern_upstream: HttpUpstream | StdioModernUpstream
     if config.transport == "http":
-        http = HttpUpstream(config, client_session or HttpUpstream.client_session(config))
-        modern_upstream: Any = http
-        modern_http = ModernPassThrough(settings, http, metrics, cache)
+        http = modern_upstream = HttpUpstream(config, client_session or HttpUpstream.client_session(config))
+        byte_relay = ByteRelay(http, failures, config.request_timeout_s)
+        legacy_sessions = http_sessions(http)
         probe: Callable[[], Awaitable[Detected]] = partial(probe_http, http, config.probe_timeout_s)
     else:
         assert config.command is not None
@@ -75,9 +81,11 @@ def create_app(
         stdio = modern_upstream = StdioModernUpstream(
             config.name, make, grace_s=config.shutdown_grace_s, backoff_max_s=config.restart_backoff_max_s
         )
-        session_factory = partial(StdioLegacySession, make, config.name, config.shutdown_grace_s)
-        modern_stdio = ModernPassThrough(settings, stdio, metrics, cache)
-        legacy_stdio = LegacyFacade(settings, make, config.name, InMemorySessionStore(), ids, metrics, clock)
+        legacy_sessions = stdio_sessions(make, config.name, config.shutdown_grace_s)
+        # A session that is a process cannot be shared with other replicas: it lives here only.
+        process_sessions = LegacySessionHost(
+            ProcessBackend(settings, make, config.name, failures), settings, InMemorySessionStore(), ids, metrics, clock
+        )
 
         async def probe_channel() -> StdioChannel:
             channel = StdioChannel(make, config.name)
@@ -87,13 +95,22 @@ def create_app(
         probe = partial(probe_stdio, probe_channel, config.probe_timeout_s)
     detector = EraDetector(config.era, probe)
 
-    legacy_clients = LegacyToModern(
-        settings, modern_upstream, store or InMemorySessionStore(), ids, metrics, clock, cache=cache
+    store = store or InMemorySessionStore()
+    translating_backend = TranslatingBackend(settings, modern_upstream, store, metrics, cache, failures)
+    translating_backend.on_era_mismatch = detector.suspect
+    legacy_to_modern = LegacySessionHost(translating_backend, settings, store, ids, metrics, clock)
+    same_era = ModernPassThrough(settings, modern_upstream, metrics, cache, failures)
+    modern_to_legacy = ModernToLegacy(settings, legacy_sessions, metrics, secret, clock, cache=cache, failures=failures)
+    modern_to_legacy.on_era_mismatch = detector.suspect
+    router = routing_table(
+        config.transport,
+        translating=legacy_to_modern,
+        process_sessions=process_sessions,
+        same_era=same_era,
+        modern_to_legacy=modern_to_legacy,
+        byte_relay=byte_relay,
     )
-    legacy_clients.on_era_mismatch = detector.suspect
-    modern_clients = ModernToLegacy(settings, modern_upstream, metrics, secret, clock, session_factory, cache=cache)
-    modern_clients.on_era_mismatch = detector.suspect
-    watcher = CacheWatcher(settings, cache, detector, legacy_clients, modern_clients)
+    watcher = CacheWatcher(settings, cache, detector, translating_backend, modern_to_legacy)
     cache.on_store = watcher.watch
 
     def era_changed(era: Era) -> None:
@@ -101,23 +118,13 @@ def create_app(
         watcher.reset()
 
     detector.on_change = era_changed
-    endpoint = McpEndpoint(
-        settings,
-        metrics,
-        detector,
-        legacy_clients=legacy_clients,
-        modern_clients=modern_clients,
-        http_upstream=http,
-        modern_http=modern_http,
-        modern_stdio=modern_stdio,
-        legacy_stdio=legacy_stdio,
-    )
+    endpoint = McpEndpoint(settings, metrics, detector, router, failures)
 
     async def ready() -> None:
         if await detector.current() is Era.MODERN:
-            await legacy_clients.probe()
+            await translating_backend.probe()
         else:
-            await probe_legacy(modern_clients)
+            await probe_legacy(modern_to_legacy)
 
     admin = Admin(
         settings,
@@ -130,8 +137,8 @@ def create_app(
     guard = Guard(settings)
     app = web.Application(client_max_size=settings.security.max_body_bytes)
     app[METRICS] = metrics
-    app[RELAY] = legacy_clients
-    app[MODERN_RELAY] = modern_clients
+    app[LEGACY_TO_MODERN] = legacy_to_modern
+    app[MODERN_TO_LEGACY] = modern_to_legacy
     app[DETECTOR] = detector
     app[CACHE] = cache
     app[ADMIN] = admin
@@ -147,12 +154,13 @@ def create_app(
     for application in {id(app): app, id(admin_app): admin_app}.values():
         application.router.add_route("*", "/{tail:.*}", safe(not_found))  # JSON, never aiohttp's text page
 
+    hosts = [host for host in (legacy_to_modern, process_sessions) if host is not None]
+
     async def lifecycle(app: web.Application) -> AsyncIterator[None]:
         pool = settings.upstream.pool
         pool_interval = min(max(min(pool.idle_timeout_s, pool.ping_interval_s) / 4, 0.25), 30.0)
-        jobs = [(_reap_interval(settings), legacy_clients.reap), (pool_interval, modern_clients.maintain)]
-        if legacy_stdio is not None:
-            jobs.append((_reap_interval(settings), legacy_stdio.reap))
+        jobs: list[tuple[float, Callable[[], Awaitable[object]]]] = [(_reap_interval(settings), h.reap) for h in hosts]
+        jobs.append((pool_interval, modern_to_legacy.maintain))
         tasks = [asyncio.create_task(_every(interval, job)) for interval, job in jobs]
         tasks.append(asyncio.create_task(_detect_early(detector)))
         yield
@@ -160,10 +168,9 @@ def create_app(
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         await watcher.close()
-        await legacy_clients.close_all()
-        await modern_clients.close_all()
-        if legacy_stdio is not None:
-            await legacy_stdio.close_all()
+        for host in hosts:
+            await host.close_all()
+        await modern_to_legacy.close_all()
         if stdio is not None:
             await stdio.close()
         if http is not None and owns_session:
@@ -173,11 +180,10 @@ def create_app(
         """Shutdown begins (sites stopped): not ready any more; streams end gracefully now, calls in
         flight get `shutdown.grace_s` (aiohttp's shutdown timeout) before the cleanup below."""
         admin.draining = True
-        legacy_clients.end_streams()
-        modern_clients.end_streams()
-        for same_era in (modern_http, modern_stdio, legacy_stdio):
-            if same_era is not None:
-                same_era.end_streams()
+        for host in hosts:
+            host.end_streams()
+        modern_to_legacy.end_streams()
+        same_era.end_streams()
 
     app.on_shutdown.append(drain)
     app.cleanup_ctx.append(lifecycle)

@@ -11,6 +11,7 @@ import hmac
 import secrets
 import struct
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -40,7 +41,7 @@ class SessionIds:
 
     _MAC_BYTES = 16
 
-    def __init__(self, secret: bytes, max_lifetime_s: float, clock: Any = time.time) -> None:
+    def __init__(self, secret: bytes, max_lifetime_s: float, clock: Callable[[], float] = time.time) -> None:
         self._secret = secret
         self._max_lifetime_s = max_lifetime_s
         self._clock = clock
@@ -60,7 +61,7 @@ class SessionIds:
             return False
         if len(payload) != 24 or not hmac.compare_digest(given, self._mac(payload, principal)):
             return False
-        (issued,) = struct.unpack(">Q", payload[16:])
+        issued: int = struct.unpack(">Q", payload[16:])[0]
         return self._clock() - issued <= self._max_lifetime_s
 
     def _mac(self, payload: bytes, principal: str) -> bytes:

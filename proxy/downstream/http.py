@@ -1,7 +1,8 @@
 """The MCP endpoint over Streamable HTTP: POST, GET and DELETE on one path.
 
-Each POST is classified by era (protocol.classify), then handed to the relay for that pairing.
-Everything the client gets back is JSON-RPC: never a traceback or an HTML page.
+Each POST is classified by era (protocol.classify), and the routing table (relay.routes) says who
+serves it for the upstream's (detected) era. This module only reads requests and writes replies:
+everything the client gets back is JSON-RPC, never a traceback or an HTML page.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import AsyncGenerator
 from typing import Any
 
 import structlog
@@ -22,21 +24,20 @@ from ..protocol import jsonrpc
 from ..protocol.classify import Route, classify_post
 from ..protocol.headers import PROTOCOL_VERSION_HEADER, SESSION_HEADER
 from ..protocol.methods import CACHEABLE_METHODS
-from ..protocol.modern_to_legacy import listen_closed
-from ..protocol.modern_validate import ModernRequest, header_view, validate_request
+from ..protocol.modern_validate import header_view, validate_request
 from ..protocol.status import Rejection
 from ..protocol.versions import LEGACY_VERSIONS, Era
+from ..relay.channel import Caller
 from ..relay.detect import EraDetector
-from ..relay.legacy_to_modern import LegacyToModern, upstream_error, upstream_timeout
-from ..relay.modern_to_legacy import ListenBridge, ModernToLegacy
-from ..relay.passthrough import LegacyFacade, ModernPassThrough
+from ..relay.failures import UpstreamFailures
+from ..relay.legacy_sessions import LegacySessionHost
+from ..relay.routes import Router
 from ..sessions import LegacySession, principal_of, short_hash
 from ..upstream.errors import UpstreamError
-from ..upstream.http import HttpUpstream
 from .sse import SSE_HEADERS, RequestReply, SseStream, json_response
 
-log = structlog.get_logger("mcp_era_proxy.http")
-LegacySessions = LegacyToModern | LegacyFacade  # both hold legacy sessions behind one interface
+log = structlog.get_logger(__name__)
+Host = LegacySessionHost[Any]
 
 # Headers carried from the client to the upstream, beside the ones the proxy computes.
 _TRACE_HEADERS = ("traceparent", "tracestate", "baggage")
@@ -50,36 +51,19 @@ def error_reply(exc: ProxyError, era: Era, request_id: Any = None) -> web.Respon
 
 
 class McpEndpoint:
-    """Routes each message by the client's era and the upstream's (detected) era.
-
-    Translated pairs go to their relay: `legacy_clients` (legacy client, modern upstream) and
-    `modern_clients` (modern client, legacy upstream). Same-era pairs are relayed byte for byte
-    over HTTP, or message by message over stdio (`modern_stdio`, `legacy_stdio`).
-    """
-
     def __init__(
         self,
         settings: Settings,
         metrics: Metrics,
         detector: EraDetector,
-        *,
-        legacy_clients: LegacyToModern,
-        modern_clients: ModernToLegacy,
-        http_upstream: HttpUpstream | None = None,
-        modern_stdio: ModernPassThrough | None = None,
-        modern_http: ModernPassThrough | None = None,
-        legacy_stdio: LegacyFacade | None = None,
+        router: Router,
+        failures: UpstreamFailures,
     ) -> None:
         self._settings = settings
         self._metrics = metrics
         self._detector = detector
-        self._legacy_clients = legacy_clients
-        self._modern_clients = modern_clients
-        self._http = http_upstream
-        self._modern_stdio = modern_stdio
-        self._modern_http = modern_http  # cacheable same-era requests over HTTP, message by message
-        self._legacy_stdio = legacy_stdio
-        self._upstream_name = settings.upstream.name
+        self._router = router
+        self._failures = failures
         self._keepalive_s = settings.streams.keepalive_s
         self._request_metrics = RequestMetrics(metrics)
         # The access log line is built (and the session id hashed) only when info is logged.
@@ -89,27 +73,21 @@ class McpEndpoint:
         try:
             return await self._detector.current()
         except UpstreamError as exc:
-            self._metrics.upstream_errors.labels(self._upstream_name, exc.kind).inc()
-            raise upstream_error(exc) from None
-
-    def _legacy_relay(self, era: Era) -> LegacySessions | None:
-        """Who holds legacy sessions for this upstream era (None: relayed byte for byte)."""
-        return self._legacy_clients if era is Era.MODERN else self._legacy_stdio
+            raise self._failures.client_error(exc) from None
 
     # ------------------------------------------------------------ caller context
 
-    def _auth_headers(self, request: web.BaseRequest) -> dict[str, str]:
-        headers: dict[str, str] = {}
-        if self._settings.upstream.forward_authorization and "Authorization" in request.headers:
-            headers["Authorization"] = request.headers["Authorization"]
+    def _caller(self, request: web.BaseRequest, *, same_era: bool = False, legacy: bool = False) -> Caller:
+        """Who calls; `same_era`: the request goes upstream as it came, with the headers it brought."""
+        headers = request.headers
+        credentials: dict[str, str] = {}
+        if self._settings.upstream.forward_authorization and "Authorization" in headers:
+            credentials["Authorization"] = headers["Authorization"]
         for name in _TRACE_HEADERS:
-            if name in request.headers:
-                headers[name] = request.headers[name]
-        return headers
-
-    def _principal(self, request: web.BaseRequest) -> str:
-        header = self._settings.security.identity_header or "Authorization"
-        return principal_of(request.headers.get(header))
+            if name in headers:
+                credentials[name] = headers[name]
+        principal = principal_of(headers.get(self._settings.security.identity_header or "Authorization"))
+        return Caller(principal, credentials, _forwarded(request, credentials, legacy) if same_era else {})
 
     # ------------------------------------------------------------ POST
 
@@ -150,37 +128,40 @@ class McpEndpoint:
             record.downstream_era = "modern"
             record.method = body.get("method")
             return await self._modern(request, raw, body, record, era)
-        relay = self._legacy_relay(era)
-        if relay is None:  # legacy client, legacy HTTP upstream: the upstream's own session
+        host = self._router[era].legacy
+        if host is None:  # legacy client, legacy HTTP upstream: the upstream's own session
             record.method = body.get("method") if isinstance(body, dict) else "batch"
             if any(jsonrpc.kind(item) == "invalid" for item in (body if isinstance(body, list) else [body])):
                 raise ProxyError(jsonrpc.INVALID_REQUEST, "not a valid JSON-RPC 2.0 message", refused=True)
-            return await self._pass_through(request, "POST", raw, record, legacy=True)
+            return await self._bytes(request, "POST", raw, record, legacy=True)
         if route is Route.LEGACY_INITIALIZE:
-            return await self._initialize(request, relay, body, record)
-        assert session_id is not None
-        session = await self._session(request, relay, session_id)
+            return await self._initialize(request, host, body, record)
+        assert session_id is not None  # classify_post routes session-less legacy messages elsewhere
+        session = await self._session(request, host, session_id)
         record.session = session.id
         if route is Route.LEGACY_BATCH:
-            return await self._batch(request, relay, session, body, record)
-        return await self._legacy_message(request, relay, session, body, record)
+            return await self._batch(request, host, session, body, record)
+        return await self._legacy_message(request, host, session, body, record)
+
+    # ------------------------------------------------------------ legacy clients
 
     async def _initialize(
-        self, request: web.Request, relay: LegacySessions, body: dict[str, Any], record: _Record
+        self, request: web.Request, host: Host, body: dict[str, Any], record: _Record
     ) -> web.StreamResponse:
         record.method = "initialize"
         if jsonrpc.kind(body) != "request":
             raise ProxyError(jsonrpc.INVALID_REQUEST, "initialize must be a JSON-RPC request", refused=True)
+        caller = self._caller(request)
         try:
-            result, session_id = await relay.initialize(body, self._principal(request), self._auth_headers(request))
+            result, session_id = await host.initialize(body, caller.principal, caller.credentials)
         except ProxyError as exc:
             record.outcome = exc.outcome
             return error_reply(exc, Era.LEGACY, body["id"])
         record.session = session_id
         return json_response(jsonrpc.result_response(body["id"], result), headers={SESSION_HEADER: session_id})
 
-    async def _session(self, request: web.BaseRequest, relay: LegacySessions, session_id: str) -> LegacySession:
-        session = await relay.resolve(session_id, self._principal(request))
+    async def _session(self, request: web.BaseRequest, host: Host, session_id: str) -> LegacySession:
+        session = await host.resolve(session_id, self._caller(request).principal)
         if session is None:
             raise session_not_found()
         version = request.headers.get(PROTOCOL_VERSION_HEADER)
@@ -191,32 +172,27 @@ class McpEndpoint:
         return session
 
     async def _legacy_message(
-        self,
-        request: web.Request,
-        relay: LegacySessions,
-        session: LegacySession,
-        body: dict[str, Any],
-        record: _Record,
+        self, request: web.Request, host: Host, session: LegacySession, body: dict[str, Any], record: _Record
     ) -> web.StreamResponse:
         kind = jsonrpc.kind(body)
         record.method = body.get("method") if kind != "response" else "response"
         if kind == "invalid":
             raise ProxyError(jsonrpc.INVALID_REQUEST, "not a valid JSON-RPC 2.0 message", refused=True)
         if kind == "notification":
-            await relay.handle_notification(session, body)
+            await host.handle_notification(session, body)
             return web.Response(status=202)
         if kind == "response":
-            if not relay.handle_response(session, body):
+            if not await host.handle_response(session, body):
                 log.info("unexpected_response", session=short_hash(session.id), id=body.get("id"))
             return web.Response(status=202)
         async with RequestReply(request, self._keepalive_s) as reply:
-            message = await self._run(request, relay, session, body, reply, record)
+            message = await self._run(request, host, session, body, reply, record)
             return await reply.finish(message)
 
     async def _run(
         self,
         request: web.Request,
-        relay: LegacySessions,
+        host: Host,
         session: LegacySession,
         body: dict[str, Any],
         reply: RequestReply,
@@ -224,7 +200,7 @@ class McpEndpoint:
     ) -> dict[str, Any] | None:
         """One legacy request; returns the final message (None: the client cancelled it)."""
         try:
-            message = await relay.handle_request(session, body, reply, self._auth_headers(request))
+            message = await host.handle_request(session, body, reply, self._caller(request).credentials)
         except ProxyError as exc:
             record.outcome = exc.outcome
             # A batch shares `reply`: only an error that needs its own HTTP status stops it opening.
@@ -238,9 +214,9 @@ class McpEndpoint:
         return message
 
     async def _batch(
-        self, request: web.Request, relay: LegacySessions, session: LegacySession, body: list[Any], record: _Record
+        self, request: web.Request, host: Host, session: LegacySession, body: list[Any], record: _Record
     ) -> web.StreamResponse:
-        """JSON-RPC batches exist only in 2025-03-26 (reference §7.1)."""
+        """JSON-RPC batches exist only in 2025-03-26 (docs/translation.md §7.1)."""
         record.method = "batch"
         if session.legacy_version != "2025-03-26":
             raise ProxyError(
@@ -254,9 +230,9 @@ class McpEndpoint:
             if kind == "invalid":
                 raise ProxyError(jsonrpc.INVALID_REQUEST, "batch holds an invalid JSON-RPC message", refused=True)
             if kind == "notification":
-                await relay.handle_notification(session, item)
+                await host.handle_notification(session, item)
             elif kind == "response":
-                relay.handle_response(session, item)
+                await host.handle_response(session, item)
             else:
                 requests.append(item)
         if not requests:
@@ -267,7 +243,7 @@ class McpEndpoint:
                 # whole reply (an upstream 401) ends the batch: its siblings are cancelled first.
                 async with asyncio.TaskGroup() as group:
                     items = [
-                        group.create_task(self._run(request, relay, session, item, reply, _Record()))
+                        group.create_task(self._run(request, host, session, item, reply, _Record()))
                         for item in requests
                     ]
             except* ProxyError as failed:
@@ -279,7 +255,7 @@ class McpEndpoint:
                 await reply.send(final)
             return await reply.stream.close()
 
-    # ------------------------------------------------------------ modern clients, legacy upstream
+    # ------------------------------------------------------------ modern clients
 
     async def _modern(
         self, request: web.Request, raw: bytes, body: Any, record: _Record, era: Era
@@ -292,28 +268,18 @@ class McpEndpoint:
             raise ProxyError(
                 jsonrpc.INVALID_REQUEST, "expected a single JSON-RPC request or notification", refused=True
             )
-        checked = validate_request(body, header_view(request.headers.items()))
+        checked = validate_request(body, header_view(list(request.headers.items())))
         if isinstance(checked, Rejection):
             raise ProxyError.rejected(checked)
-        same_era = self._modern_stdio if self._http is None else self._modern_http
-        if era is Era.MODERN and self._http is not None and checked.method not in CACHEABLE_METHODS:
-            return await self._pass_through(request, "POST", raw, record, legacy=False)
-        principal, auth = self._principal(request), self._auth_headers(request)
+        route = self._router[era]
+        if route.modern_bytes and checked.method not in CACHEABLE_METHODS and checked.method != "subscriptions/listen":
+            return await self._bytes(request, "POST", raw, record, legacy=False)
+        caller = self._caller(request, same_era=era is Era.MODERN)
         if checked.method == "subscriptions/listen":
-            if era is Era.MODERN:
-                return await self._listen_same_era(
-                    request, checked, same_era, _forward_headers(request, auth, legacy=False)
-                )
-            return await self._listen(request, checked, principal, auth, record)
+            return await self._listen(request, route.modern.listen(checked, caller), body["id"])
         async with RequestReply(request, self._keepalive_s) as reply:
             try:
-                if era is Era.MODERN:
-                    assert same_era is not None
-                    message, status = await same_era.handle(
-                        checked, reply, _forward_headers(request, auth, legacy=False), principal
-                    )
-                else:
-                    message, status = await self._modern_clients.handle(checked, reply, principal, auth)
+                message, status = await route.modern.handle(checked, reply, caller)
             except ProxyError as exc:
                 record.outcome = exc.outcome
                 if not await reply.streaming():
@@ -323,111 +289,79 @@ class McpEndpoint:
                 record.outcome = "error" if status == 200 else "rejected"
             return await reply.finish(message, status)
 
-    async def _listen_same_era(
-        self, request: web.Request, checked: ModernRequest, same_era: ModernPassThrough | None, headers: dict[str, str]
-    ) -> web.StreamResponse:
-        # Message by message even over HTTP: at shutdown the proxy ends it with the completion result.
-        assert same_era is not None
-        sse = SseStream(request, self._keepalive_s)
-        gauge = self._metrics.streams_open.labels("downstream_listen")
-        gauge.inc()
-        try:
-            await same_era.listen(checked, sse.send, headers)
-        except ProxyError as exc:
-            if not sse.started:
-                raise
-            with contextlib.suppress(ConnectionError, RuntimeError):
-                await sse.send(exc.reply(checked.message["id"]))
-        except (ConnectionError, RuntimeError):
-            pass  # the client went away: leaving the exchange cancelled the listen upstream
-        finally:
-            gauge.dec()
-            sse.abort()
-        return await sse.close()
-
     async def _listen(
-        self, request: web.Request, checked: ModernRequest, principal: str, auth: dict[str, str], record: _Record
+        self, request: web.Request, messages: AsyncGenerator[dict[str, Any], None], request_id: Any
     ) -> web.StreamResponse:
-        bridge = ListenBridge(self._modern_clients, checked, principal, auth)
+        """One subscriptions/listen stream, whoever serves it: refused before its first message as
+        a plain error reply, a stream of its messages after."""
         try:
-            acknowledgement = await bridge.open()
-        except ProxyError:
-            self._modern_clients.tasks.spawn(bridge.close())
-            raise
+            first = await anext(messages)
+        except StopAsyncIteration:
+            raise ProxyError(jsonrpc.INTERNAL_ERROR, "the listen stream ended before it began") from None
         sse = SseStream(request, self._keepalive_s)
         gauge = self._metrics.streams_open.labels("downstream_listen")
         gauge.inc()
         try:
-            await sse.send(acknowledgement)
-            while True:
-                try:
-                    async with asyncio.timeout(self._keepalive_s):
-                        message = await bridge.queue.get()
-                except TimeoutError:
-                    if not bridge.alive:
-                        break  # the upstream session is gone: end the stream, the client may listen again
-                    continue
-                if message is None:
-                    # The proxy ends the subscription (shutdown): say so with the completion result.
-                    await sse.send(listen_closed(bridge.subscription_id))
-                    break
+            await sse.send(first)
+            async for message in messages:
                 await sse.send(message)
+        except ProxyError as exc:
+            with contextlib.suppress(ConnectionError, RuntimeError):
+                await sse.send(exc.reply(request_id))
         except (ConnectionError, RuntimeError):
-            pass  # the client went away
+            pass  # the client went away: closing the listen below cancels it upstream
         finally:
             gauge.dec()
             sse.abort()
-            self._modern_clients.tasks.spawn(bridge.close())
+            await messages.aclose()
         return await sse.close()
 
-    # ------------------------------------------------------------ same-era pass-through
+    # ------------------------------------------------------------ same era, byte for byte
 
-    async def _pass_through(
+    async def _bytes(
         self, request: web.Request, method: str, raw: bytes | None, record: _Record, *, legacy: bool
     ) -> web.StreamResponse:
-        """Same era on both sides: relay bytes unchanged, streaming them as they arrive.
-
-        A legacy session maps one to one onto the upstream's (its id and Last-Event-ID pass).
-        """
-        headers = _forward_headers(request, self._auth_headers(request), legacy=legacy)
-        assert self._http is not None, "byte-for-byte relaying needs an HTTP upstream"
-        try:
-            async with asyncio.timeout(self._settings.upstream.request_timeout_s if method == "POST" else None):
-                async with self._http.forward(method, raw, headers) as upstream:
-                    out_headers = {}
-                    for name in ("Content-Type", "WWW-Authenticate", "Allow") + ((SESSION_HEADER,) if legacy else ()):
-                        if name in upstream.headers:
-                            out_headers[name] = upstream.headers[name]
-                    record.outcome = "ok" if upstream.status < 400 else "error"
-                    if out_headers.get("Content-Type", "").startswith("text/event-stream"):
-                        out_headers.update(SSE_HEADERS)
-                    elif (upstream.content_length or _SMALL_REPLY + 1) <= _SMALL_REPLY:
-                        # A small whole reply: one write instead of a chunked stream.
-                        return web.Response(status=upstream.status, headers=out_headers, body=await upstream.read())
-                    response = web.StreamResponse(status=upstream.status, headers=out_headers)
-                    await response.prepare(request)
-                    async for chunk in upstream.content.iter_any():
-                        await response.write(chunk)
-                    await response.write_eof()
-                    return response
-        except UpstreamError as exc:
-            self._metrics.upstream_errors.labels(self._upstream_name, exc.kind).inc()
-            raise upstream_error(exc) from None
-        except TimeoutError:
-            raise upstream_timeout(self._upstream_name) from None
+        relay = self._router.byte_relay
+        assert relay is not None, "byte for byte needs an HTTP upstream"
+        headers = self._caller(request, same_era=True, legacy=legacy).forwarded
+        async with relay.forward(method, raw, headers, legacy=legacy) as reply:
+            record.outcome = "ok" if reply.status < 400 else "error"
+            returned = reply.headers
+            if reply.is_stream:
+                returned = {**returned, **SSE_HEADERS}
+            elif (reply.content_length or _SMALL_REPLY + 1) <= _SMALL_REPLY:
+                # A small whole reply: one write instead of a chunked stream.
+                body = b"".join([chunk async for chunk in reply.chunks])
+                return web.Response(status=reply.status, headers=returned, body=body)
+            response = web.StreamResponse(status=reply.status, headers=returned)
+            await response.prepare(request)
+            async for chunk in reply.chunks:
+                await response.write(chunk)
+            await response.write_eof()
+            return response
 
     # ------------------------------------------------------------ GET / DELETE
+
+    async def _legacy_host(self, request: web.Request, method: str) -> Host | web.StreamResponse:
+        """Who holds the session a GET or DELETE names, or the reply already made for it."""
+        try:
+            host = self._router[await self._era()].legacy
+            if host is None:
+                return await self._bytes(request, method, None, _Record(), legacy=True)
+        except ProxyError as exc:
+            return error_reply(exc, Era.LEGACY)
+        return host
 
     async def get(self, request: web.Request) -> web.StreamResponse:
         session_id = request.headers.get(SESSION_HEADER)
         if session_id is None:
             return _method_not_allowed()
+        host = await self._legacy_host(request, "GET")
+        if not isinstance(host, LegacySessionHost):
+            return host
         try:
-            relay = self._legacy_relay(await self._era())
-            if relay is None:
-                return await self._pass_through(request, "GET", None, _Record(), legacy=True)
-            session = await self._session(request, relay, session_id)
-            stream_handle = relay.open_get_stream(session)
+            session = await self._session(request, host, session_id)
+            stream_handle = host.open_get_stream(session)
         except ProxyError as exc:
             return error_reply(exc, Era.LEGACY)
         sse = SseStream(request, self._keepalive_s)
@@ -444,7 +378,7 @@ class McpEndpoint:
             pass  # the client went away
         finally:
             gauge.dec()
-            relay.close_get_stream(session.id, stream_handle)
+            host.close_get_stream(session.id, stream_handle)
             sse.abort()
         with contextlib.suppress(ConnectionError, RuntimeError):
             await sse.close()
@@ -454,16 +388,13 @@ class McpEndpoint:
         session_id = request.headers.get(SESSION_HEADER)
         if session_id is None:
             return _method_not_allowed()
-        try:
-            relay = self._legacy_relay(await self._era())
-            if relay is None:
-                return await self._pass_through(request, "DELETE", None, _Record(), legacy=True)
-        except ProxyError as exc:
-            return error_reply(exc, Era.LEGACY)
-        session = await relay.resolve(session_id, self._principal(request))
+        host = await self._legacy_host(request, "DELETE")
+        if not isinstance(host, LegacySessionHost):
+            return host
+        session = await host.resolve(session_id, self._caller(request).principal)
         if session is None:
             return error_reply(session_not_found(), Era.LEGACY)
-        await relay.close(session.id, reason="deleted")
+        await host.close(session.id, reason="deleted")
         return web.Response(status=200)
 
     # ------------------------------------------------------------ observability
@@ -508,13 +439,10 @@ def _method_not_allowed() -> web.Response:
     )
 
 
-__all__ = ["McpEndpoint", "UpstreamError"]
-
-
-def _forward_headers(request: web.BaseRequest, auth: dict[str, str], *, legacy: bool) -> dict[str, str]:
+def _forwarded(request: web.BaseRequest, credentials: dict[str, str], legacy: bool) -> dict[str, str]:
     """What a same-era request carries upstream: credentials, trace, its Mcp-* headers; for a legacy
     session also its id and Last-Event-ID (it maps one to one onto the upstream's)."""
-    headers = dict(auth)
+    headers = dict(credentials)
     for name, value in request.headers.items():
         lowered = name.lower()
         if lowered.startswith(_PASSTHROUGH_PREFIXES):

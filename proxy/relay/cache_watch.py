@@ -21,13 +21,14 @@ import structlog
 from ..cache import ResponseCache
 from ..config import Settings
 from ..errors import ProxyError
+from ..identity import PROXY_INFO
 from ..protocol import jsonrpc
 from ..protocol import legacy_to_modern as l2m
 from ..protocol.versions import Era
 from ..upstream.errors import UpstreamError
+from ..upstream.legacy_session import LegacyUpstreamSession
 from .detect import EraDetector
-from .legacy_to_modern import PROXY_INFO, LegacyToModern
-from .legacy_upstream import UpstreamSession
+from .legacy_to_modern import TranslatingBackend
 from .listen import SessionListener, listen_request
 from .modern_to_legacy import ModernToLegacy
 
@@ -41,7 +42,7 @@ class CacheWatcher:
         settings: Settings,
         cache: ResponseCache,
         detector: EraDetector,
-        legacy_clients: LegacyToModern,
+        legacy_clients: TranslatingBackend,
         modern_clients: ModernToLegacy,
     ) -> None:
         self._settings = settings
@@ -50,7 +51,7 @@ class CacheWatcher:
         self._legacy_clients = legacy_clients
         self._modern_clients = modern_clients
         self._listener: SessionListener | None = None  # modern upstream
-        self._session: UpstreamSession | None = None  # legacy upstream
+        self._session: LegacyUpstreamSession | None = None  # legacy upstream
         self._subscribed: set[str] = set()
         self._capabilities: JSONDict = {}
         self._task: asyncio.Task[None] | None = None
@@ -134,10 +135,10 @@ class CacheWatcher:
                     self._subscribed.add(uri)
 
     # SessionOwner for the legacy session: everything it is told goes to invalidation.
-    def on_notification(self, session: UpstreamSession, note: JSONDict) -> None:
+    def on_notification(self, session: LegacyUpstreamSession, note: JSONDict) -> None:
         self._cache.invalidate_for(note)
 
-    def on_server_request(self, session: UpstreamSession, request: JSONDict) -> None:
+    def on_server_request(self, session: LegacyUpstreamSession, request: JSONDict) -> None:
         self._modern_clients.on_server_request(session, request)
 
     async def _stop(self) -> None:

@@ -1,8 +1,25 @@
-"""Where a request's interim messages go: notifications and server-to-client requests."""
+"""What a relay knows of the downstream request it serves: who is calling, and where the request's
+interim messages go (notifications and server-to-client requests)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any, Protocol
+
+
+@dataclass(frozen=True, slots=True)
+class Caller:
+    """The caller of one downstream request.
+
+    `principal` names its authorization context (what sessions, pooled upstream sessions, private
+    cache entries and requestState tokens are bound to); `credentials` go upstream with what the
+    proxy sends for it (Authorization, trace context); `forwarded` are the headers a same-era
+    request carries upstream unchanged (credentials, trace context, its own Mcp-* headers).
+    """
+
+    principal: str
+    credentials: dict[str, str] = field(default_factory=dict)
+    forwarded: dict[str, str] = field(default_factory=dict)
 
 
 class ReplyChannel(Protocol):

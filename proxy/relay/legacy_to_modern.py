@@ -1,8 +1,10 @@
-"""Legacy clients in front of a modern upstream: the executor of protocol.legacy_to_modern.
+"""Legacy clients in front of a modern upstream: the backend of the legacy session host that
+translates, and the driver of protocol.forwarded_call.
 
-It holds the legacy sessions (initialize, session ids, ping, setLevel, subscriptions, the GET
-stream), turns each request into a stateless modern one, relays request-scoped notifications as
-they arrive, and runs multi round-trip requests by asking the client itself.
+The proxy holds the legacy session itself (relay.legacy_sessions): it answers `initialize` from the
+upstream's discover result, answers ping, setLevel and subscriptions itself, and turns every other
+request into a stateless 2026-07-28 one (a ForwardedCall), relaying request-scoped notifications as
+they arrive and asking the client itself when the upstream needs input (docs/translation.md §3).
 """
 
 from __future__ import annotations
@@ -18,10 +20,10 @@ from typing import Any
 
 import structlog
 
-from .. import __version__
 from ..cache import ResponseCache, request_key
 from ..config import Settings
 from ..errors import ProxyError
+from ..identity import PROXY_INFO
 from ..metrics import Metrics, method_label
 from ..protocol import jsonrpc, meta
 from ..protocol import legacy_to_modern as l2m
@@ -47,32 +49,29 @@ from ..protocol.forwarded_call import (
 from ..protocol.headers import ParamHeader
 from ..protocol.outcome import Outcome, timed_out
 from ..protocol.versions import LATEST_MODERN, pick_modern
-from ..sessions import LegacySession, SessionIds, SessionStore, short_hash
+from ..sessions import LegacySession, SessionStore
+from ..upstream.base import Upstream
 from ..upstream.errors import UpstreamError, UpstreamProtocolError
-from ..upstream.http import HttpUpstream
 from .channel import ReplyChannel
-from .failures import UpstreamFailures, to_client_error
+from .failures import UpstreamFailures
+from .legacy_sessions import Opened
 from .listen import SessionListener, listen_request
-from .runtime import GetStream, SessionRuntime
-from .tasks import CancelScope, TaskScope
+from .runtime import SessionRuntime
 
 JSONDict = dict[str, Any]
-log = structlog.get_logger("mcp_era_proxy.relay")
+log = structlog.get_logger(__name__)
 
-PROXY_INFO = {"name": "mcp-era-proxy", "version": __version__}
-# Answered by the proxy itself; never forwarded (reference §3.3).
+# Answered by the proxy itself; never forwarded (docs/translation.md §3.3).
 _LOCAL_METHODS = frozenset({"ping", "logging/setLevel", "resources/subscribe", "resources/unsubscribe"})
-_DROPPED_NOTIFICATIONS = frozenset({"notifications/roots/list_changed", "notifications/progress"})
+_DROPPED_NOTIFICATIONS = frozenset(
+    {
+        "notifications/initialized",
+        "notifications/cancelled",
+        "notifications/roots/list_changed",
+        "notifications/progress",
+    }
+)
 _TOOLS_REFRESH_S = 5.0
-
-
-def upstream_error(exc: UpstreamError) -> ProxyError:
-    """How an upstream failure reaches the client (not counted: see relay.failures)."""
-    return to_client_error(exc.failure)
-
-
-def upstream_timeout(name: str) -> ProxyError:
-    return to_client_error(timed_out(name))
 
 
 class _ToolHeaders:
@@ -83,208 +82,106 @@ class _ToolHeaders:
         self.fetched_at: float | None = None
 
 
-class LegacyToModern:
+class Translated:
+    """The backend's live part of one session: its upstream listen and the caller's credentials."""
+
+    __slots__ = ("auth_headers", "list_changes", "listener")
+
+    def __init__(self) -> None:
+        self.listener: SessionListener | None = None  # created on demand
+        self.list_changes = False  # the session wants list_changed (it opened a GET stream)
+        self.auth_headers: dict[str, str] = {}  # the caller's latest credentials, for background calls
+
+
+Runtime = SessionRuntime[Translated]
+
+
+class TranslatingBackend:
+    durable = True  # everything a session is lives in the store
+
     def __init__(
         self,
         settings: Settings,
-        upstream: HttpUpstream,
+        upstream: Upstream,
         store: SessionStore,
-        ids: SessionIds,
         metrics: Metrics,
-        clock: Callable[[], float] = time.time,
         cache: ResponseCache | None = None,
         failures: UpstreamFailures | None = None,
     ) -> None:
         self._settings = settings
         self._upstream = upstream
-        self._failures = failures if failures is not None else UpstreamFailures(metrics)
-        self._cache = cache if cache is not None else ResponseCache(settings.cache, metrics)
         self._store = store
-        self._ids = ids
         self._metrics = metrics
-        self._clock = clock
-        self._runtimes: dict[str, SessionRuntime] = {}
+        self._cache = cache if cache is not None else ResponseCache(settings.cache, metrics)
+        self._failures = failures if failures is not None else UpstreamFailures(metrics)
         self._upstream_ids = itertools.count(1)
         self._tool_headers: dict[str, _ToolHeaders] = {}
-        self._tasks = TaskScope(__name__)
         # Called when an answer says the upstream no longer speaks 2026-07-28 (era re-detection).
         self.on_era_mismatch: Callable[[str], None] = lambda reason: None
         self._modern_version = LATEST_MODERN
 
     # ------------------------------------------------------------ sessions
 
-    async def initialize(self, message: JSONDict, principal: str, auth_headers: dict[str, str]) -> tuple[JSONDict, str]:
-        """Answer `initialize` from the upstream's discover result and mint a session."""
-        params = message.get("params")
-        if not isinstance(params, dict):
-            raise ProxyError(jsonrpc.INVALID_PARAMS, "initialize needs params")
-        if await self._store.count() >= self._settings.sessions.max_sessions:
-            raise ProxyError(jsonrpc.LIMIT_EXCEEDED, "too many sessions", status=503, outcome="rejected")
+    async def open(self, message: JSONDict, principal: str, auth_headers: dict[str, str]) -> Opened[Translated]:
+        """Answer `initialize` from the upstream's discover result (docs/translation.md §3.1)."""
+        params = jsonrpc.params_of(message)
         try:
             discover = await self.discover(principal, auth_headers)
         except UpstreamError as exc:
             raise self._failures.client_error(exc) from None
+        except TimeoutError:
+            raise self._failures.timeout(self._upstream.name) from None
         try:
             legacy, modern, result = l2m.initialize_result(discover, params.get("protocolVersion"), PROXY_INFO)
         except l2m.InitializeRefused as exc:
             raise ProxyError(jsonrpc.INTERNAL_ERROR, str(exc)) from None
-        client_caps = jsonrpc.obj(params.get("capabilities"))
-        client_info = params.get("clientInfo") if isinstance(params.get("clientInfo"), dict) else None
-        now = self._clock()
-        session = LegacySession(
-            id=self._ids.mint(principal),
-            principal=principal,
-            legacy_version=legacy,
+        return Opened(
+            result,
+            legacy,
+            Translated(),
             modern_version=modern,
-            client_capabilities=client_caps,
-            upstream_capabilities=modern_client_capabilities(client_caps, legacy),
+            upstream_capabilities=modern_client_capabilities(jsonrpc.obj(params.get("capabilities")), legacy),
             server_capabilities=jsonrpc.obj(discover.get("capabilities")),
-            client_info=client_info,
-            log_level=self._settings.sessions.default_log_level,
-            created_at=now,
-            last_seen=now,
+            log_fields={"modern_version": modern},
         )
-        await self._store.add(session)
-        self._metrics.sessions_open.labels("legacy").inc()
-        log.info(
-            "session_opened",
-            session=short_hash(session.id),
-            legacy_version=legacy,
-            modern_version=modern,
-            client=(client_info or {}).get("name"),
-        )
-        return result, session.id
 
-    async def resolve(self, session_id: str, principal: str) -> LegacySession | None:
-        """The live session for this id and caller, or None (→ HTTP 404)."""
-        if not self._ids.check(session_id, principal):
-            return None
-        session = await self._store.get(session_id)
-        if session is None or session.principal != principal:
-            return None
-        now = self._clock()
-        if now - session.last_seen > self._settings.sessions.idle_timeout_s and not self._busy(session.id):
-            await self.close(session.id, reason="expired")
-            return None
-        session.last_seen = now
-        await self._store.save(session)
-        return session
+    def started(self, runtime: Runtime, lost: Callable[[str], None]) -> None:
+        pass  # nothing here can lose a session
 
-    def _busy(self, session_id: str) -> bool:
-        runtime = self._runtimes.get(session_id)
-        return runtime is not None and runtime.busy
+    def revive(self, session: LegacySession) -> Translated:
+        return Translated()
 
-    def _runtime(self, session: LegacySession) -> SessionRuntime:
-        runtime = self._runtimes.get(session.id)
-        if runtime is None:
-            runtime = SessionRuntime(self._settings.sessions.notification_buffer)
-            if session.initialized:
-                runtime.initialized.set()
-            self._runtimes[session.id] = runtime
-        return runtime
-
-    async def close(self, session_id: str, *, reason: str) -> bool:
-        session = await self._store.remove(session_id)
-        runtime = self._runtimes.pop(session_id, None)
-        if runtime is not None:
-            await runtime.aclose()
-        if session is None:
-            return False
-        self._metrics.sessions_open.labels("legacy").dec()
-        if reason == "expired":
-            self._metrics.sessions_expired.inc()
-        log.info("session_closed", session=short_hash(session_id), reason=reason)
-        return True
-
-    async def reap(self) -> int:
-        """Close sessions past their lifetime, and idle ones (no open stream, nothing in flight)."""
-        now = self._clock()
-        closed = 0
-        for session_id in await self._store.created_before(now - self._settings.sessions.max_lifetime_s):
-            closed += await self.close(session_id, reason="expired")
-        for session_id in await self._store.idle_since(now - self._settings.sessions.idle_timeout_s):
-            if self._busy(session_id):
-                session = await self._store.get(session_id)
-                if session is not None:
-                    session.last_seen = now
-                    await self._store.save(session)
-                continue
-            closed += await self.close(session_id, reason="expired")
-        return closed
-
-    def end_streams(self) -> None:
-        """Shutdown begins: end every GET stream; calls in flight may still finish."""
-        for runtime in self._runtimes.values():
-            runtime.end_streams()
-
-    async def close_all(self) -> None:
-        for session_id in list(self._runtimes):
-            await self._runtimes.pop(session_id).aclose()
+    async def close(self, runtime: Runtime) -> None:
+        if runtime.live.listener is not None:
+            await runtime.live.listener.close()
 
     # ------------------------------------------------------------ messages in a session
 
-    async def handle_notification(self, session: LegacySession, message: JSONDict) -> None:
-        method = message["method"]
-        if method == "notifications/initialized":
-            if not session.initialized:
-                session.initialized = True
-                await self._store.save(session)
-            runtime = self._runtimes.get(session.id)
-            if runtime is not None:
-                runtime.initialized.set()
-        elif method == "notifications/cancelled":
-            params = jsonrpc.params_of(message)
-            runtime = self._runtimes.get(session.id)
-            scope = runtime.inflight.get(params.get("requestId")) if runtime else None
-            if scope is not None:
-                scope.cancel()
-        elif method not in _DROPPED_NOTIFICATIONS:
-            log.debug("notification_ignored", method=method, session=short_hash(session.id))
+    async def notify(self, session: LegacySession, runtime: Runtime, message: JSONDict) -> None:
+        if message["method"] not in _DROPPED_NOTIFICATIONS:
+            log.debug("notification_ignored", method=message["method"])
 
-    def handle_response(self, session: LegacySession, message: JSONDict) -> bool:
-        """A client's answer to one of our server-to-client requests; False if unexpected."""
-        runtime = self._runtimes.get(session.id)
-        future = runtime.pending.get(message["id"]) if runtime and isinstance(message["id"], int) else None
+    async def respond(self, session: LegacySession, runtime: Runtime, message: JSONDict) -> bool:
+        future = runtime.pending.get(message["id"]) if isinstance(message["id"], int) else None
         if future is None or future.done():
             return False
         future.set_result(message)
         return True
 
-    async def handle_request(
-        self, session: LegacySession, message: JSONDict, channel: ReplyChannel, auth_headers: dict[str, str]
-    ) -> JSONDict | None:
-        """Run one client request to completion; None when the client cancelled it."""
-        runtime = self._runtime(session)
-        runtime.auth_headers = auth_headers
-        request_id = message["id"]
-        if len(runtime.inflight) >= self._settings.sessions.max_inflight_requests:
-            raise ProxyError(jsonrpc.LIMIT_EXCEEDED, "too many concurrent requests in this session")
-        if request_id in runtime.inflight:
-            raise ProxyError(jsonrpc.INVALID_REQUEST, f"request id {request_id!r} is already in flight")
-        async with CancelScope() as scope:
-            runtime.inflight[request_id] = scope
-            try:
-                return await self._dispatch(session, runtime, message, channel, auth_headers)
-            finally:
-                if runtime.inflight.get(request_id) is scope:
-                    del runtime.inflight[request_id]
-        return None  # the client cancelled it
-
-    async def _dispatch(
+    async def request(
         self,
         session: LegacySession,
-        runtime: SessionRuntime,
+        runtime: Runtime,
         message: JSONDict,
         channel: ReplyChannel,
         auth_headers: dict[str, str],
     ) -> JSONDict:
-        method = message["method"]
-        request_id = message["id"]
-        if method in _LOCAL_METHODS:
-            return jsonrpc.result_response(request_id, await self._local(session, runtime, message))
+        runtime.live.auth_headers = auth_headers
+        if message["method"] in _LOCAL_METHODS:
+            return jsonrpc.result_response(message["id"], await self._local(session, runtime, message))
         return await self._forward(session, runtime, message, channel, auth_headers)
 
-    async def _local(self, session: LegacySession, runtime: SessionRuntime, message: JSONDict) -> JSONDict:
+    async def _local(self, session: LegacySession, runtime: Runtime, message: JSONDict) -> JSONDict:
         method = message["method"]
         params = jsonrpc.params_of(message)
         if method == "ping":
@@ -322,8 +219,8 @@ class LegacyToModern:
         # resources/unsubscribe: filter locally at once, re-listen in the background.
         session.subscriptions = session.subscriptions - {uri}
         await self._store.save(session)
-        if runtime.listener is not None:
-            self._background(runtime.listener.refresh())
+        if runtime.live.listener is not None:
+            runtime.tasks.spawn(runtime.live.listener.refresh(), name="re-listen")
         return {}
 
     # ------------------------------------------------------------ forwarding
@@ -336,7 +233,7 @@ class LegacyToModern:
     async def _forward(
         self,
         session: LegacySession,
-        runtime: SessionRuntime,
+        runtime: Runtime,
         message: JSONDict,
         channel: ReplyChannel,
         auth_headers: dict[str, str],
@@ -373,7 +270,7 @@ class LegacyToModern:
         self,
         call: ForwardedCall,
         session: LegacySession,
-        runtime: SessionRuntime | None,
+        runtime: Runtime | None,
         channel: ReplyChannel,
         auth_headers: Mapping[str, str],
     ) -> Finish:
@@ -489,7 +386,7 @@ class LegacyToModern:
         self,
         call: ForwardedCall,
         session: LegacySession,
-        runtime: SessionRuntime,
+        runtime: Runtime,
         channel: ReplyChannel,
         asks: tuple[Ask, ...],
     ) -> list[Action]:
@@ -538,24 +435,17 @@ class LegacyToModern:
 
     # ------------------------------------------------------------ GET stream and listen
 
-    def open_get_stream(self, session: LegacySession) -> GetStream:
-        runtime = self._runtime(session)
-        stream = runtime.open_stream(self._settings.sessions.max_get_streams)
-        if not runtime.list_changes:
-            runtime.list_changes = True
-            self._background(self._listener(session, runtime).refresh())
-        return stream
+    def get_stream_opened(self, session: LegacySession, runtime: Runtime) -> None:
+        if not runtime.live.list_changes:
+            runtime.live.list_changes = True
+            runtime.tasks.spawn(self._listener(session, runtime).refresh(), name="listen")
 
-    def close_get_stream(self, session_id: str, stream: GetStream) -> None:
-        runtime = self._runtimes.get(session_id)
-        if runtime is not None:
-            runtime.detach(stream)
-
-    def _listener(self, session: LegacySession, runtime: SessionRuntime) -> SessionListener:
-        if runtime.listener is None:
+    def _listener(self, session: LegacySession, runtime: Runtime) -> SessionListener:
+        live = runtime.live
+        if live.listener is None:
 
             def current_filter() -> JSONDict:
-                return l2m.listen_filter(session.server_capabilities, session.subscriptions, runtime.list_changes)
+                return l2m.listen_filter(session.server_capabilities, session.subscriptions, live.list_changes)
 
             def deliver(message: JSONDict) -> None:
                 self._cache.invalidate_for(message)
@@ -570,21 +460,18 @@ class LegacyToModern:
             async def open_stream(filter_: JSONDict) -> AsyncIterator[AsyncIterator[JSONDict]]:
                 upstream_id = f"listen-{next(self._upstream_ids)}"
                 outgoing = listen_request(upstream_id, filter_, l2m.request_meta(self._profile(session)))
-                headers = {**runtime.auth_headers, **l2m.upstream_headers(outgoing, session.modern_version)}
+                headers = {**live.auth_headers, **l2m.upstream_headers(outgoing, session.modern_version)}
                 async with self._upstream.exchange(outgoing, headers) as messages:
-                    yield messages
+                    yield aiter(messages)
 
-            runtime.listener = SessionListener(
+            live.listener = SessionListener(
                 open_stream=open_stream,
                 current_filter=current_filter,
                 deliver=deliver,
                 retry_max_s=self._settings.streams.listen_retry_max_s,
                 on_stream_change=lambda d: self._metrics.streams_open.labels("upstream_listen").inc(d),
             )
-        return runtime.listener
-
-    def _background(self, coroutine: Any) -> None:
-        self._tasks.spawn(coroutine)
+        return live.listener
 
     # ------------------------------------------------------------ discover
 
@@ -599,7 +486,7 @@ class LegacyToModern:
         return result
 
     @property
-    def upstream(self) -> Any:
+    def upstream(self) -> Upstream:
         return self._upstream
 
     @property

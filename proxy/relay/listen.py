@@ -41,7 +41,7 @@ class SessionListener:
         *,
         open_stream: Callable[[JSONDict], Any],  # filter -> async context manager of the messages
         current_filter: Callable[[], JSONDict],
-        deliver: Callable[[JSONDict], None],
+        deliver: Callable[[JSONDict], object],
         retry_max_s: float,
         on_stream_change: Callable[[int], None] = lambda delta: None,
     ) -> None:

@@ -16,7 +16,7 @@ import contextlib
 import secrets
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncGenerator, Callable, Sequence
 from contextlib import AsyncExitStack
 from typing import Any
 
@@ -51,11 +51,11 @@ from ..protocol.parked_call import (
     invalid_state,
 )
 from ..protocol.request_state import RequestStateCodec, new_park_id
+from ..upstream.base import Reply
 from ..upstream.errors import UpstreamError, UpstreamSessionGone
-from ..upstream.http import HttpUpstream, Reply
-from .channel import ReplyChannel
+from ..upstream.legacy_session import LegacyUpstreamSession, SessionFactory, SessionPool
+from .channel import Caller, ReplyChannel
 from .failures import UpstreamFailures
-from .legacy_upstream import SessionFactory, SessionPool, UpstreamSession
 from .tasks import TaskScope
 
 JSONDict = dict[str, Any]
@@ -76,7 +76,7 @@ class LegacyCall:
     def __init__(
         self,
         relay: ModernToLegacy,
-        session: UpstreamSession,
+        session: LegacyUpstreamSession,
         machine: ParkedCall,
         *,
         interactive: bool,
@@ -137,7 +137,7 @@ class LegacyCall:
 
     # ------------------------------------------------------------ the upstream side
 
-    def bind(self, session: UpstreamSession) -> None:
+    def bind(self, session: LegacyUpstreamSession) -> None:
         self.session = session
         session.active.add(self)
         if self.upstream_token is not None:
@@ -170,7 +170,7 @@ class LegacyCall:
         except UpstreamError as exc:
             self.feed(self.machine.upstream_failed(exc.failure))
         except ProxyError as exc:  # the forgotten session could not be opened again
-            self.feed(self.machine.upstream_failed(_session_failure(self.relay.upstream.name, exc)))
+            self.feed(self.machine.upstream_failed(_session_failure(self.relay.name, exc)))
 
     async def consume(self, messages: Reply) -> None:
         """Feed the reply stream to the machine until the call is over."""
@@ -223,21 +223,20 @@ class ModernToLegacy:
     def __init__(
         self,
         settings: Settings,
-        upstream: HttpUpstream,
+        sessions: SessionFactory,
         metrics: Metrics,
         secret: bytes,
         clock: Callable[[], float] = time.time,
-        session_factory: SessionFactory | None = None,
         cache: ResponseCache | None = None,
         failures: UpstreamFailures | None = None,
     ) -> None:
         self._settings = settings
-        self.upstream = upstream
+        self.name = settings.upstream.name
         self._metrics = metrics
         self._cache = cache if cache is not None else ResponseCache(settings.cache, metrics)
         self.failures = failures if failures is not None else UpstreamFailures(metrics)
-        self.pool = SessionPool(upstream, settings.upstream.pool, owner=self, session_factory=session_factory)
-        self.pool.on_change = lambda delta: metrics.upstream_sessions.labels(upstream.name).inc(delta)
+        self.pool = SessionPool(self.name, settings.upstream.pool, owner=self, factory=sessions)
+        self.pool.on_change = lambda delta: metrics.upstream_sessions.labels(self.name).inc(delta)
         self.codec = RequestStateCodec(secret, secrets.token_hex(4), clock)
         self._parked: dict[str, LegacyCall] = {}
         self._calls: set[LegacyCall] = set()  # every call whose upstream side still runs
@@ -248,7 +247,7 @@ class ModernToLegacy:
 
     # ------------------------------------------------------------ what sessions receive unasked
 
-    def on_server_request(self, session: UpstreamSession, request: JSONDict) -> None:
+    def on_server_request(self, session: LegacyUpstreamSession, request: JSONDict) -> None:
         call = session.exclusive
         if isinstance(call, LegacyCall) and not call.finished:
             call.feed(call.machine.upstream_message(request))
@@ -264,7 +263,7 @@ class ModernToLegacy:
             )
         self.tasks.spawn(session.send(answer.response(request["id"])), name="answer-server")
 
-    def on_notification(self, session: UpstreamSession, note: JSONDict) -> None:
+    def on_notification(self, session: LegacyUpstreamSession, note: JSONDict) -> None:
         self._cache.invalidate_for(note)
         method = note.get("method")
         params = jsonrpc.params_of(note)
@@ -287,10 +286,9 @@ class ModernToLegacy:
         config = self._settings.upstream.cache_methods.get(method, self._settings.upstream.cache)
         return m2l.CacheHint(config.ttl_ms, config.scope)
 
-    async def handle(
-        self, request: ModernRequest, channel: ReplyChannel, principal: str, auth_headers: dict[str, str]
-    ) -> tuple[JSONDict, int]:
+    async def handle(self, request: ModernRequest, channel: ReplyChannel, caller: Caller) -> tuple[JSONDict, int]:
         """Run one validated modern request; returns (reply, HTTP status)."""
+        principal, auth_headers = caller.principal, caller.credentials
         params = jsonrpc.params_of(request.message)
         if "requestState" in params:
             outcome = await self._resume(request, channel, principal)
@@ -342,7 +340,7 @@ class ModernToLegacy:
         try:
             await self._ensure_level(session, request.log_level)
         except (UpstreamError, ProxyError, TimeoutError) as exc:
-            log.warning("upstream_set_level_failed", upstream=self.upstream.name, error=str(exc))
+            log.warning("upstream_set_level_failed", upstream=self.name, error=str(exc))
         downstream_token = m2l.progress_token_of(request.message)
         upstream_id = session.next_id()
         upstream_token = f"p{upstream_id}" if downstream_token is not None else None
@@ -353,7 +351,7 @@ class ModernToLegacy:
             front=Front(request_id, downstream_token, request.log_level),
             principal=principal,
             park_id=new_park_id(),
-            upstream=self.upstream.name,
+            upstream=self.name,
             upstream_id=upstream_id,
             server_info=session.server_info,
             cache_hint=self.hint(request.method) if request.method in CACHEABLE_METHODS else None,
@@ -369,7 +367,7 @@ class ModernToLegacy:
             return await self._attend(call, channel)
         return await self._inline(call, outgoing, channel)
 
-    async def _ensure_level(self, session: UpstreamSession, level: str | None) -> None:
+    async def _ensure_level(self, session: LegacyUpstreamSession, level: str | None) -> None:
         """Make the session at least as verbose as this request asks (docs/translation.md §4.4)."""
         if level is None or "logging" not in session.server_capabilities:
             return
@@ -399,13 +397,13 @@ class ModernToLegacy:
                 except UpstreamError as exc:
                     call.feed(call.machine.upstream_failed(exc.failure))
                 except ProxyError as exc:
-                    call.feed(call.machine.upstream_failed(_session_failure(self.upstream.name, exc)))
+                    call.feed(call.machine.upstream_failed(_session_failure(self.name, exc)))
                 outcome = await self._drain(call, channel)
                 assert outcome is not None, "a call that ended reported no outcome"
                 return outcome
         except TimeoutError:
-            call.feed(call.machine.timed_out(timed_out(self.upstream.name)))
-            raise self.failures.timeout(self.upstream.name) from None
+            call.feed(call.machine.timed_out(timed_out(self.name)))
+            raise self.failures.timeout(self.name) from None
         except BaseException:
             call.feed(call.machine.client_gone())  # in 2026-07-28 a closed stream is the cancellation
             raise
@@ -427,8 +425,8 @@ class ModernToLegacy:
                     call.wakeup.clear()
                     await call.wakeup.wait()
         except TimeoutError:
-            call.feed(call.machine.timed_out(timed_out(self.upstream.name)))
-            raise self.failures.timeout(self.upstream.name) from None
+            call.feed(call.machine.timed_out(timed_out(self.name)))
+            raise self.failures.timeout(self.name) from None
         except BaseException:
             call.feed(call.machine.client_gone())
             raise
@@ -518,12 +516,35 @@ class ModernToLegacy:
         self._calls.discard(call)
 
     def count_reinitialized(self) -> None:
-        self._metrics.upstream_reinitialized.labels(self.upstream.name).inc()
+        self._metrics.upstream_reinitialized.labels(self.name).inc()
 
     # ------------------------------------------------------------ housekeeping
 
     async def maintain(self) -> None:
         await self.pool.maintain()
+
+    async def listen(self, request: ModernRequest, caller: Caller) -> AsyncGenerator[JSONDict, None]:
+        """A subscriptions/listen stream over a legacy session of its own (docs/translation.md §4.6):
+        the acknowledgement, then what the session's GET stream brings that was asked for. It ends
+        when the session is gone (the client may listen again) or, at shutdown, with its
+        completion result."""
+        bridge = ListenBridge(self, request, caller.principal, caller.credentials)
+        try:
+            yield await bridge.open()
+            while True:
+                try:
+                    async with asyncio.timeout(self._settings.streams.keepalive_s):
+                        message = await bridge.queue.get()
+                except TimeoutError:
+                    if not bridge.alive:
+                        return
+                    continue
+                if message is None:
+                    yield m2l.listen_closed(bridge.subscription_id)
+                    return
+                yield message
+        finally:
+            self.tasks.spawn(bridge.close(), name="listen-close")
 
     def end_streams(self) -> None:
         """Shutdown begins: every listen stream ends with its completion result."""
@@ -562,7 +583,7 @@ async def _close_after(call: LegacyCall, stack: AsyncExitStack) -> None:
 
 
 class ListenBridge:
-    """One modern `subscriptions/listen` stream over a legacy session of its own (reference §4.6).
+    """One modern `subscriptions/listen` stream over a legacy session of its own (docs/translation.md §4.6).
 
     The dedicated session's GET stream carries the list changes; `resources/subscribe` adds
     the URIs. Everything relayed is tagged with the subscription id, and only what was asked
@@ -579,13 +600,13 @@ class ListenBridge:
         self.subscription_id = request.message["id"]
         self.queue: asyncio.Queue[JSONDict | None] = asyncio.Queue()
         self.honored: JSONDict = {}
-        self._session: UpstreamSession | None = None
+        self._session: LegacyUpstreamSession | None = None
 
     # SessionOwner: what the dedicated session's GET stream brings.
-    def on_server_request(self, session: UpstreamSession, request: JSONDict) -> None:
+    def on_server_request(self, session: LegacyUpstreamSession, request: JSONDict) -> None:
         self._relay.on_server_request(session, request)  # nobody to ask: ping answered, others refused
 
-    def on_notification(self, session: UpstreamSession, note: JSONDict) -> None:
+    def on_notification(self, session: LegacyUpstreamSession, note: JSONDict) -> None:
         self._relay.invalidate_for(note)
         out = m2l.listen_notification(note, self.honored, self.subscription_id)
         if out is not None:
@@ -623,7 +644,7 @@ class ListenBridge:
                     await session.call("resources/subscribe", {"uri": uri}, timeout_s=_SET_LEVEL_TIMEOUT_S)
                     subscribed.append(uri)
                 except (UpstreamError, ProxyError, TimeoutError) as exc:
-                    log.info("upstream_subscribe_refused", upstream=self._relay.upstream.name, error=str(exc))
+                    log.info("upstream_subscribe_refused", upstream=self._relay.name, error=str(exc))
         self.honored = m2l.honored_filter(wanted, session.server_capabilities, session.push_channel, subscribed)
         return m2l.acknowledgement(self.honored, self.subscription_id)
 

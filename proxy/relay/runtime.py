@@ -1,4 +1,4 @@
-"""Live, per-replica state of one legacy session: streams, waiters, in-flight calls.
+"""Live, per-replica state of one legacy session: streams, waiters, requests in flight.
 
 Created on first need and dropped with the session; never persisted (it holds futures and
 tasks). What must survive a request lives in sessions.LegacySession instead.
@@ -9,13 +9,14 @@ from __future__ import annotations
 import asyncio
 import itertools
 from collections import deque
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from ..errors import ProxyError
 from ..protocol import jsonrpc
-from .tasks import CancelScope
+from .tasks import CancelScope, TaskScope
 
 JSONDict = dict[str, Any]
+L = TypeVar("L")
 _CLOSED = None  # queue sentinel: the stream must end
 
 
@@ -32,27 +33,29 @@ class GetStream:
         self.queue.put_nowait(_CLOSED)
 
 
-class SessionRuntime:
-    def __init__(self, backlog_size: int) -> None:
+class SessionRuntime(Generic[L]):
+    """`live` is the backend's own part of the session (its process, its upstream listen)."""
+
+    def __init__(self, session_id: str, live: L, backlog_size: int) -> None:
+        self.session_id = session_id
+        self.live = live
         self.initialized = asyncio.Event()
         self.server_request_ids = itertools.count(1)  # never reused within the session
-        self.pending: dict[int, asyncio.Future[JSONDict]] = {}
-        self.inflight: dict[Any, CancelScope] = {}  # the requests running, by client request id
+        self.pending: dict[int, asyncio.Future[JSONDict]] = {}  # server-to-client requests awaited
+        self.inflight: dict[Any, CancelScope] = {}  # the client's requests running, by its request id
         self.get_streams: list[GetStream] = []
         self.backlog: deque[JSONDict] = deque(maxlen=backlog_size)
-        self.list_changes = False  # the session wants list_changed (it opened a GET stream)
-        self.listener: Any = None  # relay.listen.SessionListener, created on demand
-        self.auth_headers: dict[str, str] = {}  # the caller's credentials, for background calls
+        self.tasks = TaskScope("legacy session")  # ended with the session
 
     def deliver(self, message: JSONDict) -> None:
-        """Hand an unsolicited notification to exactly one GET stream (legacy forbids fan-out)."""
+        """Hand an unsolicited message to exactly one GET stream (legacy forbids fan-out)."""
         if self.get_streams:
             self.get_streams[-1].put(message)
         else:
             self.backlog.append(message)
 
     def open_stream(self, limit: int) -> GetStream:
-        """A new GET stream, given the notifications held for it meanwhile; 409 past `limit`."""
+        """A new GET stream, given the messages held for it meanwhile; 409 past `limit`."""
         if len(self.get_streams) >= limit:
             raise ProxyError(
                 jsonrpc.LIMIT_EXCEEDED, "too many open GET streams for this session", status=409, outcome="rejected"
@@ -85,9 +88,3 @@ class SessionRuntime:
             if not future.done():
                 future.cancel()
         self.pending.clear()
-
-    async def aclose(self) -> None:
-        """`close`, then the upstream listen the session opened, if any."""
-        self.close()
-        if self.listener is not None:
-            await self.listener.close()

@@ -55,6 +55,8 @@ class HttpUpstream:
     transport = "http"
 
     def __init__(self, config: UpstreamConfig, session: aiohttp.ClientSession, clock: Any = time.monotonic) -> None:
+        if config.url is None:
+            raise ValueError("an HTTP upstream needs upstream.url")
         self.name = config.name
         self.url = config.url
         self._session = session

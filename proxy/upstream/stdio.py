@@ -157,7 +157,7 @@ class StdioProcess:
         return process.returncode
 
 
-class _Route:
+class Route:
     """The messages of one request, multiplexed out of the shared stdout."""
 
     __slots__ = ("done", "id", "queue", "token", "wants_logs")
@@ -169,7 +169,7 @@ class _Route:
         self.queue: asyncio.Queue[JSONDict | BaseException] = asyncio.Queue()
         self.done = False
 
-    async def messages(self) -> Any:
+    async def messages(self) -> AsyncIterator[JSONDict]:
         while True:
             item = await self.queue.get()
             if isinstance(item, BaseException):
@@ -187,7 +187,7 @@ class StdioReply:
     status = 200
     headers: Mapping[str, str] = {}
 
-    def __init__(self, route: _Route, on_message: Callable[[], None] = lambda: None) -> None:
+    def __init__(self, route: Route, on_message: Callable[[], None] = lambda: None) -> None:
         self._route = route
         self._on_message = on_message
 
@@ -217,8 +217,8 @@ class StdioChannel:
         on_exit: Callable[[int | None], None] = lambda code: None,
     ) -> None:
         self.name = name
-        self._routes: dict[Any, _Route] = {}
-        self._tokens: dict[Any, _Route] = {}
+        self._routes: dict[Any, Route] = {}
+        self._tokens: dict[Any, Route] = {}
         self._on_unsolicited = on_unsolicited
         self._on_exit_callback = on_exit
         self.process = process_factory(on_message=self._on_message, on_exit=self._on_exit)
@@ -233,9 +233,9 @@ class StdioChannel:
     async def stop(self, grace_s: float) -> int | None:
         return await self.process.stop(grace_s)
 
-    def open_route(self, message: JSONDict) -> _Route:
+    def open_route(self, message: JSONDict) -> Route:
         request_meta = meta.meta_of(message.get("params")) or {}
-        route = _Route(message["id"], request_meta.get("progressToken"), meta.LOG_LEVEL in request_meta)
+        route = Route(message["id"], request_meta.get("progressToken"), meta.LOG_LEVEL in request_meta)
         if route.id in self._routes:
             raise ValueError(f"request id {route.id!r} is already in flight on {self.name!r}")
         self._routes[route.id] = route
@@ -243,7 +243,7 @@ class StdioChannel:
             self._tokens[route.token] = route
         return route
 
-    def close_route(self, route: _Route) -> None:
+    def close_route(self, route: Route) -> None:
         if self._routes.get(route.id) is route:
             del self._routes[route.id]
         if route.token is not None and self._tokens.get(route.token) is route:

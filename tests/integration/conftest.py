@@ -13,9 +13,9 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
-from proxy.app import RELAY, create_app
+from proxy.app import LEGACY_TO_MODERN, create_app
 from proxy.config import ENV_PREFIX, Settings, load_settings
-from proxy.relay.legacy_to_modern import LegacyToModern
+from proxy.relay.legacy_sessions import LegacySessionHost
 from tests.support.fake_modern import PATH, FakeModern
 from tests.support.legacy_peer import LegacyPeer
 
@@ -42,8 +42,9 @@ class Proxy:
     settings: Settings
 
     @property
-    def relay(self) -> LegacyToModern:
-        return self.app[RELAY]
+    def relay(self) -> LegacySessionHost[Any]:
+        """The host of the legacy sessions it translates."""
+        return self.app[LEGACY_TO_MODERN]
 
     async def connect(self, version: str | None = None, **kwargs: Any) -> LegacyPeer:
         if version is not None:

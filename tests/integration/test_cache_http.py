@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from proxy.app import CACHE, METRICS, MODERN_RELAY, RELAY, create_app
+from proxy.app import CACHE, LEGACY_TO_MODERN, METRICS, MODERN_TO_LEGACY, create_app
 from proxy.cache import ResponseCache
 from proxy.config import load_settings
 from proxy.protocol import jsonrpc, meta
@@ -52,7 +52,7 @@ def caches_of(proxy: Proxy) -> list[ResponseCache]:
     """Every distinct response cache the app and its relays hold: there must be exactly one, shared
     (app.py). Tests that spy on the cache spy on every instance found, so that they keep testing their
     own behaviour even if the relays stopped sharing one (test_every_relay_uses_the_one_shared_cache)."""
-    found = [proxy.app[CACHE], proxy.app[RELAY]._cache, proxy.app[MODERN_RELAY]._cache]
+    found = [proxy.app[CACHE], proxy.app[LEGACY_TO_MODERN].backend._cache, proxy.app[MODERN_TO_LEGACY]._cache]
     unique: list[ResponseCache] = []
     for cache in found:
         if not any(cache is seen for seen in unique):

@@ -19,7 +19,7 @@ import pytest
 from aiohttp import ClientResponse, web
 from aiohttp.test_utils import TestClient, TestServer
 
-from proxy.app import MODERN_RELAY, create_app
+from proxy.app import MODERN_TO_LEGACY, create_app
 from proxy.config import Settings, load_settings
 from proxy.errors import SESSION_NOT_FOUND
 from proxy.protocol import jsonrpc, meta
@@ -1348,7 +1348,7 @@ async def test_closing_a_listen_unsubscribes_and_deletes_its_upstream_session(
 async def test_a_listen_the_proxy_ends_gets_the_graceful_completion_result(proxy: Proxy, client: ModernPeer) -> None:
     async with asyncio.timeout(WAIT):
         stream, _ = await open_listen(client, {"toolsListChanged": True}, "sub-9")
-        await proxy.app[MODERN_RELAY].close_all()  # what shutdown does
+        await proxy.app[MODERN_TO_LEGACY].close_all()  # what shutdown does
         closing = await stream.next()
         end = await stream.next()
     assert closing == {

@@ -1,0 +1,299 @@
+"""The one host of the legacy sessions the proxy holds for its clients, with pluggable backends.
+
+The host mints, resolves, expires, reaps and closes sessions, keeps their live runtime (GET
+streams, requests in flight, server-to-client requests awaited), counts and logs them. What
+differs per upstream is a backend:
+
+- relay.legacy_to_modern.TranslatingBackend: a modern upstream; every request is translated;
+- relay.legacy_stdio.ProcessBackend: a legacy stdio upstream; each session is a server process.
+
+Session records go through the SessionStore; live runtimes stay with the replica that holds them.
+Spec: 2025-11-25/basic/lifecycle.mdx, 2025-11-25/basic/transports.mdx §Session Management.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Generic, Protocol, TypeVar
+
+import structlog
+
+from ..config import Settings
+from ..errors import ProxyError
+from ..metrics import Metrics
+from ..protocol import jsonrpc
+from ..sessions import LegacySession, SessionIds, SessionStore, short_hash
+from .channel import ReplyChannel
+from .runtime import GetStream, SessionRuntime
+from .tasks import CancelScope, TaskScope
+
+JSONDict = dict[str, Any]
+log = structlog.get_logger(__name__)
+L = TypeVar("L")
+
+
+@dataclass(slots=True)
+class Opened(Generic[L]):
+    """What a backend made of an `initialize`: the result for the client, the session's facts, and
+    the backend's live part of the session."""
+
+    result: JSONDict
+    legacy_version: str
+    live: L
+    modern_version: str = ""
+    upstream_capabilities: JSONDict = field(default_factory=dict)
+    server_capabilities: JSONDict = field(default_factory=dict)
+    log_fields: JSONDict = field(default_factory=dict)
+
+
+class LegacyBackend(Protocol[L]):
+    """What differs between the upstreams a legacy session can stand for."""
+
+    @property
+    def durable(self) -> bool:
+        """Whether a session outlives its runtime here (its state is in the store, not in a process)."""
+
+    async def open(self, message: JSONDict, principal: str, auth_headers: dict[str, str]) -> Opened[L]:
+        """Answer the `initialize` request `message`; raises ProxyError when it cannot."""
+
+    def started(self, runtime: SessionRuntime[L], lost: Callable[[str], None]) -> None:
+        """The session holds `runtime` now; `lost(reason)` closes it should the backend lose it."""
+
+    def revive(self, session: LegacySession) -> L | None:
+        """A fresh live part for a stored session this replica holds no runtime for; None: the
+        session cannot be served (its process is gone)."""
+
+    async def request(
+        self,
+        session: LegacySession,
+        runtime: SessionRuntime[L],
+        message: JSONDict,
+        channel: ReplyChannel,
+        auth_headers: dict[str, str],
+    ) -> JSONDict:
+        """Run one client request to its final message."""
+
+    async def notify(self, session: LegacySession, runtime: SessionRuntime[L], message: JSONDict) -> None:
+        """A client notification (the host has already done its own part)."""
+
+    async def respond(self, session: LegacySession, runtime: SessionRuntime[L], message: JSONDict) -> bool:
+        """A client's reply to a server-to-client request; False if nothing waited for it."""
+
+    def get_stream_opened(self, session: LegacySession, runtime: SessionRuntime[L]) -> None:
+        """The session opened a GET stream (it wants what the server says unasked)."""
+
+    async def close(self, runtime: SessionRuntime[L]) -> None:
+        """The session ended here: release its live part."""
+
+
+class LegacySessionHost(Generic[L]):
+    def __init__(
+        self,
+        backend: LegacyBackend[L],
+        settings: Settings,
+        store: SessionStore,
+        ids: SessionIds,
+        metrics: Metrics,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.backend = backend
+        self._settings = settings
+        self._limits = settings.sessions
+        self._store = store
+        self._ids = ids
+        self._metrics = metrics
+        self._clock = clock
+        self._runtimes: dict[str, SessionRuntime[L]] = {}
+        self.tasks = TaskScope("legacy sessions")
+
+    # ------------------------------------------------------------ sessions
+
+    async def initialize(self, message: JSONDict, principal: str, auth_headers: dict[str, str]) -> tuple[JSONDict, str]:
+        """Answer `initialize` and mint a session bound to the caller."""
+        params = message.get("params")
+        if not isinstance(params, dict):
+            raise ProxyError(jsonrpc.INVALID_PARAMS, "initialize needs params")
+        if await self._store.count() >= self._limits.max_sessions:
+            raise ProxyError(jsonrpc.LIMIT_EXCEEDED, "too many sessions", status=503, outcome="rejected")
+        opened = await self.backend.open(message, principal, auth_headers)
+        now = self._clock()
+        client_info = params.get("clientInfo")
+        session = LegacySession(
+            id=self._ids.mint(principal),
+            principal=principal,
+            legacy_version=opened.legacy_version,
+            modern_version=opened.modern_version,
+            client_capabilities=jsonrpc.obj(params.get("capabilities")),
+            upstream_capabilities=opened.upstream_capabilities,
+            server_capabilities=opened.server_capabilities,
+            client_info=client_info if isinstance(client_info, dict) else None,
+            log_level=self._limits.default_log_level,
+            created_at=now,
+            last_seen=now,
+        )
+        await self._store.add(session)
+        self._attach(session.id, opened.live)
+        self._metrics.sessions_open.labels("legacy").inc()
+        log.info(
+            "session_opened",
+            session=short_hash(session.id),
+            legacy_version=session.legacy_version,
+            client=(session.client_info or {}).get("name"),
+            **opened.log_fields,
+        )
+        return opened.result, session.id
+
+    async def resolve(self, session_id: str, principal: str) -> LegacySession | None:
+        """The live session for this id and caller, or None (→ HTTP 404)."""
+        if not self._ids.check(session_id, principal):
+            return None
+        session = await self._store.get(session_id)
+        if session is None or session.principal != principal:
+            return None
+        now = self._clock()
+        if now - session.last_seen > self._limits.idle_timeout_s and not self._busy(session_id):
+            await self.close(session_id, reason="expired")
+            return None
+        if self._runtime(session) is None:
+            return None  # a session whose runtime cannot be rebuilt here (its process is gone)
+        session.last_seen = now
+        await self._store.save(session)
+        return session
+
+    def _runtime(self, session: LegacySession) -> SessionRuntime[L] | None:
+        runtime = self._runtimes.get(session.id)
+        if runtime is None:
+            live = self.backend.revive(session)
+            if live is None:
+                return None
+            runtime = self._attach(session.id, live)
+            if session.initialized:
+                runtime.initialized.set()
+        return runtime
+
+    def _attach(self, session_id: str, live: L) -> SessionRuntime[L]:
+        runtime = SessionRuntime(session_id, live, self._limits.notification_buffer)
+        self._runtimes[session_id] = runtime
+        self.backend.started(runtime, lambda reason: self.closed_by_backend(session_id, reason))
+        return runtime
+
+    def _busy(self, session_id: str) -> bool:
+        runtime = self._runtimes.get(session_id)
+        return runtime is not None and runtime.busy
+
+    async def close(self, session_id: str, *, reason: str) -> bool:
+        session = await self._store.remove(session_id)
+        runtime = self._runtimes.pop(session_id, None)
+        if runtime is not None:
+            await self._release(runtime)
+        if session is None:
+            return False
+        self._metrics.sessions_open.labels("legacy").dec()
+        if reason == "expired":
+            self._metrics.sessions_expired.inc()
+        log.info("session_closed", session=short_hash(session_id), reason=reason)
+        return True
+
+    def closed_by_backend(self, session_id: str, reason: str) -> None:
+        """The backend lost the session (its process exited): close it."""
+        if session_id in self._runtimes and not self.tasks.closed:
+            self.tasks.spawn(self.close(session_id, reason=reason), name="session-close")
+
+    async def _release(self, runtime: SessionRuntime[L]) -> None:
+        runtime.close()
+        await runtime.tasks.aclose()
+        await self.backend.close(runtime)
+
+    async def reap(self) -> int:
+        """Close sessions past their lifetime, then idle ones: those with nothing open or in flight
+        (a busy one counts as seen now, so it is not reaped the moment it goes idle)."""
+        now = self._clock()
+        closed = 0
+        for session_id in await self._store.created_before(now - self._limits.max_lifetime_s):
+            closed += await self.close(session_id, reason="expired")
+        for session_id in await self._store.idle_since(now - self._limits.idle_timeout_s):
+            if self._busy(session_id):
+                session = await self._store.get(session_id)
+                if session is not None:
+                    session.last_seen = now
+                    await self._store.save(session)
+                continue
+            closed += await self.close(session_id, reason="expired")
+        return closed
+
+    def end_streams(self) -> None:
+        """Shutdown begins: end every GET stream; calls in flight may still finish."""
+        for runtime in self._runtimes.values():
+            runtime.end_streams()
+
+    async def close_all(self) -> None:
+        """Shutdown: release every runtime. A session that cannot outlive it here is closed; a
+        durable one stays in the store, for this replica's successor or another one."""
+        await self.tasks.aclose()
+        for session_id in list(self._runtimes):
+            if self.backend.durable:
+                await self._release(self._runtimes.pop(session_id))
+            else:
+                await self.close(session_id, reason="shutdown")
+
+    # ------------------------------------------------------------ messages in a session
+
+    async def handle_notification(self, session: LegacySession, message: JSONDict) -> None:
+        method = message["method"]
+        runtime = self._runtimes.get(session.id)
+        if method == "notifications/initialized":
+            if not session.initialized:
+                session.initialized = True
+                await self._store.save(session)
+            if runtime is not None:
+                runtime.initialized.set()
+        if runtime is None:
+            return
+        await self.backend.notify(session, runtime, message)
+        if method == "notifications/cancelled":
+            scope = runtime.inflight.get(jsonrpc.params_of(message).get("requestId"))
+            if scope is not None:
+                scope.cancel()  # the request ends without a reply (cancellation: no response)
+
+    async def handle_response(self, session: LegacySession, message: JSONDict) -> bool:
+        """A client's answer to a server-to-client request; False if nothing waited for it."""
+        runtime = self._runtimes.get(session.id)
+        return runtime is not None and await self.backend.respond(session, runtime, message)
+
+    async def handle_request(
+        self, session: LegacySession, message: JSONDict, channel: ReplyChannel, auth_headers: dict[str, str]
+    ) -> JSONDict | None:
+        """Run one client request to completion; None when the client cancelled it."""
+        runtime = self._runtime(session)
+        if runtime is None:
+            raise ProxyError(jsonrpc.INTERNAL_ERROR, "the session can no longer be served here")
+        request_id = message["id"]
+        if len(runtime.inflight) >= self._limits.max_inflight_requests:
+            raise ProxyError(jsonrpc.LIMIT_EXCEEDED, "too many concurrent requests in this session")
+        if request_id in runtime.inflight:
+            raise ProxyError(jsonrpc.INVALID_REQUEST, f"request id {request_id!r} is already in flight")
+        async with CancelScope() as scope:
+            runtime.inflight[request_id] = scope
+            try:
+                return await self.backend.request(session, runtime, message, channel, auth_headers)
+            finally:
+                if runtime.inflight.get(request_id) is scope:
+                    del runtime.inflight[request_id]
+        return None  # cancelled by the client
+
+    # ------------------------------------------------------------ GET streams
+
+    def open_get_stream(self, session: LegacySession) -> GetStream:
+        runtime = self._runtime(session)
+        if runtime is None:
+            raise ProxyError(jsonrpc.INTERNAL_ERROR, "the session can no longer be served here")
+        stream = runtime.open_stream(self._limits.max_get_streams)
+        self.backend.get_stream_opened(session, runtime)
+        return stream
+
+    def close_get_stream(self, session_id: str, stream: GetStream) -> None:
+        runtime = self._runtimes.get(session_id)
+        if runtime is not None:
+            runtime.detach(stream)

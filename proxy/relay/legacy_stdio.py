@@ -1,0 +1,167 @@
+"""Legacy clients of a legacy stdio server: the backend of the legacy session host in which each
+client session is a server process of its own.
+
+The proxy serves the Streamable HTTP side of the session (its id, the GET stream, DELETE) and
+relays the messages one by one, unchanged: the server process speaks the client's own revision.
+What the server sends outside a reply goes on the one request open, else on the GET stream.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable
+from typing import Any
+
+import structlog
+
+from ..config import Settings
+from ..errors import ProxyError
+from ..protocol import jsonrpc
+from ..protocol.versions import LEGACY_VERSIONS
+from ..sessions import LegacySession
+from ..upstream.errors import UpstreamError, UpstreamUnavailable
+from ..upstream.stdio import Route, StdioChannel, StdioProcess
+from .channel import ReplyChannel
+from .failures import UpstreamFailures
+from .legacy_sessions import Opened
+from .runtime import SessionRuntime
+
+JSONDict = dict[str, Any]
+log = structlog.get_logger(__name__)
+_INITIALIZE_TIMEOUT_S = 30.0
+
+
+class Process:
+    """The backend's live part of one session: its server process and the requests open on it."""
+
+    def __init__(self, make_channel: Callable[[Process], StdioChannel]) -> None:
+        # the client's requests open on the process, by id, with their reply channel
+        self.routes: dict[Any, tuple[Route, ReplyChannel | None]] = {}
+        self.runtime: SessionRuntime[Process] | None = None
+        self.lost: Callable[[str], None] = lambda reason: None
+        self.channel = make_channel(self)
+
+
+Runtime = SessionRuntime[Process]
+
+
+class ProcessBackend:
+    durable = False  # a session is its process: it cannot outlive it, nor move
+
+    def __init__(
+        self, settings: Settings, make_process: Callable[..., StdioProcess], name: str, failures: UpstreamFailures
+    ) -> None:
+        self._settings = settings
+        self._make_process = make_process
+        self._name = name
+        self._failures = failures
+
+    async def open(self, message: JSONDict, principal: str, auth_headers: dict[str, str]) -> Opened[Process]:
+        """Start the session's process and relay the client's `initialize` to it."""
+        process = Process(
+            lambda owner: StdioChannel(
+                self._make_process,
+                self._name,
+                on_unsolicited=lambda m: self._unsolicited(owner, m),
+                on_exit=lambda code: owner.lost("exited"),
+            )
+        )
+        channel = process.channel
+        try:
+            await channel.start()
+        except OSError as exc:
+            raise self._failures.client_error(UpstreamUnavailable(self._name, f"could not be started: {exc}")) from None
+        try:
+            async with asyncio.timeout(_INITIALIZE_TIMEOUT_S):
+                reply = await self._exchange(process, message, None)
+        except UpstreamError as exc:
+            await channel.stop(self._settings.upstream.shutdown_grace_s)
+            raise self._failures.client_error(exc) from None
+        except TimeoutError:
+            await channel.stop(self._settings.upstream.shutdown_grace_s)
+            raise self._failures.timeout(self._name) from None
+        result = reply.get("result")
+        if not isinstance(result, dict) or result.get("protocolVersion") not in LEGACY_VERSIONS:
+            await channel.stop(self._settings.upstream.shutdown_grace_s)
+            error = jsonrpc.obj(reply.get("error"))
+            code = error.get("code")
+            raise ProxyError(
+                code if isinstance(code, int) else jsonrpc.INTERNAL_ERROR,
+                str(error.get("message", "the upstream refused initialize")),
+                data=error.get("data"),
+            )
+        return Opened(
+            result,
+            result["protocolVersion"],
+            process,
+            server_capabilities=jsonrpc.obj(result.get("capabilities")),
+            log_fields={"upstream_process": channel.process.pid},
+        )
+
+    def started(self, runtime: Runtime, lost: Callable[[str], None]) -> None:
+        runtime.live.runtime = runtime
+        runtime.live.lost = lost
+
+    def revive(self, session: LegacySession) -> Process | None:
+        return None  # its process is gone with the runtime
+
+    async def close(self, runtime: Runtime) -> None:
+        await runtime.live.channel.stop(self._settings.upstream.shutdown_grace_s)
+
+    # ------------------------------------------------------------ messages
+
+    async def request(
+        self,
+        session: LegacySession,
+        runtime: Runtime,
+        message: JSONDict,
+        channel: ReplyChannel,
+        auth_headers: dict[str, str],
+    ) -> JSONDict:
+        try:
+            async with asyncio.timeout(self._settings.upstream.request_timeout_s):
+                return await self._exchange(runtime.live, message, channel)
+        except UpstreamError as exc:
+            raise self._failures.client_error(exc) from None
+        except TimeoutError:
+            raise self._failures.timeout(self._name) from None
+
+    async def _exchange(self, process: Process, message: JSONDict, channel: ReplyChannel | None) -> JSONDict:
+        route = process.channel.open_route(message)
+        process.routes[message["id"]] = (route, channel)
+        try:
+            await process.channel.send(message)
+            async for incoming in route.messages():
+                if "method" not in incoming:
+                    return incoming
+                if channel is not None and channel.can_stream:
+                    await channel.send(incoming)  # progress, or what the server sends meanwhile
+        finally:
+            process.channel.close_route(route)
+            process.routes.pop(message["id"], None)
+        raise UpstreamUnavailable(self._name, "ended the request without a reply")
+
+    async def notify(self, session: LegacySession, runtime: Runtime, message: JSONDict) -> None:
+        with contextlib.suppress(ConnectionError):
+            await runtime.live.channel.write(message)
+
+    async def respond(self, session: LegacySession, runtime: Runtime, message: JSONDict) -> bool:
+        try:
+            await runtime.live.channel.write(message)
+        except ConnectionError:
+            return False
+        return True
+
+    def get_stream_opened(self, session: LegacySession, runtime: Runtime) -> None:
+        pass  # the process says what it says; the GET stream carries what no request can
+
+    def _unsolicited(self, process: Process, message: JSONDict) -> None:
+        """What the server sends outside a reply: on the one request open, else the GET stream."""
+        if len(process.routes) == 1:
+            route, channel = next(iter(process.routes.values()))
+            if channel is not None and channel.can_stream:
+                route.queue.put_nowait(message)  # relayed in order with the request's own messages
+                return
+        if process.runtime is not None:
+            process.runtime.deliver(message)

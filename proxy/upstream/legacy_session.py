@@ -1,0 +1,536 @@
+"""Sessions the proxy holds with a legacy upstream, over either transport, and the pool that shares them.
+
+A modern client declares its capabilities per request; a legacy server fixes them per session.
+So sessions are keyed by (caller, capabilities) and shared only within a key. An interactive
+call (one that may draw server-to-client requests) gets a session to itself while it runs, so
+every server request the session receives outside a reply can be attributed to exactly one call.
+docs/translation.md §4.3.
+
+The transport is a constructor argument: Streamable HTTP (session id and version headers, a GET
+stream for what the server starts, DELETE at the end) or stdio (the session is a process whose
+stdout carries everything).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import time
+from collections.abc import AsyncIterator, Callable, Mapping
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from typing import Any, Protocol
+
+import orjson
+import structlog
+
+from ..config import PoolConfig
+from ..errors import ProxyError
+from ..identity import PROXY_INFO
+from ..protocol import jsonrpc
+from ..protocol import modern_to_legacy as m2l
+from ..protocol.headers import PROTOCOL_VERSION_HEADER, SESSION_HEADER
+from ..protocol.versions import legacy_at_least
+from .base import Reply
+from .errors import UpstreamError, UpstreamProtocolError, UpstreamSessionGone, UpstreamUnavailable
+from .http import HttpUpstream
+from .stdio import StdioChannel, StdioProcess, StdioReply
+
+JSONDict = dict[str, Any]
+log = structlog.get_logger(__name__)
+
+_INITIALIZE_TIMEOUT_S = 30.0
+_DELETE_TIMEOUT_S = 5.0
+_GET_RETRY_MAX_S = 10.0
+
+
+class SessionOwner(Protocol):
+    """Who handles what a legacy session receives outside a request's own reply."""
+
+    def on_server_request(self, session: LegacyUpstreamSession, request: JSONDict) -> None: ...
+    def on_notification(self, session: LegacyUpstreamSession, note: JSONDict) -> None: ...
+
+
+class SessionTransport(Protocol):
+    """How one legacy session reaches its server."""
+
+    @property
+    def name(self) -> str: ...
+
+    async def start(self, session: LegacyUpstreamSession) -> None:
+        """Before `initialize` (stdio: start the process)."""
+
+    def headers(self, session: LegacyUpstreamSession) -> dict[str, str]:
+        """What every message of the session carries (HTTP: credentials, session id, version)."""
+
+    def exchange(self, message: JSONDict, headers: Mapping[str, str]) -> AbstractAsyncContextManager[Reply]: ...
+
+    async def send(self, message: JSONDict, headers: Mapping[str, str]) -> None:
+        """A notification, or a response to one of the server's requests."""
+
+    def adopt(self, session: LegacyUpstreamSession, reply: Reply) -> None:
+        """Learn what the reply to `initialize` says of the session (HTTP: its id)."""
+
+    async def open_push(self, session: LegacyUpstreamSession, wait_s: float) -> bool:
+        """Open what carries the messages the server starts; whether there is such a channel."""
+
+    async def end(self, session: LegacyUpstreamSession, *, delete: bool) -> None:
+        """End the session (HTTP: close the GET stream, DELETE it; stdio: stop the process)."""
+
+
+class LegacyUpstreamSession:
+    """One legacy session with the upstream."""
+
+    def __init__(
+        self,
+        transport: SessionTransport,
+        key: tuple[str, str],
+        capabilities: JSONDict,
+        auth_headers: dict[str, str],
+        owner: SessionOwner,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.transport = transport
+        self.name = transport.name
+        self.key = key
+        self.capabilities = capabilities  # the modern clientCapabilities this session was opened for
+        self.auth_headers = auth_headers
+        self.owner = owner
+        self._clock = clock
+        self.id: str | None = None
+        self.version = ""
+        self.initialize_result: JSONDict = {}
+        self._ids = itertools.count(1)
+        self.exclusive: Any = None  # the interactive call that owns this session, if any
+        self.inflight = 0
+        self.last_used = clock()
+        self.log_level: str | None = None
+        self.push_channel = False  # what the server starts can reach the proxy
+        self.closed = False
+        self.progress_routes: dict[str, Any] = {}  # upstream progress token -> call
+        self.active: set[Any] = set()  # calls running on this session
+
+    # ------------------------------------------------------------ wire
+
+    def headers(self) -> dict[str, str]:
+        return self.transport.headers(self)
+
+    def next_id(self) -> int:
+        return next(self._ids)
+
+    @asynccontextmanager
+    async def request(self, message: JSONDict, extra_headers: Mapping[str, str] | None = None) -> AsyncIterator[Reply]:
+        self.last_used = self._clock()
+        headers = {**self.headers(), **extra_headers} if extra_headers else self.headers()
+        async with self.transport.exchange(message, headers) as reply:
+            yield reply
+
+    async def send(self, message: JSONDict) -> None:
+        """Send a notification or a response to one of the server's requests."""
+        self.last_used = self._clock()
+        await self.transport.send(message, self.headers())
+
+    async def call(self, method: str, params: JSONDict | None = None, timeout_s: float = 30.0) -> JSONDict:
+        """A plain request whose reply matters only as a result (ping, setLevel, subscribe)."""
+        request_id = self.next_id()
+        async with asyncio.timeout(timeout_s), self.request(jsonrpc.request(request_id, method, params)) as reply:
+            async for message in reply:
+                if "method" in message:
+                    self.dispatch(message)
+                    continue
+                if "error" in message:
+                    error = jsonrpc.obj(message["error"])
+                    code = error.get("code")
+                    raise ProxyError(
+                        code if isinstance(code, int) else jsonrpc.INTERNAL_ERROR,
+                        str(error.get("message")),
+                        data=error.get("data"),
+                    )
+                return jsonrpc.obj(message.get("result"))
+        raise UpstreamProtocolError(self.name, f"sent no reply to {method}")
+
+    def dispatch(self, message: JSONDict) -> None:
+        """What the server sends outside a request's reply goes to the owner."""
+        if "method" not in message:
+            return
+        if "id" in message:
+            self.owner.on_server_request(self, message)
+        else:
+            self.owner.on_notification(self, message)
+
+    # ------------------------------------------------------------ lifecycle
+
+    async def open(self, client_info: JSONDict | None, *, push_wait_s: float = 0.0) -> None:
+        """initialize, notifications/initialized, then what carries the messages the server starts."""
+        await self.transport.start(self)
+        message = m2l.initialize_request(self.next_id(), self.capabilities, client_info or PROXY_INFO)
+        result = None
+        async with asyncio.timeout(_INITIALIZE_TIMEOUT_S), self.transport.exchange(message, self.auth_headers) as reply:
+            self.transport.adopt(self, reply)
+            async for incoming in reply:
+                if "method" not in incoming:
+                    if "error" in incoming:
+                        error = jsonrpc.obj(incoming["error"])
+                        raise ProxyError(
+                            jsonrpc.INTERNAL_ERROR,
+                            f"upstream refused initialize: {error.get('message')}",
+                            data={"upstreamError": error},
+                        )
+                    result = incoming.get("result")
+                    break
+        try:
+            self.initialize_result = m2l.check_initialize_result(result)
+        except m2l.InitializeRejected as exc:
+            raise UpstreamProtocolError(self.name, str(exc)) from None
+        self.version = self.initialize_result["protocolVersion"]
+        await self.send(jsonrpc.notification("notifications/initialized"))
+        self.push_channel = await self.transport.open_push(self, push_wait_s)
+
+    @property
+    def server_capabilities(self) -> JSONDict:
+        return jsonrpc.obj(self.initialize_result.get("capabilities"))
+
+    @property
+    def server_info(self) -> JSONDict | None:
+        info = self.initialize_result.get("serverInfo")
+        return info if isinstance(info, dict) else None
+
+    async def close(self, *, delete: bool = True) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        await self.transport.end(self, delete=delete)
+
+
+# ---------------------------------------------------------------- transports
+
+
+class HttpSessionTransport:
+    """A legacy session over Streamable HTTP: the session id and version headers on every message,
+    a standalone GET stream for what the server starts, DELETE at the end."""
+
+    def __init__(self, upstream: HttpUpstream) -> None:
+        self.upstream = upstream
+        self._get_task: asyncio.Task[None] | None = None
+        self._get_ready: asyncio.Future[bool] | None = None
+
+    @property
+    def name(self) -> str:
+        return self.upstream.name
+
+    async def start(self, session: LegacyUpstreamSession) -> None:
+        pass
+
+    def headers(self, session: LegacyUpstreamSession) -> dict[str, str]:
+        headers = dict(session.auth_headers)
+        if session.id is not None:
+            headers[SESSION_HEADER] = session.id
+        if session.version and legacy_at_least(session.version, "2025-06-18"):
+            headers[PROTOCOL_VERSION_HEADER] = session.version  # the header did not exist before
+        return headers
+
+    def exchange(self, message: JSONDict, headers: Mapping[str, str]) -> AbstractAsyncContextManager[Reply]:
+        return self.upstream.exchange(message, headers)
+
+    async def send(self, message: JSONDict, headers: Mapping[str, str]) -> None:
+        await self.upstream.send(message, headers)
+
+    def adopt(self, session: LegacyUpstreamSession, reply: Reply) -> None:
+        session.id = reply.headers.get(SESSION_HEADER)
+
+    async def open_push(self, session: LegacyUpstreamSession, wait_s: float) -> bool:
+        loop = asyncio.get_running_loop()
+        self._get_ready = loop.create_future()
+        self._get_task = asyncio.create_task(self._run_get(session), name="upstream-get")
+        # Some servers send the GET stream's headers only with its first event, so waiting for
+        # the stream to open could take forever: assume it will, unless it is refused quickly.
+        if wait_s <= 0:
+            return True
+        try:
+            async with asyncio.timeout(wait_s):
+                return await asyncio.shield(self._get_ready)
+        except TimeoutError:
+            return True
+
+    async def _run_get(self, session: LegacyUpstreamSession) -> None:
+        """Keep the standalone GET stream open; hand what arrives to the session's owner."""
+        backoff = 0.25
+        while not session.closed:
+            try:
+                async with self.upstream.exchange(None, self.headers(session), method="GET") as reply:
+                    ok = reply.status == 200 and reply.headers.get("Content-Type", "").startswith("text/event-stream")
+                    self._ready(ok)
+                    if not ok:
+                        session.push_channel = False
+                        return  # 405: the server offers no push channel
+                    backoff = 0.25
+                    async for message in reply:
+                        session.dispatch(message)
+            except asyncio.CancelledError:
+                raise
+            except UpstreamSessionGone:
+                self._ready(False)
+                session.closed = True
+                return
+            except UpstreamError as exc:
+                self._ready(False)
+                log.debug("upstream_get_lost", upstream=self.name, error=str(exc))
+            await asyncio.sleep(backoff)
+            backoff = min(backoff * 2, _GET_RETRY_MAX_S)
+
+    def _ready(self, ok: bool) -> None:
+        if self._get_ready is not None and not self._get_ready.done():
+            self._get_ready.set_result(ok)
+
+    async def end(self, session: LegacyUpstreamSession, *, delete: bool) -> None:
+        if self._get_task is not None:
+            self._get_task.cancel()
+            await asyncio.gather(self._get_task, return_exceptions=True)
+        if delete and session.id is not None:
+            with contextlib.suppress(UpstreamError, TimeoutError):
+                async with (
+                    asyncio.timeout(_DELETE_TIMEOUT_S),
+                    self.upstream.exchange(None, self.headers(session), method="DELETE") as reply,
+                ):
+                    async for _ in reply:
+                        pass
+
+
+class StdioSessionTransport:
+    """A legacy stdio server holds one session per process: this session is a process. Everything
+    it sends outside a reply (its requests, notifications) goes where the GET stream's would."""
+
+    def __init__(self, make_process: Callable[..., StdioProcess], name: str, grace_s: float) -> None:
+        self._make_process = make_process
+        self._name = name
+        self._grace_s = grace_s
+        self._channel: StdioChannel | None = None
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    def _running(self) -> StdioChannel:
+        if self._channel is None:
+            raise UpstreamUnavailable(self._name, "has not been started")
+        return self._channel
+
+    async def start(self, session: LegacyUpstreamSession) -> None:
+        def exited(code: int | None) -> None:
+            session.closed = True
+
+        self._channel = StdioChannel(self._make_process, self._name, on_unsolicited=session.dispatch, on_exit=exited)
+        try:
+            await self._channel.start()
+        except OSError as exc:
+            raise UpstreamUnavailable(self._name, f"could not be started: {exc}") from None
+
+    def headers(self, session: LegacyUpstreamSession) -> dict[str, str]:
+        return {}  # stdio has no header layer
+
+    @asynccontextmanager
+    async def exchange(self, message: JSONDict, headers: Mapping[str, str]) -> AsyncIterator[Reply]:
+        channel = self._running()
+        route = channel.open_route(message)
+        try:
+            await channel.send(message)
+            yield StdioReply(route)
+        finally:
+            channel.close_route(route)
+
+    async def send(self, message: JSONDict, headers: Mapping[str, str]) -> None:
+        await self._running().send(message)
+
+    def adopt(self, session: LegacyUpstreamSession, reply: Reply) -> None:
+        pass  # the process is the session: it has no id
+
+    async def open_push(self, session: LegacyUpstreamSession, wait_s: float) -> bool:
+        return True  # the one stdout carries everything
+
+    async def end(self, session: LegacyUpstreamSession, *, delete: bool) -> None:
+        if self._channel is not None:
+            await self._channel.stop(self._grace_s)
+
+
+# ---------------------------------------------------------------- the pool
+
+
+class SessionFactory(Protocol):
+    def __call__(
+        self, key: tuple[str, str], capabilities: JSONDict, auth_headers: dict[str, str], owner: SessionOwner
+    ) -> LegacyUpstreamSession: ...
+
+
+def http_sessions(upstream: HttpUpstream, clock: Callable[[], float] = time.monotonic) -> SessionFactory:
+    def make(
+        key: tuple[str, str], capabilities: JSONDict, auth_headers: dict[str, str], owner: SessionOwner
+    ) -> LegacyUpstreamSession:
+        return LegacyUpstreamSession(HttpSessionTransport(upstream), key, capabilities, auth_headers, owner, clock)
+
+    return make
+
+
+def stdio_sessions(make_process: Callable[..., StdioProcess], name: str, grace_s: float) -> SessionFactory:
+    def make(
+        key: tuple[str, str], capabilities: JSONDict, auth_headers: dict[str, str], owner: SessionOwner
+    ) -> LegacyUpstreamSession:
+        transport = StdioSessionTransport(make_process, name, grace_s)
+        return LegacyUpstreamSession(transport, key, capabilities, auth_headers, owner)
+
+    return make
+
+
+def _canonical(value: object) -> str:
+    return orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode()
+
+
+class SessionPool:
+    def __init__(
+        self,
+        name: str,
+        config: PoolConfig,
+        owner: SessionOwner,
+        factory: SessionFactory,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._name = name
+        self._config = config
+        self._owner = owner
+        self._clock = clock
+        self._factory = factory
+        self._sessions: dict[tuple[str, str], list[LegacyUpstreamSession]] = {}
+        self._opening: dict[tuple[str, str], asyncio.Future[LegacyUpstreamSession]] = {}
+        self._dedicated: set[LegacyUpstreamSession] = set()  # sessions of one user each (listen streams)
+        self.on_change: Callable[[int], None] = lambda delta: None
+
+    def __len__(self) -> int:
+        return sum(len(group) for group in self._sessions.values()) + len(self._dedicated)
+
+    async def acquire(
+        self,
+        principal: str,
+        capabilities: JSONDict,
+        client_info: JSONDict | None,
+        auth_headers: dict[str, str],
+        *,
+        exclusive: bool,
+    ) -> LegacyUpstreamSession:
+        key = (principal, _canonical(capabilities))
+        group = [s for s in self._sessions.get(key, []) if not s.closed]
+        self._sessions[key] = group
+        free = [s for s in group if not exclusive or s.exclusive is None]
+        pending = self._opening.get(key)
+        if free:
+            session = min(free, key=lambda s: s.inflight)
+        elif pending is not None and not exclusive:
+            session = await asyncio.shield(pending)
+        else:
+            session = await self._open(key, capabilities, client_info, auth_headers, group)
+        session.auth_headers = auth_headers  # the caller's latest credentials
+        session.inflight += 1
+        session.last_used = self._clock()
+        return session
+
+    def release(self, session: LegacyUpstreamSession) -> None:
+        session.inflight = max(0, session.inflight - 1)
+        session.last_used = self._clock()
+
+    async def _open(
+        self,
+        key: tuple[str, str],
+        capabilities: JSONDict,
+        client_info: JSONDict | None,
+        auth_headers: dict[str, str],
+        group: list[LegacyUpstreamSession],
+    ) -> LegacyUpstreamSession:
+        if len(group) >= self._config.max_per_key:
+            raise ProxyError(jsonrpc.LIMIT_EXCEEDED, "too many concurrent interactive calls for this caller")
+        if len(self) >= self._config.max_sessions and not await self._evict_one():
+            raise ProxyError(jsonrpc.LIMIT_EXCEEDED, "the proxy holds its maximum of upstream sessions")
+        session = self._factory(key, capabilities, auth_headers, self._owner)
+        future: asyncio.Future[LegacyUpstreamSession] = asyncio.get_running_loop().create_future()
+        self._opening[key] = future
+        try:
+            await session.open(client_info)
+        except BaseException as exc:
+            future.set_exception(exc)
+            future.exception()  # retrieved: waiters re-raise it themselves
+            await session.close()
+            raise
+        finally:
+            self._opening.pop(key, None)
+        future.set_result(session)
+        self._sessions.setdefault(key, []).append(session)
+        self.on_change(1)
+        log.info("upstream_session_opened", upstream=self._name, version=session.version)
+        return session
+
+    async def open_dedicated(
+        self,
+        capabilities: JSONDict,
+        client_info: JSONDict | None,
+        auth_headers: dict[str, str],
+        owner: SessionOwner,
+        push_wait_s: float,
+    ) -> LegacyUpstreamSession:
+        """A session for one user only (never shared), counted against `max_sessions`."""
+        if len(self) >= self._config.max_sessions and not await self._evict_one():
+            raise ProxyError(jsonrpc.LIMIT_EXCEEDED, "the proxy holds its maximum of upstream sessions")
+        session = self._factory(("", ""), capabilities, auth_headers, owner)
+        self._dedicated.add(session)
+        self.on_change(1)
+        try:
+            await session.open(client_info, push_wait_s=push_wait_s)
+            # Confirms the session; servers that track their sessions from the requests they see
+            # (and notify only those) also learn of this one.
+            await session.call("ping", timeout_s=10.0)
+        except BaseException:
+            await self.discard(session)
+            raise
+        return session
+
+    async def replace(self, session: LegacyUpstreamSession) -> LegacyUpstreamSession:
+        """The upstream forgot `session` (HTTP 404): open a fresh one with the same key."""
+        await self.discard(session, delete=False)
+        fresh = self._factory(session.key, session.capabilities, session.auth_headers, self._owner)
+        await fresh.open(None)
+        fresh.exclusive, fresh.inflight = session.exclusive, session.inflight
+        self._sessions.setdefault(session.key, []).append(fresh)
+        self.on_change(1)
+        log.info("upstream_session_reinitialized", upstream=self._name)
+        return fresh
+
+    async def discard(self, session: LegacyUpstreamSession, *, delete: bool = True) -> None:
+        group = self._sessions.get(session.key, [])
+        if session in group:
+            group.remove(session)
+            self.on_change(-1)
+        elif session in self._dedicated:
+            self._dedicated.discard(session)
+            self.on_change(-1)
+        await session.close(delete=delete)
+
+    async def _evict_one(self) -> bool:
+        idle = [s for g in self._sessions.values() for s in g if s.inflight == 0 and s.exclusive is None]
+        if not idle:
+            return False
+        await self.discard(min(idle, key=lambda s: s.last_used))
+        return True
+
+    async def maintain(self) -> None:
+        """Close sessions idle too long; ping the others that have been quiet."""
+        now = self._clock()
+        for session in [s for g in self._sessions.values() for s in g]:
+            if session.inflight or session.exclusive is not None:
+                continue
+            if session.closed or now - session.last_used > self._config.idle_timeout_s:
+                await self.discard(session)
+            elif now - session.last_used > self._config.ping_interval_s:
+                try:
+                    await session.call("ping", timeout_s=10.0)
+                except (UpstreamError, ProxyError, TimeoutError):
+                    await self.discard(session, delete=False)
+
+    async def close_all(self) -> None:
+        for session in [s for g in self._sessions.values() for s in g] + list(self._dedicated):
+            await self.discard(session)
