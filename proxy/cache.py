@@ -25,7 +25,7 @@ from .protocol.methods import CACHEABLE_METHODS, uri_within
 from .protocol.outcome import Outcome
 
 JSONDict = dict[str, Any]
-# What each notification makes stale (reference §5 Invalidation; templates follow the resource list).
+# What each notification makes stale (docs/translation.md §5 Invalidation; templates follow the resource list).
 _INVALIDATES = {
     "notifications/tools/list_changed": ("tools/list",),
     "notifications/prompts/list_changed": ("prompts/list",),
@@ -38,7 +38,7 @@ _AUTHORIZATION_WINDOW_S = 300.0  # how long an upstream answer vouches for its c
 def request_key(method: str, params: object, protocol_version: str, capabilities: object | None) -> tuple[Any, ...]:
     """What the result depends on: the method, its parameters (cursor, uri, ... but not `_meta`, whose
     progress token and trace keys change per call), the protocol version and, optionally, the client
-    capabilities (reference §5 Key)."""
+    capabilities (docs/translation.md §5 Key)."""
     salient = {k: v for k, v in params.items() if k != "_meta"} if isinstance(params, dict) else {}
     caps = orjson.dumps(capabilities, option=orjson.OPT_SORT_KEYS) if capabilities is not None else b""
     return (method, orjson.dumps(salient, option=orjson.OPT_SORT_KEYS), protocol_version, caps)
@@ -205,7 +205,7 @@ class ResponseCache:
             uri = params.get("uri")
             if not isinstance(uri, str):
                 return 0
-            # Also the resources below it (reference §5, conservative).
+            # Also the resources below it (docs/translation.md §5, conservative).
             return self._invalidate(
                 lambda slot, entry: entry.uri is not None and uri_within(entry.uri, uri), "resources_updated"
             )

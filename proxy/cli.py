@@ -17,7 +17,7 @@ from .app import ADMIN, create_app
 from .config import ENV_PREFIX, ConfigError, Settings, load_settings, parse_listen
 from .logs import configure_logging
 
-log = structlog.get_logger("mcp_era_proxy")
+log = structlog.get_logger(__name__)
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:

@@ -8,4 +8,5 @@ export MCP_SPEC_DIR="${MCP_SPEC_DIR:-$(shared_dir)/spec}"
 cd "$REPO"
 .venv/bin/ruff check proxy tests scripts bench
 .venv/bin/ruff format --check proxy tests scripts bench
+.venv/bin/mypy  # strict, configured in pyproject.toml: 0 errors or the run fails
 bash scripts/lint-deploy.sh && exec .venv/bin/pytest "$@"

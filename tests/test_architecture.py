@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import ast
-import importlib
 import pkgutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -54,7 +55,35 @@ def test_no_module_imports_the_downstream_edge_except_the_composition_root(path:
     assert not any(name.startswith("proxy.downstream") for name in imports_of(path)), relative
 
 
-def test_every_module_imports_on_its_own() -> None:
-    for module in pkgutil.walk_packages(proxy.__path__, "proxy."):
-        if module.name != "proxy.__main__":
-            importlib.import_module(module.name)
+@pytest.mark.parametrize("path", sorted(PROXY.rglob("*.py")), ids=lambda p: str(p.relative_to(PROXY)))
+def test_the_downstream_edge_never_imports_the_upstream_edge(path: Path) -> None:
+    # The edges meet only through the relays: downstream reads and writes HTTP, upstream talks to
+    # servers, and what connects them (routing, the byte relay, failure mapping) lives in relay/.
+    relative = path.relative_to(PROXY)
+    if relative.parts[0] != "downstream":
+        return
+    assert not any(name.startswith("proxy.upstream") for name in imports_of(path)), relative
+
+
+def test_every_module_imports_first_in_a_fresh_interpreter() -> None:
+    """An import cycle shows only when a module of the cycle is imported before the others, so
+    each module is imported first, with none of the project's modules loaded (aiohttp's habit)."""
+    names = [m.name for m in pkgutil.walk_packages(proxy.__path__, "proxy.") if m.name != "proxy.__main__"]
+    script = (
+        "import importlib, sys\n"
+        "failed = []\n"
+        "for name in sys.argv[1:]:\n"
+        "    for loaded in [m for m in sys.modules if m == 'proxy' or m.startswith('proxy.')]:\n"
+        "        del sys.modules[loaded]\n"
+        "    try:\n"
+        "        importlib.import_module(name)\n"
+        "    except Exception as exc:\n"
+        "        failed.append(f'{name}: {exc!r}')\n"
+        "print('\\n'.join(failed))\n"
+        "sys.exit(1 if failed else 0)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script, *names], capture_output=True, text=True, timeout=120, cwd=PROXY.parent
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert len(names) > 40  # every module was tried

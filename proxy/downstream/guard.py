@@ -12,7 +12,7 @@ from ..config import Settings, is_loopback_host
 from ..protocol import jsonrpc
 from .sse import json_response
 
-log = structlog.get_logger("mcp_era_proxy.http")
+log = structlog.get_logger(__name__)
 
 
 def _hostname(host_header: str) -> str:

@@ -33,7 +33,6 @@ from ..relay.failures import UpstreamFailures
 from ..relay.legacy_sessions import LegacySessionHost
 from ..relay.routes import Router
 from ..sessions import LegacySession, principal_of, short_hash
-from ..upstream.errors import UpstreamError
 from .sse import SSE_HEADERS, RequestReply, SseStream, json_response
 
 log = structlog.get_logger(__name__)
@@ -70,10 +69,7 @@ class McpEndpoint:
         self._log_requests = logging.getLevelNamesMapping()[settings.logging.level.upper()] <= logging.INFO
 
     async def _era(self) -> Era:
-        try:
-            return await self._detector.current()
-        except UpstreamError as exc:
-            raise self._failures.client_error(exc) from None
+        return await self._failures.reaching(self._detector.current())
 
     # ------------------------------------------------------------ caller context
 

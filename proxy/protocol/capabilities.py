@@ -139,7 +139,7 @@ def legacy_client_capabilities(modern: object) -> JSONDict:
 
 
 def modern_server_capabilities(legacy: object) -> JSONDict:
-    """A legacy InitializeResult's server capabilities in the modern shape (reference §4.2)."""
+    """A legacy InitializeResult's server capabilities in the modern shape (docs/translation.md §4.2)."""
     caps = _obj(legacy)
     out: JSONDict = {}
     for kind in ("tools", "prompts", "resources", "completions", "logging"):

@@ -1,4 +1,4 @@
-"""Downstream classification: which era speaks in one HTTP POST (reference §1.1).
+"""Downstream classification: which era speaks in one HTTP POST (docs/translation.md §1.1).
 
 An ordered ladder; the first rung that matches decides. Pure: it sees the decoded body and
 the two headers that matter, never a socket.

@@ -1,4 +1,4 @@
-"""Which era an upstream speaks, from its answer to a `server/discover` probe (reference §1.3-1.4).
+"""Which era an upstream speaks, from its answer to a `server/discover` probe (docs/translation.md §1.3-1.4).
 
 Spec: 2026-07-28/basic/transports/streamable-http.mdx §Backward Compatibility and stdio.mdx
 §Backward Compatibility: a DiscoverResult or a recognized modern error means modern; anything

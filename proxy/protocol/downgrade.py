@@ -1,4 +1,4 @@
-"""Render modern-era payloads in the shape a legacy revision defines (reference §3.5).
+"""Render modern-era payloads in the shape a legacy revision defines (docs/translation.md §3.5).
 
 Each function returns a new object when it changes something and leaves the input untouched.
 Unknown fields are kept: clients ignore extra fields; unknown content-block types break them.

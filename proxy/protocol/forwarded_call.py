@@ -434,7 +434,7 @@ class ForwardedCall:
         return [Log("warning", "upstream_failed", {"method": self.method, "error": failure.detail}), Fail(failure)]
 
     def _progress_increases(self, note: JSONDict) -> bool:
-        """Legacy clients must see progress only increase, across rounds too (§3.6 step 7)."""
+        """Legacy clients must see progress only increase, across rounds too (docs/translation.md §3.6 item 7)."""
         if note.get("method") != "notifications/progress":
             return True
         value = jsonrpc.obj(note.get("params")).get("progress")

@@ -1,7 +1,7 @@
 """Legacy client → modern upstream: the request half and the reply half, as pure functions.
 
 The proxy holds the legacy session itself; every request it forwards becomes a complete,
-stateless 2026-07-28 request. Reference: protocol-translation.md §3.
+stateless 2026-07-28 request. docs/translation.md §3.
 """
 
 from __future__ import annotations
@@ -183,7 +183,7 @@ def result_to_downstream(method: str, result: JSONDict, legacy_version: str) -> 
 
 
 def error_to_downstream(method: str, error: JSONDict) -> JSONDict:
-    """Map a modern error to what the legacy revision defines (reference §3.5 error table)."""
+    """Map a modern error to what the legacy revision defines (docs/translation.md §3.5 error table)."""
     code = error.get("code")
     if code == jsonrpc.INVALID_PARAMS and method == "resources/read" and _looks_not_found(error):
         return {**error, "code": jsonrpc.RESOURCE_NOT_FOUND}
@@ -192,7 +192,7 @@ def error_to_downstream(method: str, error: JSONDict) -> JSONDict:
 
 def _looks_not_found(error: JSONDict) -> bool:
     # 2026-07-28 merged "resource not found" into -32602; the data.uri hint or the message
-    # is all that tells them apart (reference §8.9: heuristic by nature).
+    # is all that tells them apart (docs/translation.md §8.9: heuristic by nature).
     data = error.get("data")
     if isinstance(data, dict) and "uri" in data:
         return True
@@ -259,7 +259,7 @@ def input_response_from_downstream(request: JSONDict, reply: JSONDict, legacy_ve
     """A legacy client's JSON-RPC reply to `request` (the upstream's input request, as it was
     before any downgrade) → the `inputResponses` value; None means abort the call.
 
-    MRTR has no slot for a failed input request (reference §8.3). Policy: a failed elicitation
+    MRTR has no slot for a failed input request (docs/translation.md §8.3). Policy: a failed elicitation
     reads as the user cancelling; a failed sampling or roots request aborts the call.
     """
     method = request.get("method")
@@ -318,7 +318,7 @@ def screen_tools(result: JSONDict) -> ToolsPage:
 
 
 def listen_filter(server_caps: object, subscriptions: frozenset[str] | set[str], list_changes: bool) -> JSONDict:
-    """The upstream `subscriptions/listen` filter for one legacy session (reference §3.7)."""
+    """The upstream `subscriptions/listen` filter for one legacy session (docs/translation.md §3.7)."""
     caps = server_caps if isinstance(server_caps, dict) else {}
     notifications: JSONDict = {}
     if list_changes:

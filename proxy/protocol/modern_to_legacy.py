@@ -2,7 +2,7 @@
 
 The proxy keeps pooled legacy sessions upstream and presents a stateless 2026-07-28 server
 downstream. Server-to-client requests of the legacy server become `input_required` results.
-Reference: protocol-translation.md §4.
+docs/translation.md §4.
 """
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ def check_initialize_result(result: object) -> JSONDict:
 
 
 def discover_result(initialize: JSONDict, hint: CacheHint) -> JSONDict:
-    """server/discover answered from a legacy InitializeResult (reference §4.2)."""
+    """server/discover answered from a legacy InitializeResult (docs/translation.md §4.2)."""
     result: JSONDict = {
         "resultType": "complete",
         "supportedVersions": list(MODERN_VERSIONS),
@@ -192,7 +192,7 @@ class Answer:
 
 
 def server_request(request: JSONDict, front_method: str | None, front_caps: JSONDict) -> Park | Answer | Missing:
-    """What to do with a legacy server's request S during front request F (reference §4.5)."""
+    """What to do with a legacy server's request S during front request F (docs/translation.md §4.5)."""
     method = request.get("method")
     if method == "ping":
         return Answer(result={})
@@ -232,7 +232,7 @@ def abandoned_answer(method: str) -> Answer:
 
 
 def honored_filter(requested: JSONDict, server_caps: JSONDict, push_channel: bool, subscribed: list[str]) -> JSONDict:
-    """The part of a listen filter the legacy server can deliver (reference §4.6 step 5)."""
+    """The part of a listen filter the legacy server can deliver (docs/translation.md §4.6 step 5)."""
     honored: JSONDict = {}
     if not push_channel:
         return honored

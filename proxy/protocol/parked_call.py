@@ -7,13 +7,13 @@ requests become `inputRequests`, and the retry (with `inputResponses` and a sign
 resumes the very same call (docs/translation.md §4.5; 2026-07-28/basic/patterns/mrtr.mdx).
 
 The driver (relay.modern_to_legacy) reports each event by calling a method and executes the actions
-returned, in order. The downstream request the call answers now is "attached" (`front`); while
+returned, in order. The downstream request the call answers now is "attached" (`downstream`); while
 parked nothing is, and what the server sends meanwhile is kept in the state for the retry.
 
     upstream_message(message)   the call's reply, a server request, or a notification
     upstream_failed(failure) / upstream_ended()
     collect_window_elapsed()    after the first input request, time to surface them
-    retry(request, front, capabilities, claims, principal)
+    retry(request, downstream, capabilities, claims, principal)
     park_expired() / detach_expired() / client_gone() / timed_out(failure) / park_refused() / shutdown()
     answers_delivered() / delivery_failed(failure)   the retry's answers were sent upstream, or not
 
@@ -141,7 +141,7 @@ class Claims:
 
 
 @dataclass(frozen=True, slots=True)
-class Front:
+class DownstreamRequest:
     """The downstream request a call answers now."""
 
     id: jsonrpc.RequestId
@@ -161,7 +161,7 @@ class ParkedCallState:
     upstream: str  # the upstream's label, for messages
     upstream_id: jsonrpc.RequestId
     capabilities: JSONDict  # of the attached request (a retry may declare others)
-    front: JSONDict | None  # Front as a dict; None while parked or detached
+    downstream: JSONDict | None  # DownstreamRequest as a dict; None while parked or detached
     server_info: JSONDict | None
     cache_hint: JSONDict | None  # {"ttl_ms", "scope"} for a cacheable method
     collect_window_s: float
@@ -187,7 +187,7 @@ class ParkedCall:
         method: str,
         params: JSONDict,
         capabilities: JSONDict,
-        front: Front,
+        downstream: DownstreamRequest,
         principal: str,
         park_id: str,
         upstream: str,
@@ -207,7 +207,7 @@ class ParkedCall:
                 upstream=upstream,
                 upstream_id=upstream_id,
                 capabilities=capabilities,
-                front=_front_dict(front),
+                downstream=_downstream_dict(downstream),
                 server_info=server_info,
                 cache_hint=hint,
                 collect_window_s=collect_window_s,
@@ -224,9 +224,13 @@ class ParkedCall:
         return self.state.phase in ("running", "collecting")
 
     @property
-    def front(self) -> Front | None:
-        front = self.state.front
-        return Front(front["id"], front.get("progress_token"), front.get("log_level")) if front else None
+    def downstream(self) -> DownstreamRequest | None:
+        downstream = self.state.downstream
+        return (
+            DownstreamRequest(downstream["id"], downstream.get("progress_token"), downstream.get("log_level"))
+            if downstream
+            else None
+        )
 
     # ------------------------------------------------------------ upstream events
 
@@ -283,7 +287,12 @@ class ParkedCall:
     # ------------------------------------------------------------ downstream events
 
     def retry(
-        self, request: JSONDict, front: Front, capabilities: JSONDict, claims: StateClaims | None, principal: str
+        self,
+        request: JSONDict,
+        downstream: DownstreamRequest,
+        capabilities: JSONDict,
+        claims: StateClaims | None,
+        principal: str,
     ) -> list[Action]:
         """A modern retry carrying this call's requestState (`claims`, None if it did not verify)."""
         state = self.state
@@ -297,13 +306,13 @@ class ParkedCall:
             or claims.round != state.round
             or claims.digest != params_digest(params)
         ):
-            return [ReplyClient(invalid_state(front.id))]
+            return [ReplyClient(invalid_state(downstream.id))]
         responses = params.get("inputResponses", {})
         if not isinstance(responses, dict):
-            return [ReplyClient(_refusal(front.id, "inputResponses must be an object"))]
+            return [ReplyClient(_refusal(downstream.id, "inputResponses must be an object"))]
         state.round += 1  # the token is spent
         state.capabilities = capabilities
-        state.front = _front_dict(front)
+        state.downstream = _downstream_dict(downstream)
         state.phase = "running"
         answered = [key for key in state.pending if isinstance(responses.get(key), dict)]
         if not answered:
@@ -352,12 +361,12 @@ class ParkedCall:
 
     def park_refused(self) -> list[Action]:
         """The proxy holds its maximum of parked calls: this one cannot wait."""
-        front = self.front
+        downstream = self.downstream
         actions = self._abandon("too many parked calls")
-        if front is None:
+        if downstream is None:
             return actions
         message = "the proxy holds its maximum of calls waiting for input"
-        return [*actions, ReplyClient(Outcome(jsonrpc.error_response(front.id, jsonrpc.LIMIT_EXCEEDED, message)))]
+        return [*actions, ReplyClient(Outcome(jsonrpc.error_response(downstream.id, jsonrpc.LIMIT_EXCEEDED, message)))]
 
     def delivery_failed(self, failure: UpstreamFailure) -> list[Action]:
         if self.state.phase == "done":
@@ -382,8 +391,8 @@ class ParkedCall:
         return [Release(), ReplyClient(outcome)] if attached else [Release()]
 
     def _final(self, message: JSONDict) -> Outcome:
-        front = self.front
-        request_id = front.id if front is not None else None
+        downstream = self.downstream
+        request_id = downstream.id if downstream is not None else None
         error = message.get("error")
         if isinstance(error, dict):
             error, status = m2l.error_to_downstream(error)
@@ -420,17 +429,17 @@ class ParkedCall:
         an error for its request and may still end the call itself; it is cancelled only if it
         does not within the detach timeout."""
         state = self.state
-        front = self.front
-        assert front is not None
+        downstream = self.downstream
+        assert downstream is not None
         # What else it waits for will not be answered either.
         answers: list[Action] = [
             AnswerServer(m2l.abandoned_answer(p["method"]).response(p["id"])) for p in state.pending.values()
         ]
         state.phase = "detached"
-        state.front = None
+        state.downstream = None
         state.pending.clear()
         error = jsonrpc.error_response(
-            front.id,
+            downstream.id,
             jsonrpc.MISSING_REQUIRED_CAPABILITY,
             "the server needs client capabilities this request did not declare: " + ", ".join(sorted(required)),
             {"requiredCapabilities": required},
@@ -444,20 +453,20 @@ class ParkedCall:
             state.buffered.append(note)
             del state.buffered[:-_BUFFERED_MAX]
             return []
-        front = self.front
-        if front is None:
+        downstream = self.downstream
+        if downstream is None:
             return []
-        out = m2l.notification_to_downstream(note, front.progress_token, front.log_level)
+        out = m2l.notification_to_downstream(note, downstream.progress_token, downstream.log_level)
         return [RelayToClient(out)] if out is not None else []
 
     def _park(self) -> list[Action]:
         state = self.state
-        front = self.front
-        assert front is not None
+        downstream = self.downstream
+        assert downstream is not None
         state.phase = "parked"
-        state.front = None
+        state.downstream = None
         claims = Claims(state.park_id, state.principal, state.method, params_digest(state.params), state.round)
-        return [Park(front.id, {key: p["entry"] for key, p in state.pending.items()}, claims)]
+        return [Park(downstream.id, {key: p["entry"] for key, p in state.pending.items()}, claims)]
 
     def _ended_while_parked(self, stash: JSONDict) -> list[Action]:
         if "missing" in stash:
@@ -478,7 +487,7 @@ class ParkedCall:
     def _end(self) -> None:
         state = self.state
         state.phase = "done"
-        state.front = None
+        state.downstream = None
         state.pending.clear()
         state.buffered.clear()
 
@@ -492,7 +501,8 @@ def input_required_result(input_requests: JSONDict, request_state: str, server_i
 
 
 def invalid_state(request_id: jsonrpc.RequestId) -> Outcome:
-    """The reply to a retry whose requestState does not resume a parked call (§4.5: never re-run)."""
+    """The reply to a retry whose requestState does not resume a parked call: refused, never run
+    again from scratch (docs/translation.md §4.5)."""
     return _refusal(request_id, STATE_INVALID)
 
 
@@ -501,5 +511,5 @@ def _refusal(request_id: jsonrpc.RequestId, message: str) -> Outcome:
     return Outcome(jsonrpc.error_response(request_id, jsonrpc.INVALID_PARAMS, message), status)
 
 
-def _front_dict(front: Front) -> JSONDict:
-    return {"id": front.id, "progress_token": front.progress_token, "log_level": front.log_level}
+def _downstream_dict(downstream: DownstreamRequest) -> JSONDict:
+    return {"id": downstream.id, "progress_token": downstream.progress_token, "log_level": downstream.log_level}

@@ -1,7 +1,7 @@
 """The proxy's own upstream subscription while the response cache holds anything.
 
 A `list_changed` or `resources/updated` must empty the matching entries at once, not when
-their TTL runs out (reference §5 Invalidation), and the clients' own subscriptions may not
+their TTL runs out (docs/translation.md §5 Invalidation), and the clients' own subscriptions may not
 cover what the cache holds. So once something is cached the proxy listens itself: on a modern
 upstream with `subscriptions/listen`, on a legacy one with a session's GET stream and
 `resources/subscribe` for the cached resources.
@@ -33,7 +33,7 @@ from .listen import SessionListener, listen_request
 from .modern_to_legacy import ModernToLegacy
 
 JSONDict = dict[str, Any]
-log = structlog.get_logger("mcp_era_proxy.cache")
+log = structlog.get_logger(__name__)
 
 
 class CacheWatcher:

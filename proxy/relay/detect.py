@@ -14,7 +14,7 @@ from ..protocol.legacy_to_modern import upstream_headers
 from ..protocol.versions import LATEST_MODERN, Era
 from ..upstream.errors import UpstreamError, UpstreamHTTPError, UpstreamProtocolError
 
-log = structlog.get_logger("mcp_era_proxy.detect")
+log = structlog.get_logger(__name__)
 Probe = Callable[[], Awaitable[Detected]]
 
 
@@ -56,7 +56,7 @@ class EraDetector:
 
 
 async def probe_http(upstream: Any, timeout_s: float) -> Detected:
-    """server/discover over HTTP; the status does not matter, the body does (§1.3)."""
+    """server/discover over HTTP; the status does not matter, the body does (docs/translation.md §1.3)."""
     message = probe_request("era-probe")
     try:
         async with (
@@ -74,7 +74,7 @@ async def probe_http(upstream: Any, timeout_s: float) -> Detected:
 
 
 async def probe_stdio(start: Callable[[], Awaitable[Any]], timeout_s: float) -> Detected:
-    """server/discover as the first line; silence past the timeout means legacy (§1.4)."""
+    """server/discover as the first line; silence past the timeout means legacy (docs/translation.md §1.4)."""
     channel = await start()
     try:
         message = probe_request("era-probe")

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable
+from typing import TypeVar
+
 from ..errors import ProxyError
 from ..metrics import Metrics
 from ..protocol import jsonrpc
 from ..protocol.outcome import UpstreamFailure, timed_out
 from ..upstream.errors import UpstreamError
+
+T = TypeVar("T")
 
 
 class UpstreamFailures:
@@ -24,6 +29,13 @@ class UpstreamFailures:
 
     def timeout(self, upstream: str) -> ProxyError:
         return self.client_error(timed_out(upstream))
+
+    async def reaching(self, work: Awaitable[T]) -> T:
+        """`work`'s result; its upstream failure, if it fails, as the client's error."""
+        try:
+            return await work
+        except UpstreamError as exc:
+            raise self.client_error(exc) from None
 
 
 def to_client_error(failure: UpstreamFailure) -> ProxyError:

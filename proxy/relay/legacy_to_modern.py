@@ -395,7 +395,8 @@ class TranslatingBackend:
         if len(runtime.pending) + len(asks) > self._settings.sessions.max_pending_inputs:
             raise ProxyError(jsonrpc.LIMIT_EXCEEDED, "too many unanswered input requests in this session")
         if not runtime.initialized.is_set():
-            # Servers must not send requests before notifications/initialized (lifecycle §Initialization).
+            # Servers must not send requests before notifications/initialized
+            # (2025-11-25/basic/lifecycle.mdx §Initialization).
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(self._settings.input.initialized_wait_s):
                     await runtime.initialized.wait()
@@ -533,7 +534,7 @@ class TranslatingBackend:
 
 
 async def _withdraw(channel: ReplyChannel, server_ids: list[int], reason: str) -> None:
-    """Tell a legacy client to drop the requests we no longer wait for (cancellation §3.6.8)."""
+    """Tell a legacy client to drop the requests we no longer wait for (docs/translation.md §3.6 item 8)."""
     for server_id in server_ids:  # the asks went out on this stream, so it can carry the withdrawal
         with contextlib.suppress(ConnectionError, RuntimeError):
             await channel.send(

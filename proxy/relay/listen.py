@@ -1,4 +1,4 @@
-"""One upstream `subscriptions/listen` stream per legacy session (reference §3.7).
+"""One upstream `subscriptions/listen` stream per legacy session (docs/translation.md §3.7).
 
 The filter is recomputed from session state whenever it may have changed; a changed filter
 opens a new listen, waits for its acknowledgement, then closes the old one. A lost stream is
@@ -20,7 +20,7 @@ from ..protocol.methods import LIST_CHANGED
 from ..upstream.errors import UpstreamError, UpstreamProtocolError
 
 JSONDict = dict[str, Any]
-log = structlog.get_logger("mcp_era_proxy.listen")
+log = structlog.get_logger(__name__)
 
 ACK_TIMEOUT_S = 10.0
 _ACK = "notifications/subscriptions/acknowledged"

@@ -1,4 +1,4 @@
-"""Modern clients in front of a legacy upstream: the driver of protocol.parked_call.
+"""Modern clients in downstream of a legacy upstream: the driver of protocol.parked_call.
 
 Requests run on pooled legacy sessions. Each is a ParkedCall machine; this module executes its
 actions: it reads the upstream reply, answers the server's requests, relays notifications, keeps
@@ -39,8 +39,8 @@ from ..protocol.parked_call import (
     AnswerServer,
     DeliverAnswers,
     Detach,
+    DownstreamRequest,
     Fail,
-    Front,
     Park,
     ParkedCall,
     RelayToClient,
@@ -348,7 +348,7 @@ class ModernToLegacy:
             method=request.method,
             params=jsonrpc.params_of(request.message),
             capabilities=request.capabilities,
-            front=Front(request_id, downstream_token, request.log_level),
+            downstream=DownstreamRequest(request_id, downstream_token, request.log_level),
             principal=principal,
             park_id=new_park_id(),
             upstream=self.name,
@@ -472,9 +472,9 @@ class ModernToLegacy:
         call = self._parked.get(claims.park_id) if claims is not None else None
         if call is None or call.finished:
             return invalid_state(request_id)
-        front = Front(request_id, m2l.progress_token_of(request.message), request.log_level)
+        downstream = DownstreamRequest(request_id, m2l.progress_token_of(request.message), request.log_level)
         spent = call.machine.state.round
-        actions = call.machine.retry(request.message, front, request.capabilities, claims, principal)
+        actions = call.machine.retry(request.message, downstream, request.capabilities, claims, principal)
         if call.machine.state.round == spent:  # refused: the parked call is left as it was
             refusal = actions[0]
             assert isinstance(refusal, ReplyClient)

@@ -68,19 +68,19 @@ class ModernPassThrough:
         message = request.message
         upstream_id = f"m{next(self._ids)}"
         params = jsonrpc.params_of(message)
-        front_token = (meta.meta_of(params) or {}).get("progressToken")
-        if front_token is not None:
+        downstream_token = (meta.meta_of(params) or {}).get("progressToken")
+        if downstream_token is not None:
             params = meta.with_meta(params, "progressToken", f"{upstream_id}-progress")
-        return {**message, "id": upstream_id, "params": params}, message["id"], front_token
+        return {**message, "id": upstream_id, "params": params}, message["id"], downstream_token
 
-    def _downstream(self, incoming: JSONDict, front_id: Any, front_token: Any) -> JSONDict:
+    def _downstream(self, incoming: JSONDict, downstream_id: Any, downstream_token: Any) -> JSONDict:
         if "method" not in incoming:
-            return _with_id(incoming, front_id)
-        if incoming["method"] == "notifications/progress" and front_token is not None:
-            return _retag(incoming, "progressToken", front_token)
+            return _with_id(incoming, downstream_id)
+        if incoming["method"] == "notifications/progress" and downstream_token is not None:
+            return _retag(incoming, "progressToken", downstream_token)
         note_meta = meta.meta_of(incoming.get("params"))
         if note_meta is not None and meta.SUBSCRIPTION_ID in note_meta:
-            return {**incoming, "params": meta.with_meta(incoming.get("params"), meta.SUBSCRIPTION_ID, front_id)}
+            return {**incoming, "params": meta.with_meta(incoming.get("params"), meta.SUBSCRIPTION_ID, downstream_id)}
         return incoming
 
     async def handle(self, request: ModernRequest, channel: ReplyChannel, caller: Caller) -> tuple[JSONDict, int]:
@@ -98,7 +98,7 @@ class ModernPassThrough:
     async def _forward(
         self, request: ModernRequest, channel: ReplyChannel, headers: Mapping[str, str] | None
     ) -> Outcome:
-        outgoing, front_id, front_token = self._outgoing(request)
+        outgoing, downstream_id, downstream_token = self._outgoing(request)
         headers = dict(headers or {})
         outgoing = meta.carry_trace(outgoing, headers)
         try:
@@ -107,7 +107,7 @@ class ModernPassThrough:
                 self._upstream.exchange(outgoing, headers) as reply,
             ):
                 async for incoming in reply:
-                    out = self._downstream(incoming, front_id, front_token)
+                    out = self._downstream(incoming, downstream_id, downstream_token)
                     if "method" not in incoming:
                         return Outcome(out)
                     if channel.can_stream:
@@ -121,17 +121,17 @@ class ModernPassThrough:
     async def listen(self, request: ModernRequest, caller: Caller) -> AsyncGenerator[JSONDict, None]:
         """A listen stream, relayed until the client leaves (closing it cancels it upstream) or the
         upstream ends it; at shutdown the proxy ends it with the completion result."""
-        outgoing, front_id, _ = self._outgoing(request)
+        outgoing, downstream_id, _ = self._outgoing(request)
         try:
             async with self._upstream.exchange(outgoing, caller.forwarded) as reply:
                 async for incoming in _until(reply, self._ending):
                     if incoming is None:  # the proxy is shutting down: end it gracefully
-                        yield listen_closed(front_id)
+                        yield listen_closed(downstream_id)
                         return
                     self._cache.invalidate_for(incoming)
-                    out = self._downstream(incoming, front_id, None)
+                    out = self._downstream(incoming, downstream_id, None)
                     if "method" not in incoming and isinstance(out.get("result"), dict):
-                        out = {**out, "result": meta.with_meta(out["result"], meta.SUBSCRIPTION_ID, front_id)}
+                        out = {**out, "result": meta.with_meta(out["result"], meta.SUBSCRIPTION_ID, downstream_id)}
                     yield out
                     if "method" not in incoming:
                         return

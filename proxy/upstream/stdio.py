@@ -22,7 +22,7 @@ from ..protocol import jsonrpc, meta
 from .errors import UpstreamUnavailable
 
 JSONDict = dict[str, Any]
-log = structlog.get_logger("mcp_era_proxy.stdio")
+log = structlog.get_logger(__name__)
 
 _LINE_LIMIT = 64 * 1024 * 1024  # one JSON-RPC message per line; results can be large
 _STDERR_LINE_LIMIT = 4096

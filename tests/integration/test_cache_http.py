@@ -1,6 +1,6 @@
 """The response cache through the real proxy app, in front of the scripted fakes.
 
-Spec: 2026-07-28/server/utilities/caching.mdx; policy: /work/shared/docs/protocol-translation.md §5.
+Spec: 2026-07-28/server/utilities/caching.mdx; policy: docs/translation.md §5.
 (a) modern clients, modern upstream; (b) legacy clients, modern upstream; (c) modern clients,
 legacy upstream (the proxy authors the hints from `upstream.cache` / `upstream.cache_methods`).
 """
@@ -156,7 +156,7 @@ async def test_a_repeated_tools_list_is_served_from_memory_with_the_remaining_tt
     first, second, third = await requests(modern(proxy, ALICE), "tools/list", times=3)
     assert len(fake.calls_of("tools/list")) == 1
     assert first.result == {"resultType": "complete", "tools": [ECHO], "ttlMs": 60_000, "cacheScope": "public"}
-    # A hit carries what is left of the freshness, never the original hint (reference §5 Freshness).
+    # A hit carries what is left of the freshness, never the original hint (docs/translation.md §5 Freshness).
     assert 50_000 < second.result["ttlMs"] < 60_000
     assert third.result["ttlMs"] <= second.result["ttlMs"]
     assert {**second.result, "ttlMs": None} == {**first.result, "ttlMs": None}
@@ -370,7 +370,7 @@ async def test_a_legacy_clients_result_completed_through_input_rounds_is_not_cac
     make_proxy: MakeProxy, fake: FakeModern
 ) -> None:
     """The final result of an upstream retry carrying inputResponses/requestState MUST NOT be cached
-    (caching.mdx §Cache Key; reference §5 "Never cache MRTR")."""
+    (caching.mdx §Cache Key; docs/translation.md §5 "Never cache MRTR")."""
     fake.handlers["resources/read"] = scripted(
         input_required({"confirm": ELICIT}, "state-1"), document("after-input"), document("asked-again")
     )

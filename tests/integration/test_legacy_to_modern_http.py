@@ -1,6 +1,6 @@
 """Legacy clients (2024-11-05 .. 2025-11-25) through the real proxy app to a scripted modern upstream.
 
-Reference: /work/shared/docs/protocol-translation.md §1.1, §3 and §7. Every message the proxy
+Design: docs/translation.md §1.1, §3 and §7. Every message the proxy
 sends to the legacy client is checked against the schema of the negotiated revision.
 """
 

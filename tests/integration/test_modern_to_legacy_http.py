@@ -1,6 +1,6 @@
 """Modern (2026-07-28) clients through the real proxy app to a scripted legacy (2025-11-25) upstream.
 
-Reference: /work/shared/docs/protocol-translation.md §4 (with §1.1, §6 and §7). Every message the
+Design: docs/translation.md §4 (with §1.1, §6 and §7). Every message the
 proxy sends the modern client is checked against the 2026-07-28 schema (tests/support/modern_peer),
 and everything it sends the legacy upstream against 2025-11-25 (`fake.protocol_problems()`).
 """

@@ -1,5 +1,5 @@
 """stdio upstreams against real child processes: framing, routing, shutdown, restart, era probe
-(proxy/upstream/stdio.py, proxy/relay/detect.py probe_stdio; reference §1.4).
+(proxy/upstream/stdio.py, proxy/relay/detect.py probe_stdio; docs/translation.md §1.4).
 
 The children are tiny Python scripts written here and run with this interpreter; no MCP SDK.
 """

@@ -1,6 +1,6 @@
 """The response cache on its own: no sockets, a fresh Metrics registry and a clock the test moves.
 
-Spec: 2026-07-28/server/utilities/caching.mdx; policy: /work/shared/docs/protocol-translation.md §5.
+Spec: 2026-07-28/server/utilities/caching.mdx; policy: docs/translation.md §5.
 """
 
 from __future__ import annotations

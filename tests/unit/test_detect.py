@@ -1,4 +1,4 @@
-"""The cached upstream era and when it is probed again (proxy/relay/detect.py EraDetector; reference §1.5)."""
+"""The cached upstream era and when it is probed again (proxy/relay/detect.py EraDetector; docs/translation.md §1.5)."""
 
 from __future__ import annotations
 

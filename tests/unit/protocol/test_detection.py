@@ -1,5 +1,5 @@
 """Which era an upstream speaks, from its answer to the server/discover probe
-(proxy/protocol/detection.py; reference §1.3-1.4)."""
+(proxy/protocol/detection.py; docs/translation.md §1.3-1.4)."""
 
 from __future__ import annotations
 

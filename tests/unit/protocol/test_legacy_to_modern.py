@@ -1,4 +1,4 @@
-"""Legacy client → modern upstream, both halves (reference §3; proxy/protocol/legacy_to_modern.py)."""
+"""Legacy client → modern upstream, both halves (docs/translation.md §3; proxy/protocol/legacy_to_modern.py)."""
 
 from __future__ import annotations
 

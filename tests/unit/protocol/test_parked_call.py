@@ -19,8 +19,8 @@ from proxy.protocol.parked_call import (
     Claims,
     DeliverAnswers,
     Detach,
+    DownstreamRequest,
     Fail,
-    Front,
     Park,
     ParkedCall,
     ParkedCallState,
@@ -50,7 +50,7 @@ def new(method: str = "tools/call", params: dict[str, Any] = PARAMS, **overrides
         "method": method,
         "params": params,
         "capabilities": CAPS,
-        "front": Front("f1", "dl-1", "info"),
+        "downstream": DownstreamRequest("f1", "dl-1", "info"),
         "principal": "alice",
         "park_id": "park-1",
         "upstream": "up",
@@ -83,9 +83,11 @@ def retry_request(input_responses: Any, params: dict[str, Any] = PARAMS, request
     return jsonrpc.request(request_id, "tools/call", {**params, "inputResponses": input_responses, "requestState": "t"})
 
 
-def retry(call: ParkedCall, responses: Any, front: Front | None = None, **claim_overrides: Any) -> list[Any]:
-    front = front or Front("f2", "dl-2", "debug")
-    return call.retry(retry_request(responses), front, CAPS, claims_for(call, **claim_overrides), "alice")
+def retry(
+    call: ParkedCall, responses: Any, downstream: DownstreamRequest | None = None, **claim_overrides: Any
+) -> list[Any]:
+    downstream = downstream or DownstreamRequest("f2", "dl-2", "debug")
+    return call.retry(retry_request(responses), downstream, CAPS, claims_for(call, **claim_overrides), "alice")
 
 
 def parked(call: ParkedCall, *requests: dict[str, Any]) -> Park:
@@ -224,7 +226,7 @@ def test_input_requests_are_collected_for_a_moment_then_surfaced_with_a_bound_re
             Claims("park-1", "alice", "tools/call", params_digest(PARAMS), 0),
         )
     ]
-    assert call.phase == "parked" and call.front is None and not call.attached
+    assert call.phase == "parked" and call.downstream is None and not call.attached
     assert call.collect_window_elapsed() == []
 
 
@@ -268,7 +270,7 @@ def test_a_valid_retry_delivers_the_answers_and_the_call_goes_on_for_the_new_req
     actions = retry(call, {"s11": accept, "unknown": {"x": 1}})
     assert actions == [DeliverAnswers((jsonrpc.result_response(11, accept),))]
     assert call.phase == "running" and call.state.round == 1
-    assert call.front == Front("f2", "dl-2", "debug")
+    assert call.downstream == DownstreamRequest("f2", "dl-2", "debug")
     assert call.answers_delivered() == []
     final = call.upstream_message(jsonrpc.result_response(5, TEXT))[1]
     assert isinstance(final, ReplyClient) and final.outcome.message["id"] == "f2"
@@ -301,7 +303,7 @@ def test_a_retry_whose_claims_do_not_fit_is_refused_and_leaves_the_parked_call_i
     before = dataclasses.asdict(call.state)
     principal = bad.pop("principal", "alice")
     claims = claims_for(call, **bad)
-    actions = call.retry(retry_request({"s11": {"action": "accept"}}), Front("f2"), CAPS, claims, principal)
+    actions = call.retry(retry_request({"s11": {"action": "accept"}}), DownstreamRequest("f2"), CAPS, claims, principal)
     assert actions == [ReplyClient(invalid_state("f2"))]
     assert actions[0].outcome.status == 400 and actions[0].outcome.message["error"]["message"] == STATE_INVALID
     assert dataclasses.asdict(call.state) == before
@@ -312,8 +314,10 @@ def test_a_retry_with_other_params_or_no_valid_token_is_refused():
     parked(call, ELICIT)
     other = {**PARAMS, "arguments": {"env": "staging"}}
     request = retry_request({"s11": {"action": "accept"}}, params=other)
-    assert call.retry(request, Front("f2"), CAPS, claims_for(call), "alice") == [ReplyClient(invalid_state("f2"))]
-    assert call.retry(request, Front("f2"), CAPS, None, "alice") == [ReplyClient(invalid_state("f2"))]
+    assert call.retry(request, DownstreamRequest("f2"), CAPS, claims_for(call), "alice") == [
+        ReplyClient(invalid_state("f2"))
+    ]
+    assert call.retry(request, DownstreamRequest("f2"), CAPS, None, "alice") == [ReplyClient(invalid_state("f2"))]
 
 
 def test_a_retry_of_a_call_that_is_not_parked_is_refused():
