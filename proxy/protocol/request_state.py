@@ -20,6 +20,7 @@ import orjson
 
 JSONDict = dict[str, Any]
 _MAC_BYTES = 16
+_VERSION = 1  # of the claims format
 _DIGEST_EXCLUDED = ("_meta", "inputResponses", "requestState")
 
 
@@ -49,7 +50,7 @@ class RequestStateCodec:
 
     def mint(self, park_id: str, principal: str, method: str, digest: str, round_: int, ttl_s: float) -> str:
         claims = {
-            "v": 1,
+            "v": _VERSION,
             "pid": park_id,
             "sub": principal,
             "m": method,
@@ -73,20 +74,24 @@ class RequestStateCodec:
             if not hmac.compare_digest(given, self._mac(payload)):
                 return None
             claims = orjson.loads(payload)
-            result = StateClaims(
-                claims["pid"],
-                claims["sub"],
-                claims["m"],
-                claims["d"],
-                int(claims["r"]),
-                float(claims["exp"]),
-                claims["inst"],
-            )
-        except (ValueError, KeyError, TypeError, orjson.JSONDecodeError):
+        except (ValueError, orjson.JSONDecodeError):
             return None
-        if result.expires < self._clock():
+        if not isinstance(claims, dict) or claims.get("v") != _VERSION:
             return None
-        return result
+        strings = [value for key in ("pid", "sub", "m", "d", "inst") if isinstance(value := claims.get(key), str)]
+        round_, expires = claims.get("r"), claims.get("exp")
+        if (
+            len(strings) != 5
+            or not isinstance(round_, int)
+            or isinstance(round_, bool)
+            or not isinstance(expires, (int, float))
+            or isinstance(expires, bool)
+        ):
+            return None
+        if expires <= self._clock():  # valid while exp > now (docs/translation.md §4.5)
+            return None
+        park_id, principal, method, digest, instance = strings
+        return StateClaims(park_id, principal, method, digest, round_, float(expires), instance)
 
     def _mac(self, payload: bytes) -> bytes:
         return hmac.new(self._key, payload, hashlib.sha256).digest()[:_MAC_BYTES]

@@ -1,4 +1,4 @@
-"""Capability tables A and B of the translation reference (proxy/protocol/capabilities.py)."""
+"""Capability tables A and B of docs/translation.md (proxy/protocol/capabilities.py)."""
 
 from __future__ import annotations
 
@@ -9,11 +9,13 @@ import pytest
 from proxy.protocol.capabilities import (
     describe_required,
     elicitation_modes,
+    legacy_client_capabilities,
     legacy_server_capabilities,
     missing_input_capability,
     modern_client_capabilities,
+    modern_server_capabilities,
 )
-from proxy.protocol.versions import LATEST_MODERN, LEGACY_VERSIONS
+from proxy.protocol.versions import LATEST_LEGACY, LATEST_MODERN, LEGACY_VERSIONS
 from tests.support.schema import errors
 
 TASKS_EXTENSION = "io.modelcontextprotocol/tasks"
@@ -217,3 +219,116 @@ def test_an_input_request_needs_exactly_the_capabilities_of_its_kind(method, par
 )
 def test_what_is_missing_reads_as_capability_paths(required, text):
     assert describe_required(required) == text
+
+
+# ---------------------------------------------------------------- table C
+
+MODERN_CLIENT_CAPS = {
+    "roots": {},
+    "sampling": {"context": {}, "tools": {}, "x-vendor": {"on": True}},
+    "elicitation": {"form": {}, "url": {}},
+    "extensions": {TASKS_EXTENSION: {}},
+    "experimental": {"vendor.client": {"on": True}},
+}
+
+
+def test_table_c_result_validates_as_2025_11_25_client_capabilities():
+    assert errors(LATEST_MODERN, "ClientCapabilities", MODERN_CLIENT_CAPS) == []
+    assert errors(LATEST_LEGACY, "ClientCapabilities", legacy_client_capabilities(MODERN_CLIENT_CAPS)) == []
+
+
+def test_table_c_keeps_sampling_elicitation_modes_and_experimental_and_drops_extensions():
+    assert legacy_client_capabilities(MODERN_CLIENT_CAPS) == {
+        "roots": {},
+        "sampling": {"context": {}, "tools": {}, "x-vendor": {"on": True}},
+        "elicitation": {"form": {}, "url": {}},
+        "experimental": {"vendor.client": {"on": True}},
+    }
+
+
+@pytest.mark.parametrize("roots", [{}, {"listChanged": True}, {"listChanged": False, "x": 1}, None])
+def test_table_c_never_declares_roots_list_changed(roots):
+    assert legacy_client_capabilities({"roots": roots}) == {"roots": {}}
+
+
+@pytest.mark.parametrize(
+    ("elicitation", "legacy"),
+    [
+        ({}, {"form": {}}),
+        (None, {"form": {}}),
+        ({"form": {}}, {"form": {}}),
+        ({"url": {}}, {"url": {}}),
+        ({"form": {"x": 1}, "url": {}}, {"form": {"x": 1}, "url": {}}),
+        ({"form": None}, {"form": {}}),
+    ],
+)
+def test_table_c_keeps_the_declared_elicitation_modes_and_reads_empty_as_form(elicitation, legacy):
+    assert legacy_client_capabilities({"elicitation": elicitation}) == {"elicitation": legacy}
+
+
+@pytest.mark.parametrize("sampling", [{}, {"context": {}}, {"tools": {}}, None])
+def test_table_c_copies_sampling_as_declared(sampling):
+    assert legacy_client_capabilities({"sampling": sampling}) == {"sampling": sampling or {}}
+
+
+def test_table_c_never_declares_client_tasks_nor_what_the_request_did_not_declare():
+    assert legacy_client_capabilities({"tasks": {"requests": {}}, "extensions": {TASKS_EXTENSION: {}}}) == {}
+    assert legacy_client_capabilities({}) == {}
+    assert legacy_client_capabilities(None) == {}
+    assert legacy_client_capabilities({"experimental": "not an object"}) == {}
+
+
+def test_table_c_leaves_its_input_alone():
+    modern = copy.deepcopy(MODERN_CLIENT_CAPS)
+    legacy = legacy_client_capabilities(modern)
+    legacy["sampling"]["added"] = {}
+    legacy["elicitation"]["form"]["added"] = 1
+    assert modern == MODERN_CLIENT_CAPS
+
+
+# ---------------------------------------------------------------- legacy server capabilities → modern (§4.2)
+
+LEGACY_SERVER_CAPS = {
+    "tools": {"listChanged": True, "x-vendor": 1},
+    "prompts": {"listChanged": False},
+    "resources": {"subscribe": True, "listChanged": True},
+    "completions": {},
+    "logging": {},
+    "experimental": {"vendor.server": {"level": 2}},
+    "tasks": {"list": {}, "cancel": {}, "requests": {"tools": {"call": {}}}},
+}
+
+
+def test_modern_server_capabilities_validate_for_2026_07_28():
+    assert errors(LATEST_LEGACY, "ServerCapabilities", LEGACY_SERVER_CAPS) == []
+    assert errors(LATEST_MODERN, "ServerCapabilities", modern_server_capabilities(LEGACY_SERVER_CAPS)) == []
+
+
+def test_modern_server_capabilities_copy_the_five_kinds_and_experimental_and_drop_tasks():
+    assert modern_server_capabilities(LEGACY_SERVER_CAPS) == {
+        k: v for k, v in LEGACY_SERVER_CAPS.items() if k != "tasks"
+    }
+
+
+def test_modern_server_capabilities_drop_members_the_modern_shape_does_not_bridge():
+    assert modern_server_capabilities({"tools": {}, "x-vendor-cap": {}, "extensions": {TASKS_EXTENSION: {}}}) == {
+        "tools": {}
+    }
+
+
+@pytest.mark.parametrize("kind", ["tools", "prompts", "resources", "completions", "logging"])
+def test_modern_server_capabilities_skip_a_null_kind_and_declare_a_malformed_one_empty(kind):
+    assert modern_server_capabilities({kind: None}) == {}
+    assert modern_server_capabilities({kind: True}) == {kind: {}}
+
+
+@pytest.mark.parametrize("legacy", [None, {}, "caps", {"experimental": ["x"]}])
+def test_modern_server_capabilities_declare_nothing_the_server_did_not(legacy):
+    assert modern_server_capabilities(legacy) == {}
+
+
+def test_modern_server_capabilities_leave_their_input_alone():
+    legacy = copy.deepcopy(LEGACY_SERVER_CAPS)
+    modern = modern_server_capabilities(legacy)
+    modern["tools"]["listChanged"] = False
+    assert legacy == LEGACY_SERVER_CAPS

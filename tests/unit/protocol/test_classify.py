@@ -1,4 +1,4 @@
-"""The POST classification ladder of reference §1.1 (proxy/protocol/classify.py)."""
+"""The POST classification ladder of docs/translation.md §1.1 (proxy/protocol/classify.py)."""
 
 from __future__ import annotations
 
@@ -113,3 +113,15 @@ def test_classification_does_not_change_the_body():
     snapshot = jsonrpc.decode(jsonrpc.encode(body))
     classify_post(body, SESSION, LATEST_MODERN)
     assert body == snapshot
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        jsonrpc.notification("notifications/initialized"),
+        jsonrpc.notification("notifications/cancelled", {"requestId": 1, "reason": "user"}),
+        jsonrpc.notification("notifications/progress", {"progressToken": 1, "progress": 1}),
+    ],
+)
+def test_a_notification_under_a_modern_version_header_is_modern_without_meta(body):
+    assert classify_post(body, None, LATEST_MODERN) is Route.MODERN

@@ -1,4 +1,4 @@
-"""Modern payloads rendered for each legacy revision (reference §3.5; proxy/protocol/downgrade.py)."""
+"""Modern payloads rendered for each legacy revision (docs/translation.md §3.5; proxy/protocol/downgrade.py)."""
 
 from __future__ import annotations
 
@@ -345,3 +345,121 @@ def test_sampling_drops_tools_and_tool_choice_before_2025_11_25():
     assert params == snapshot
     assert server_message_errors("2025-06-18", jsonrpc.request(1, "sampling/createMessage", out)) == []
     assert downgrade.sampling_params(params, "2025-11-25") == params
+
+
+# ---------------------------------------------------------------- malformed and partial payloads pass as they came
+
+
+@pytest.mark.parametrize("version", LEGACY_VERSIONS)
+def test_content_entries_that_are_not_objects_are_kept_in_place(version):
+    payload = {"content": [TEXT, "junk", None, 5], "isError": False}
+    out = downgrade.result("tools/call", payload, version)
+    assert out["content"] == [TEXT, "junk", None, 5]
+
+
+@pytest.mark.parametrize("content", ["text", None, {"type": "text", "text": "x"}])
+def test_a_content_member_that_is_not_a_list_is_kept_as_it_came(content):
+    out = downgrade.result("tools/call", {"content": content, "structuredContent": {"a": 1}}, "2024-11-05")
+    assert out == {"content": content}
+
+
+@pytest.mark.parametrize("version", LEGACY_VERSIONS)
+def test_a_tools_call_result_without_content_is_downgraded_all_the_same(version):
+    payload = {"structuredContent": {"celsius": 21.5}, "x-vendor-field": 1}
+    out = downgrade.result("tools/call", payload, version)
+    assert "content" not in out
+    assert ("structuredContent" in out) is (version in ("2025-06-18", "2025-11-25"))
+    assert out["x-vendor-field"] == 1
+
+
+@pytest.mark.parametrize(
+    ("method", "payload"),
+    [
+        ("resources/list", {"nextCursor": "c"}),
+        ("prompts/list", {"x-vendor": [1]}),
+        ("resources/templates/list", {}),
+        ("completion/complete", {"completion": {"values": ["a"]}, "icons": ICONS}),
+        ("resources/read", {"contents": [{"uri": "mem://a", "text": "t", "icons": ICONS}]}),
+    ],
+)
+def test_results_with_nothing_to_downgrade_are_returned_equal_and_unshared(method, payload):
+    snapshot = copy.deepcopy(payload)
+    out = downgrade.result(method, payload, "2024-11-05")
+    assert out == snapshot
+    assert out is not payload
+
+
+def test_elicitation_params_without_a_usable_schema_only_lose_the_mode():
+    for schema in (None, "schema", {"type": "object"}, {"type": "object", "properties": ["a"]}):
+        params = {"mode": "form", "message": "m", "requestedSchema": schema, "x-vendor": 1}
+        out = downgrade.elicitation_params(params, "2025-06-18")
+        assert out == {"message": "m", "requestedSchema": schema, "x-vendor": 1}
+    assert downgrade.elicitation_params({"message": "m"}, "2025-06-18") == {"message": "m"}
+
+
+def test_a_property_that_is_not_an_object_schema_is_kept_as_it_came():
+    params = {"message": "m", "requestedSchema": {"type": "object", "properties": {"free": True, "odd": "x"}}}
+    out = downgrade.elicitation_params(params, "2025-06-18")
+    assert out["requestedSchema"]["properties"] == {"free": True, "odd": "x"}
+
+
+@pytest.mark.parametrize(
+    "prop",
+    [
+        {"type": "array", "title": "Tags"},
+        {"type": "array", "title": "Tags", "items": "string"},
+        {"type": "array", "title": "Tags", "items": {"type": "string"}, "minItems": 1},
+        {"type": "array", "title": "Tags", "items": {"type": "string", "enum": []}},
+        {"type": "array", "title": "Tags", "items": {"anyOf": []}},
+    ],
+)
+def test_a_multi_select_without_choices_becomes_a_plain_single_string(prop):
+    params = {"message": "m", "requestedSchema": {"type": "object", "properties": {"tags": prop}}}
+    out = downgrade.elicitation_params(params, "2025-06-18")["requestedSchema"]["properties"]["tags"]
+    assert out["type"] == "string"
+    assert out["title"] == "Tags"
+    assert "enum" not in out
+    for gone in ("items", "minItems", "maxItems", "default"):
+        assert gone not in out
+    assert errors("2025-06-18", "PrimitiveSchemaDefinition", out) == []
+
+
+# ---------------------------------------------------------------- elicitation answers back to the 2025-11-25 shape
+
+MULTI_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "colors": {"type": "array", "items": {"type": "string", "enum": ["red", "blue"]}},
+        "name": {"type": "string"},
+        "free": True,
+    },
+}
+
+
+def test_a_single_answer_to_a_multi_select_goes_back_as_a_list():
+    content = {"colors": "red", "name": "Ada", "x-extra": 1}
+    snapshot = copy.deepcopy(content)
+    out = downgrade.elicitation_content(MULTI_SCHEMA, content, "2025-06-18")
+    assert out == {"colors": ["red"], "name": "Ada", "x-extra": 1}
+    assert content == snapshot
+
+
+@pytest.mark.parametrize("content", [{"colors": ["red"], "name": "Ada"}, {"name": "Ada"}, {}])
+def test_answers_already_in_shape_or_absent_are_left_alone(content):
+    assert downgrade.elicitation_content(MULTI_SCHEMA, content, "2025-06-18") == content
+
+
+@pytest.mark.parametrize("schema", [None, "schema", {"type": "object"}, {"type": "object", "properties": ["colors"]}])
+def test_answers_to_a_form_without_properties_are_left_alone(schema):
+    content = {"colors": "red"}
+    assert downgrade.elicitation_content(schema, content, "2025-06-18") is content
+
+
+@pytest.mark.parametrize("content", [None, "red", ["red"]])
+def test_an_answer_that_is_not_an_object_is_left_alone(content):
+    assert downgrade.elicitation_content(MULTI_SCHEMA, content, "2025-06-18") == content
+
+
+def test_a_2025_11_25_answer_is_never_rewritten():
+    content = {"colors": "red"}
+    assert downgrade.elicitation_content(MULTI_SCHEMA, content, "2025-11-25") is content
