@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import gc
 import signal
 import sys
 from collections.abc import Sequence
@@ -87,6 +88,7 @@ async def serve(settings: Settings, stop: asyncio.Event | None = None) -> None:
             host, port = parse_listen(address)
             await web.TCPSite(runner, host, port, reuse_address=True).start()
             log.info("listening", address=f"http://{address}{settings.path if application is app else ''}")
+        _tune_gc()
         log.info(
             "started",
             version=__version__,
@@ -103,6 +105,21 @@ async def serve(settings: Settings, stop: asyncio.Event | None = None) -> None:
         for runner in runners:
             await runner.cleanup()
         log.info("stopped")
+
+
+# Young objects allowed before the collector runs (the default is 700). Every request allocates a
+# few hundred short-lived containers (dicts, coroutines, aiohttp's request objects) that plain
+# reference counting frees; collecting every 700 of them costs more than the requests themselves.
+_GC_YOUNG_THRESHOLD = 10_000
+
+
+def _tune_gc() -> None:
+    """Once started: what exists now lives as long as the process, so the collector never walks
+    it again (gc.freeze), and young collections run less often."""
+    gc.collect()
+    gc.freeze()
+    _, older, oldest = gc.get_threshold()
+    gc.set_threshold(_GC_YOUNG_THRESHOLD, older, oldest)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -32,6 +32,9 @@ def short_hash(value: str) -> str:
     return hashlib.sha256(value.encode()).hexdigest()[:12]
 
 
+_CHECKED_MAX = 65_536  # ids remembered as checked (the cache starts afresh when full)
+
+
 class SessionIds:
     """Mints and checks `Mcp-Session-Id` values: 128 random bits, issue time, HMAC.
 
@@ -45,24 +48,39 @@ class SessionIds:
         self._secret = secret
         self._max_lifetime_s = max_lifetime_s
         self._clock = clock
+        # (id, principal) -> issue time of the ids already checked: a session's every request
+        # presents its id again, and the MAC need not be computed each time.
+        self._checked: dict[tuple[str, str], int] = {}
 
     def mint(self, principal: str) -> str:
         payload = secrets.token_bytes(16) + struct.pack(">Q", int(self._clock()))
         return b64url(payload) + "." + b64url(self._mac(payload, principal))
 
     def check(self, session_id: str, principal: str) -> bool:
+        issued = self._checked.get((session_id, principal))
+        if issued is None:
+            issued = self._verify(session_id, principal)
+            if issued is None:
+                return False
+            if len(self._checked) >= _CHECKED_MAX:
+                self._checked.clear()
+            self._checked[(session_id, principal)] = issued
+        return self._clock() - issued <= self._max_lifetime_s
+
+    def _verify(self, session_id: str, principal: str) -> int | None:
+        """The issue time of an id minted here for this principal; None for any other id."""
         body, dot, mac = session_id.partition(".")
         if not dot or len(session_id) > 80:
-            return False
+            return None
         try:
             payload = unb64url(body)
             given = unb64url(mac)
         except ValueError:
-            return False
+            return None
         if len(payload) != 24 or not hmac.compare_digest(given, self._mac(payload, principal)):
-            return False
+            return None
         issued: int = struct.unpack(">Q", payload[16:])[0]
-        return self._clock() - issued <= self._max_lifetime_s
+        return issued
 
     def _mac(self, payload: bytes, principal: str) -> bytes:
         digest = hmac.new(self._secret, payload + principal.encode(), hashlib.sha256).digest()

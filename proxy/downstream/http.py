@@ -69,7 +69,8 @@ class McpEndpoint:
         self._log_requests = logging.getLevelNamesMapping()[settings.logging.level.upper()] <= logging.INFO
 
     async def _era(self) -> Era:
-        return await self._failures.reaching(self._detector.current())
+        era = self._detector.known
+        return era if era is not None else await self._failures.reaching(self._detector.current())
 
     # ------------------------------------------------------------ caller context
 
@@ -130,24 +131,24 @@ class McpEndpoint:
             if any(jsonrpc.kind(item) == "invalid" for item in (body if isinstance(body, list) else [body])):
                 raise ProxyError(jsonrpc.INVALID_REQUEST, "not a valid JSON-RPC 2.0 message", refused=True)
             return await self._bytes(request, "POST", raw, record, legacy=True)
+        caller = self._caller(request)
         if route is Route.LEGACY_INITIALIZE:
-            return await self._initialize(request, host, body, record)
+            return await self._initialize(host, body, caller, record)
         assert session_id is not None  # classify_post routes session-less legacy messages elsewhere
-        session = await self._session(request, host, session_id)
+        session = await self._session(request, host, session_id, caller)
         record.session = session.id
         if route is Route.LEGACY_BATCH:
-            return await self._batch(request, host, session, body, record)
-        return await self._legacy_message(request, host, session, body, record)
+            return await self._batch(request, host, session, body, caller, record)
+        return await self._legacy_message(request, host, session, body, caller, record)
 
     # ------------------------------------------------------------ legacy clients
 
     async def _initialize(
-        self, request: web.Request, host: Host, body: dict[str, Any], record: _Record
+        self, host: Host, body: dict[str, Any], caller: Caller, record: _Record
     ) -> web.StreamResponse:
         record.method = "initialize"
         if jsonrpc.kind(body) != "request":
             raise ProxyError(jsonrpc.INVALID_REQUEST, "initialize must be a JSON-RPC request", refused=True)
-        caller = self._caller(request)
         try:
             result, session_id = await host.initialize(body, caller.principal, caller.credentials)
         except ProxyError as exc:
@@ -156,8 +157,8 @@ class McpEndpoint:
         record.session = session_id
         return json_response(jsonrpc.result_response(body["id"], result), headers={SESSION_HEADER: session_id})
 
-    async def _session(self, request: web.BaseRequest, host: Host, session_id: str) -> LegacySession:
-        session = await host.resolve(session_id, self._caller(request).principal)
+    async def _session(self, request: web.BaseRequest, host: Host, session_id: str, caller: Caller) -> LegacySession:
+        session = await host.resolve(session_id, caller.principal)
         if session is None:
             raise session_not_found()
         version = request.headers.get(PROTOCOL_VERSION_HEADER)
@@ -168,7 +169,13 @@ class McpEndpoint:
         return session
 
     async def _legacy_message(
-        self, request: web.Request, host: Host, session: LegacySession, body: dict[str, Any], record: _Record
+        self,
+        request: web.Request,
+        host: Host,
+        session: LegacySession,
+        body: dict[str, Any],
+        caller: Caller,
+        record: _Record,
     ) -> web.StreamResponse:
         kind = jsonrpc.kind(body)
         record.method = body.get("method") if kind != "response" else "response"
@@ -182,21 +189,21 @@ class McpEndpoint:
                 log.info("unexpected_response", session=short_hash(session.id), id=body.get("id"))
             return web.Response(status=202)
         async with RequestReply(request, self._keepalive_s) as reply:
-            message = await self._run(request, host, session, body, reply, record)
+            message = await self._run(host, session, body, reply, caller, record)
             return await reply.finish(message)
 
     async def _run(
         self,
-        request: web.Request,
         host: Host,
         session: LegacySession,
         body: dict[str, Any],
         reply: RequestReply,
+        caller: Caller,
         record: _Record,
     ) -> dict[str, Any] | None:
         """One legacy request; returns the final message (None: the client cancelled it)."""
         try:
-            message = await host.handle_request(session, body, reply, self._caller(request).credentials)
+            message = await host.handle_request(session, body, reply, caller.credentials)
         except ProxyError as exc:
             record.outcome = exc.outcome
             # A batch shares `reply`: only an error that needs its own HTTP status stops it opening.
@@ -210,7 +217,13 @@ class McpEndpoint:
         return message
 
     async def _batch(
-        self, request: web.Request, host: Host, session: LegacySession, body: list[Any], record: _Record
+        self,
+        request: web.Request,
+        host: Host,
+        session: LegacySession,
+        body: list[Any],
+        caller: Caller,
+        record: _Record,
     ) -> web.StreamResponse:
         """JSON-RPC batches exist only in 2025-03-26 (docs/translation.md §7.1)."""
         record.method = "batch"
@@ -239,8 +252,7 @@ class McpEndpoint:
                 # whole reply (an upstream 401) ends the batch: its siblings are cancelled first.
                 async with asyncio.TaskGroup() as group:
                     items = [
-                        group.create_task(self._run(request, host, session, item, reply, _Record()))
-                        for item in requests
+                        group.create_task(self._run(host, session, item, reply, caller, _Record())) for item in requests
                     ]
             except* ProxyError as failed:
                 raise failed.exceptions[0] from None
@@ -264,7 +276,7 @@ class McpEndpoint:
             raise ProxyError(
                 jsonrpc.INVALID_REQUEST, "expected a single JSON-RPC request or notification", refused=True
             )
-        checked = validate_request(body, header_view(list(request.headers.items())))
+        checked = validate_request(body, header_view(request.headers.items()))
         if isinstance(checked, Rejection):
             raise ProxyError.rejected(checked)
         route = self._router[era]
@@ -327,7 +339,7 @@ class McpEndpoint:
                 returned = {**returned, **SSE_HEADERS}
             elif (reply.content_length or _SMALL_REPLY + 1) <= _SMALL_REPLY:
                 # A small whole reply: one write instead of a chunked stream.
-                body = b"".join([chunk async for chunk in reply.chunks])
+                body = b"".join([chunk async for chunk in reply.chunks])  # one chunk, as a rule
                 return web.Response(status=reply.status, headers=returned, body=body)
             response = web.StreamResponse(status=reply.status, headers=returned)
             await response.prepare(request)
@@ -356,7 +368,7 @@ class McpEndpoint:
         if not isinstance(host, LegacySessionHost):
             return host
         try:
-            session = await self._session(request, host, session_id)
+            session = await self._session(request, host, session_id, self._caller(request))
             stream_handle = host.open_get_stream(session)
         except ProxyError as exc:
             return error_reply(exc, Era.LEGACY)

@@ -109,14 +109,22 @@ class RequestReply:
     connection once the handler has answered (a kept-alive connection's next request would read it).
     """
 
+    __slots__ = ("_keepalive_s", "_opening", "_request", "_slow", "_stream", "can_stream", "closed")
+
     def __init__(self, request: web.BaseRequest, keepalive_s: float) -> None:
         self.can_stream = accepts_sse(request)
-        self.stream = SseStream(request, keepalive_s)
         self._request = request
         self._keepalive_s = keepalive_s
+        self._stream: SseStream | None = None  # made on first use: most replies are plain JSON
         self._opening: asyncio.Task[None] | None = None
         self._slow: asyncio.TimerHandle | None = None
         self.closed = False
+
+    @property
+    def stream(self) -> SseStream:
+        if self._stream is None:
+            self._stream = SseStream(self._request, self._keepalive_s)
+        return self._stream
 
     async def __aenter__(self) -> RequestReply:
         if self.can_stream:
@@ -132,16 +140,21 @@ class RequestReply:
             self._opening.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._opening
-        self.stream.abort()
+        if self._stream is not None:
+            self._stream.abort()
 
     def _open_slow(self) -> None:
         transport = self._request.transport
-        if not self.closed and not self.stream.started and transport is not None and not transport.is_closing():
+        if not self.closed and not self.started and transport is not None and not transport.is_closing():
             self._opening = asyncio.create_task(self._write_keepalive())
 
     async def _write_keepalive(self) -> None:
         with contextlib.suppress(ConnectionError, RuntimeError):
             await self.stream.write(KEEPALIVE)
+
+    @property
+    def started(self) -> bool:
+        return self._stream is not None and self._stream.started
 
     async def streaming(self) -> bool:
         """Whether the reply is an SSE stream. From now on no keep-alive opens one (only a message
@@ -150,7 +163,7 @@ class RequestReply:
             self._slow.cancel()
         if self._opening is not None:
             await self._opening
-        return self.stream.started
+        return self.started
 
     async def send(self, message: Any) -> None:
         if self.closed:

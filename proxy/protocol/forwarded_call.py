@@ -178,6 +178,9 @@ class ForwardedCallState:
 class ForwardedCall:
     def __init__(self, state: ForwardedCallState) -> None:
         self.state = state
+        # Derived from the state, kept to build each round's request without rebuilding them.
+        self._profile: l2m.ClientProfile | None = None
+        self._param_headers: tuple[ParamHeader, ...] | None = None
 
     @classmethod
     def new(
@@ -243,6 +246,7 @@ class ForwardedCall:
         if self.state.phase != "headers":
             return []
         self.state.param_headers = [{"name": h.name, "path": list(h.path), "type": h.type} for h in headers]
+        self._param_headers = tuple(headers)
         return self._send()
 
     def upstream_message(self, message: JSONDict) -> list[Action]:
@@ -320,7 +324,11 @@ class ForwardedCall:
     def _send(self, delay_s: float = 0.0) -> list[Action]:
         state = self.state
         state.attempt += 1
-        profile = l2m.ClientProfile(state.modern_version, state.capabilities, state.client_info, state.log_level)
+        profile = self._profile
+        if profile is None or profile.modern_version != state.modern_version:
+            profile = self._profile = l2m.ClientProfile(
+                state.modern_version, state.capabilities, state.client_info, state.log_level
+            )
         message = l2m.to_upstream(
             state.request,
             self.upstream_id,
@@ -328,9 +336,17 @@ class ForwardedCall:
             input_responses=state.input_responses,
             request_state=state.request_state,
         )
-        param_headers = tuple(ParamHeader(h["name"], tuple(h["path"]), h["type"]) for h in state.param_headers or ())
-        headers = {**state.trace, **l2m.upstream_headers(message, state.modern_version, param_headers)}
-        message = meta.carry_trace(message, headers)
+        param_headers = self._param_headers
+        if param_headers is None:
+            param_headers = self._param_headers = tuple(
+                ParamHeader(h["name"], tuple(h["path"]), h["type"]) for h in state.param_headers or ()
+            )
+        headers = l2m.upstream_headers(message, state.modern_version, param_headers)
+        if state.trace:
+            headers = {**state.trace, **headers}
+            message = meta.carry_trace(message, headers)
+        elif meta.TRACE_KEYS_SET.intersection(jsonrpc.params_of(message).get("_meta") or ()):
+            message = meta.carry_trace(message, headers)  # trace context only in _meta: into headers too
         state.phase = "upstream"
         return [SendUpstream(message, headers, delay_s)]
 
@@ -445,6 +461,14 @@ class ForwardedCall:
             return False
         self.state.progress_floor = value
         return True
+
+
+def final_reply(request: JSONDict, finish: Finish, legacy_version: str) -> JSONDict:
+    """The legacy client's reply to `request` for a finished call (final_message, in one step)."""
+    if finish.error is not None:
+        return {"jsonrpc": "2.0", "id": request["id"], "error": finish.error}
+    result = finish.result if finish.result is not None else {}
+    return jsonrpc.result_response(request["id"], l2m.result_to_downstream(request["method"], result, legacy_version))
 
 
 def outcome_message(finish: Finish) -> JSONDict:

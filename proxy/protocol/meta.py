@@ -55,6 +55,7 @@ def with_meta(params: object, key: str, value: Any) -> dict[str, Any]:
 # W3C trace context: carried in HTTP headers and, where there are none (stdio) or a server reads
 # it there, in the request `_meta` under the same names.
 TRACE_KEYS = ("traceparent", "tracestate", "baggage")
+TRACE_KEYS_SET = frozenset(TRACE_KEYS)
 
 
 def carry_trace(message: dict[str, Any], headers: dict[str, str]) -> dict[str, Any]:

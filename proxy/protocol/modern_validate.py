@@ -7,7 +7,7 @@ relevant request headers (lower-cased names, every value received), never a sock
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -62,7 +62,7 @@ class ModernRequest:
     log_level: str | None
 
 
-def header_view(pairs: Sequence[tuple[str, str]]) -> dict[str, list[str]]:
+def header_view(pairs: Iterable[tuple[str, str]]) -> dict[str, list[str]]:
     """Collect the MCP request-metadata headers from (name, value) pairs."""
     out: dict[str, list[str]] = {}
     for name, value in pairs:

@@ -101,6 +101,21 @@ def new_park_id() -> str:
     return secrets.token_urlsafe(16)
 
 
+class ParkIds:
+    """Unique ids for calls that may park: a random prefix per process and a counter. They need not
+    be secret: a requestState naming one is sealed, so only the proxy can mint it."""
+
+    __slots__ = ("_count", "_prefix")
+
+    def __init__(self) -> None:
+        self._prefix = new_park_id()
+        self._count = 0
+
+    def next(self) -> str:
+        self._count += 1
+        return f"{self._prefix}.{self._count}"
+
+
 def b64url(raw: bytes) -> str:
     return base64.urlsafe_b64encode(raw).rstrip(b"=").decode("ascii")
 

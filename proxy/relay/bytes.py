@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Mapping
-from contextlib import asynccontextmanager
 from dataclasses import dataclass
+
+import aiohttp
 
 from ..protocol.headers import SESSION_HEADER
 from ..upstream.errors import UpstreamError
@@ -15,6 +16,7 @@ from ..upstream.http import HttpUpstream
 from .failures import UpstreamFailures
 
 _RETURNED = ("Content-Type", "WWW-Authenticate", "Allow")
+_RETURNED_LEGACY = (*_RETURNED, SESSION_HEADER)  # a legacy session is the upstream's own
 
 
 @dataclass(slots=True)
@@ -37,23 +39,57 @@ class ByteRelay:
         self._failures = failures
         self._request_timeout_s = request_timeout_s
 
-    @asynccontextmanager
-    async def forward(
-        self, method: str, body: bytes | None, headers: Mapping[str, str], *, legacy: bool
-    ) -> AsyncIterator[ByteReply]:
-        """Relay one request; a failure to reach the upstream is the client's ProxyError. A POST is
-        bounded by the request timeout, body included; GET streams are not."""
+    def forward(self, method: str, body: bytes | None, headers: Mapping[str, str], *, legacy: bool) -> _Forward:
+        """Relay one request; entering yields the reply, leaving closes it. A failure to reach the
+        upstream is the client's ProxyError. A POST is bounded by the request timeout, body
+        included; GET streams are not."""
+        return _Forward(self, method, body, headers, legacy)
+
+
+class _Forward:
+    """One relayed request (a class, not a generator: it runs once per request)."""
+
+    __slots__ = ("_body", "_deadline", "_headers", "_legacy", "_method", "_relay", "_response")
+
+    def __init__(self, relay: ByteRelay, method: str, body: bytes | None, headers: Mapping[str, str], legacy: bool):
+        self._relay = relay
+        self._method = method
+        self._body = body
+        self._headers = headers
+        self._legacy = legacy
+        self._deadline: asyncio.Timeout | None = None
+        self._response: aiohttp.ClientResponse | None = None
+
+    async def __aenter__(self) -> ByteReply:
+        if self._method == "POST":
+            self._deadline = asyncio.timeout(self._relay._request_timeout_s)
+            await self._deadline.__aenter__()
         try:
-            async with asyncio.timeout(self._request_timeout_s if method == "POST" else None):
-                async with self._upstream.forward(method, body, headers) as response:
-                    returned = _RETURNED + ((SESSION_HEADER,) if legacy else ())
-                    yield ByteReply(
-                        response.status,
-                        {name: response.headers[name] for name in returned if name in response.headers},
-                        response.content_length,
-                        response.content.iter_any(),
-                    )
-        except UpstreamError as exc:
-            raise self._failures.client_error(exc) from None
-        except TimeoutError:
-            raise self._failures.timeout(self._upstream.name) from None
+            response = self._response = await self._relay._upstream.forward(self._method, self._body, self._headers)
+        except BaseException as exc:
+            await self._end(exc)
+            raise
+        returned = _RETURNED_LEGACY if self._legacy else _RETURNED
+        headers = response.headers
+        return ByteReply(
+            response.status,
+            {name: headers[name] for name in returned if name in headers},
+            response.content_length,
+            response.content.iter_any(),
+        )
+
+    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
+        if self._response is not None:
+            self._response.close()
+        await self._end(exc)
+
+    async def _end(self, exc: BaseException | None) -> None:
+        """Leave the deadline; an upstream failure or the deadline becomes the client's error."""
+        relay = self._relay
+        if self._deadline is not None:
+            try:
+                await self._deadline.__aexit__(type(exc) if exc is not None else None, exc, None)
+            except TimeoutError:
+                raise relay._failures.timeout(relay._upstream.name) from None
+        if isinstance(exc, UpstreamError):
+            raise relay._failures.client_error(exc) from None

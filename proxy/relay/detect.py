@@ -34,6 +34,12 @@ class EraDetector:
         """The era as last known (None before the first successful probe)."""
         return self._last
 
+    @property
+    def known(self) -> Era | None:
+        """The era to use now without probing, if there is one (None: await current())."""
+        detected = self._detected
+        return detected.era if detected is not None else None
+
     async def current(self) -> Era:
         detected = self._detected
         if detected is not None:

@@ -32,6 +32,7 @@ from .tasks import CancelScope, TaskScope
 JSONDict = dict[str, Any]
 log = structlog.get_logger(__name__)
 L = TypeVar("L")
+_SEEN_RESOLUTION_S = 1.0  # how finely a session's last use is recorded (idle expiry is in minutes)
 
 
 @dataclass(slots=True)
@@ -158,8 +159,9 @@ class LegacySessionHost(Generic[L]):
             return None
         if self._runtime(session) is None:
             return None  # a session whose runtime cannot be rebuilt here (its process is gone)
-        session.last_seen = now
-        await self._store.save(session)
+        if now - session.last_seen >= _SEEN_RESOLUTION_S:  # not a store write per request
+            session.last_seen = now
+            await self._store.save(session)
         return session
 
     def _runtime(self, session: LegacySession) -> SessionRuntime[L] | None:

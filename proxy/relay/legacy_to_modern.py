@@ -44,6 +44,7 @@ from ..protocol.forwarded_call import (
     SuspectEra,
     WithdrawAsks,
     final_message,
+    final_reply,
     outcome_message,
 )
 from ..protocol.headers import ParamHeader
@@ -240,14 +241,18 @@ class TranslatingBackend:
     ) -> JSONDict:
         method = message["method"]
         key = self._cache.key_for(method, message.get("params"), session.modern_version, session.upstream_capabilities)
+        if key is None:  # most calls: straight through, no closure, no outcome to share
+            call = self._new_call(session, message, channel.can_stream, auth_headers)
+            return final_reply(
+                message, await self._drive(call, session, runtime, channel, auth_headers), session.legacy_version
+            )
 
         async def load() -> Outcome:
             call = self._new_call(session, message, channel.can_stream, auth_headers)
             finish = await self._drive(call, session, runtime, channel, auth_headers)
             return Outcome(outcome_message(finish), shareable=finish.cacheable)
 
-        outcome = await self._cache.fetch(key, session.principal, load) if key is not None else await load()
-        reply = outcome.message
+        reply = (await self._cache.fetch(key, session.principal, load)).message
         if method == "tools/list" and isinstance(reply.get("result"), dict):
             reply = {**reply, "result": self._learn_tools(session.principal, reply["result"])}
         return final_message(message, reply, session.legacy_version)
@@ -279,11 +284,15 @@ class TranslatingBackend:
         actions = deque(call.start())
         while actions:
             action = actions.popleft()
+            # The common case first: one request upstream, then its result.
+            if type(action) is SendUpstream:
+                if action.delay_s:
+                    await asyncio.sleep(action.delay_s)
+                actions.extend(await self._exchange(call, action, credentials, channel))
+                continue
+            if type(action) is Finish:
+                return action
             match action:
-                case SendUpstream():
-                    if action.delay_s:
-                        await asyncio.sleep(action.delay_s)
-                    actions.extend(await self._exchange(call, action, credentials, channel))
                 case LookupToolHeaders(tool=tool, refresh=refresh):
                     if refresh:
                         self._tool_headers.pop(session.principal, None)
@@ -305,8 +314,6 @@ class TranslatingBackend:
                     getattr(log, level)(event, upstream=self._upstream.name, **fields)
                 case Fail(failure=failure):
                     raise self._failures.client_error(failure)
-                case Finish():
-                    return action
                 case WithdrawAsks():
                     pass  # withdrawn where the asks are awaited (_ask_client)
         raise AssertionError("a forwarded call ended without finishing")  # pragma: no cover
@@ -316,20 +323,19 @@ class TranslatingBackend:
     ) -> list[Action]:
         """Send one upstream request and feed what comes back to the call; relay its notifications
         as they arrive. Returns the actions that follow the reply."""
+        headers = {**credentials, **send.headers} if credentials else send.headers
         try:
             async with asyncio.timeout(self._settings.upstream.request_timeout_s):
-                async with self._upstream.exchange(send.message, {**credentials, **send.headers}) as messages:
+                async with self._upstream.exchange(send.message, headers) as messages:
                     async for incoming in messages:
-                        follow: list[Action] = []
-                        for action in call.upstream_message(incoming):
+                        actions = call.upstream_message(incoming)
+                        if not call.awaiting_upstream:
+                            return actions  # the reply: what follows it
+                        for action in actions:  # a notification, or a request dropped
                             if isinstance(action, RelayToClient):
                                 await channel.send(action.message)
                             elif isinstance(action, Log):
                                 getattr(log, action.level)(action.event, upstream=self._upstream.name, **action.fields)
-                            else:
-                                follow.append(action)
-                        if not call.awaiting_upstream:
-                            return follow
         except UpstreamError as exc:
             return call.upstream_failed(exc.failure)
         except TimeoutError:

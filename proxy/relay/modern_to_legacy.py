@@ -17,7 +17,7 @@ import secrets
 import time
 from collections import deque
 from collections.abc import AsyncGenerator, Callable, Sequence
-from contextlib import AsyncExitStack
+from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 import structlog
@@ -28,7 +28,7 @@ from ..errors import ProxyError
 from ..metrics import Metrics, method_label
 from ..protocol import jsonrpc, meta
 from ..protocol import modern_to_legacy as m2l
-from ..protocol.capabilities import ALL_INPUT_CAPABILITIES, modern_server_capabilities
+from ..protocol.capabilities import ALL_INPUT_CAPABILITIES
 from ..protocol.detection import names_modern_versions, recognized_modern_error
 from ..protocol.methods import CACHEABLE_METHODS, INPUT_REQUIRED_METHODS
 from ..protocol.modern_validate import ModernRequest, method_problem
@@ -50,7 +50,7 @@ from ..protocol.parked_call import (
     input_required_result,
     invalid_state,
 )
-from ..protocol.request_state import RequestStateCodec, new_park_id
+from ..protocol.request_state import ParkIds, RequestStateCodec
 from ..upstream.base import Reply
 from ..upstream.errors import UpstreamError, UpstreamSessionGone
 from ..upstream.legacy_session import LegacyUpstreamSession, SessionFactory, SessionPool
@@ -145,28 +145,32 @@ class LegacyCall:
         if self.interactive:
             session.exclusive = self
 
-    async def open(self, outgoing: JSONDict, stack: AsyncExitStack) -> Reply:
+    async def open(self, outgoing: JSONDict) -> _Held:
         """Send the request; a session the upstream forgot (HTTP 404) is opened again and the
         request sent once more, which is safe: it was not executed (docs/translation.md §4.3)."""
+        exchange = self.session.request(outgoing, self.trace)
         try:
-            return await stack.enter_async_context(self.session.request(outgoing, self.trace))
+            return _Held(exchange, await exchange.__aenter__())
         except UpstreamSessionGone:
             self.bind(await self.relay.pool.replace(self.session))
             self.relay.count_reinitialized()
-            return await stack.enter_async_context(self.session.request(outgoing, self.trace))
+            exchange = self.session.request(outgoing, self.trace)
+            return _Held(exchange, await exchange.__aenter__())
 
     def start_reader(self, outgoing: JSONDict) -> None:
         self._reader = self.tasks.spawn(self._read(outgoing), name="legacy-call-reader")
 
-    def run_out(self, messages: Any, stack: AsyncExitStack) -> None:
+    def run_out(self, messages: Any, held: _Held) -> None:
         """Read the rest of a stream the handler opened, once the client has its answer."""
-        self._reader = self.tasks.spawn(_run_out(self, messages, stack), name="legacy-call-rest")
+        self._reader = self.tasks.spawn(_run_out(self, messages, held), name="legacy-call-rest")
 
     async def _read(self, outgoing: JSONDict) -> None:
         try:
-            async with AsyncExitStack() as stack:
-                reply = await self.open(outgoing, stack)
-                await self.consume(reply)
+            held = await self.open(outgoing)
+            try:
+                await self.consume(held.reply)
+            finally:
+                await held.close()
         except UpstreamError as exc:
             self.feed(self.machine.upstream_failed(exc.failure))
         except ProxyError as exc:  # the forgotten session could not be opened again
@@ -238,6 +242,7 @@ class ModernToLegacy:
         self.pool = SessionPool(self.name, settings.upstream.pool, owner=self, factory=sessions)
         self.pool.on_change = lambda delta: metrics.upstream_sessions.labels(self.name).inc(delta)
         self.codec = RequestStateCodec(secret, secrets.token_hex(4), clock)
+        self._park_ids = ParkIds()
         self._parked: dict[str, LegacyCall] = {}
         self._calls: set[LegacyCall] = set()  # every call whose upstream side still runs
         self.tasks = TaskScope("modern-to-legacy relay")
@@ -330,7 +335,7 @@ class ModernToLegacy:
             if names_modern_versions(upstream) or recognized_modern_error(upstream):
                 self.on_era_mismatch("initialize refused by a modern server")
             raise
-        problem = method_problem(request.method, modern_server_capabilities(session.server_capabilities))
+        problem = method_problem(request.method, session.modern_capabilities)
         if problem is not None or request.method == "server/discover":
             self.pool.release(session)
             if problem is not None:
@@ -350,7 +355,7 @@ class ModernToLegacy:
             capabilities=request.capabilities,
             downstream=DownstreamRequest(request_id, downstream_token, request.log_level),
             principal=principal,
-            park_id=new_park_id(),
+            park_id=self._park_ids.next(),
             upstream=self.name,
             upstream_id=upstream_id,
             server_info=session.server_info,
@@ -378,19 +383,19 @@ class ModernToLegacy:
     async def _inline(self, call: LegacyCall, outgoing: JSONDict, channel: ReplyChannel) -> Outcome:
         """A call that cannot park, read in the handler: no task, no queue. Should the call outlive
         the reply (a -32021 while the server goes on), its stream is handed to a task of the call."""
-        stack = AsyncExitStack()
+        held: _Held | None = None
         handed_over = False
         try:
             async with asyncio.timeout(self._settings.upstream.request_timeout_s):
                 try:
-                    reply = await call.open(outgoing, stack)
-                    messages = aiter(reply)
+                    held = await call.open(outgoing)
+                    messages = aiter(held.reply)
                     async for message in messages:
                         call.feed(call.machine.upstream_message(message))
-                        outcome = await self._drain(call, channel)
+                        outcome = await self._drain(call, channel) if call.outbox else None
                         if outcome is not None:
                             if call.machine.phase == "detached":
-                                call.run_out(messages, stack.pop_all())
+                                call.run_out(messages, held)
                                 handed_over = True
                             return outcome
                     call.feed(call.machine.upstream_ended())
@@ -408,11 +413,11 @@ class ModernToLegacy:
             call.feed(call.machine.client_gone())  # in 2026-07-28 a closed stream is the cancellation
             raise
         finally:
-            if not handed_over:
+            if held is not None and not handed_over:
                 if call.finished or not call.tasks:
-                    await stack.aclose()
+                    await held.close()
                 else:  # the stream closes once the call has told the upstream it gives up
-                    call.tasks.spawn(_close_after(call, stack.pop_all()), name="legacy-call-close")
+                    call.tasks.spawn(_close_after(call, held), name="legacy-call-close")
 
     async def _attend(self, call: LegacyCall, channel: ReplyChannel) -> Outcome:
         """Serve the attached request of a call with its own reader until it has its answer."""
@@ -563,23 +568,41 @@ class ModernToLegacy:
         await self.pool.close_all()
 
 
-async def _run_out(call: LegacyCall, messages: Any, stack: AsyncExitStack) -> None:
+class _Held:
+    """An upstream exchange entered by hand, so that whoever ends up holding it (the handler, or
+    the call once the handler has answered) closes it, once."""
+
+    __slots__ = ("_exchange", "reply")
+
+    def __init__(self, exchange: AbstractAsyncContextManager[Reply], reply: Reply) -> None:
+        self._exchange: AbstractAsyncContextManager[Reply] | None = exchange
+        self.reply = reply
+
+    async def close(self) -> None:
+        exchange, self._exchange = self._exchange, None
+        if exchange is not None:
+            await exchange.__aexit__(None, None, None)
+
+
+async def _run_out(call: LegacyCall, messages: Any, held: _Held) -> None:
     """The rest of a detached call's stream, read by the call itself until the call is over."""
-    async with stack:
+    try:
         with contextlib.suppress(UpstreamError):
             async for message in messages:
                 call.feed(call.machine.upstream_message(message))
                 if call.finished:
                     return
             call.feed(call.machine.upstream_ended())
+    finally:
+        await held.close()
 
 
-async def _close_after(call: LegacyCall, stack: AsyncExitStack) -> None:
+async def _close_after(call: LegacyCall, held: _Held) -> None:
     """Close a call's upstream stream once the call has told the upstream what it had to."""
     try:
         await call.tasks.drain()
     finally:
-        await stack.aclose()
+        await held.close()
 
 
 class ListenBridge:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator, Mapping
-from contextlib import asynccontextmanager
 from typing import Any
 
 import aiohttp
@@ -88,19 +87,9 @@ class HttpUpstream:
         except aiohttp.ClientError as exc:
             raise UpstreamUnavailable(self.name, f"is unreachable ({exc.__class__.__name__}: {exc})") from None
 
-    @asynccontextmanager
-    async def exchange(
-        self, message: JSONDict | None, headers: Mapping[str, str], *, method: str = "POST"
-    ) -> AsyncIterator[Reply]:
+    def exchange(self, message: JSONDict | None, headers: Mapping[str, str], *, method: str = "POST") -> _Exchange:
         """Send `message` (or a bodiless GET/DELETE); yield the reply, iterable over its messages."""
-        session_bound = SESSION_HEADER in headers
-        response = await self._request(method, None if message is None else jsonrpc.encode(message), headers)
-        try:
-            if session_bound and response.status == 404:
-                raise UpstreamSessionGone(self.name, "no longer knows the session (HTTP 404)")
-            yield Reply(response, self._messages(response))
-        finally:
-            response.close()
+        return _Exchange(self, method, message, headers)
 
     async def send(self, message: JSONDict, headers: Mapping[str, str]) -> None:
         """POST a notification or a response; the upstream must accept it (2xx, no reply)."""
@@ -134,58 +123,92 @@ class HttpUpstream:
             except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError) as exc:
                 raise UpstreamUnavailable(self.name, f"dropped the stream ({exc.__class__.__name__})") from None
             return
-        body = await self._read_limited(response)
-        if status < 300 and not body.strip():
+        raw = await self._read_raw(response)
+        if status < 300 and not raw.strip():
             self.last_ok = self._clock()
             return  # e.g. 200 to a DELETE
-        if status < 300 and content_type != "application/json" and body[:1] not in ("{", "["):
+        looks_json = raw.lstrip()[:1] in (b"{", b"[")
+        if status < 300 and content_type != "application/json" and not looks_json:
             raise UpstreamProtocolError(
-                self.name, f"sent a {content_type or 'untyped'} body that is not JSON-RPC: {body[:120]!r}"
+                self.name, f"sent a {content_type or 'untyped'} body that is not JSON-RPC: {_text(raw)[:120]!r}"
             )
-        if content_type == "application/json" or body[:1] in ("{", "["):
+        if content_type == "application/json" or looks_json:
             try:
-                messages = self._decode(body)
+                messages = self._decode(raw)
             except UpstreamProtocolError:
                 if status >= 300:
-                    raise UpstreamHTTPError(self.name, status, body, None) from None
+                    raise UpstreamHTTPError(self.name, status, _text(raw), None) from None
                 raise
             if status < 500:
                 self.last_ok = self._clock()
             for message in messages:
                 yield message
             return
-        raise UpstreamHTTPError(self.name, status, body, None)
+        raise UpstreamHTTPError(self.name, status, _text(raw), None)
 
     async def _read_limited(self, response: aiohttp.ClientResponse) -> str:
+        return _text(await self._read_raw(response))
+
+    async def _read_raw(self, response: aiohttp.ClientResponse) -> bytes:
         try:
-            raw = await response.content.read(_ERROR_BODY_LIMIT)
+            return await response.content.read(_ERROR_BODY_LIMIT)
         except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError) as exc:
             raise UpstreamUnavailable(self.name, f"dropped the response ({exc.__class__.__name__})") from None
-        return raw.decode("utf-8", errors="replace")
 
-    def _decode(self, text: str) -> list[JSONDict]:
+    def _decode(self, text: str | bytes) -> list[JSONDict]:
         try:
             value = jsonrpc.decode(text)
         except jsonrpc.DecodeError:
-            raise UpstreamProtocolError(self.name, f"sent a body that is not JSON: {text[:120]!r}") from None
+            shown = _text(text) if isinstance(text, bytes) else text
+            raise UpstreamProtocolError(self.name, f"sent a body that is not JSON: {shown[:120]!r}") from None
         values = value if isinstance(value, list) else [value]
         for item in values:
             if jsonrpc.kind(item) == "invalid":
                 raise UpstreamProtocolError(self.name, f"sent a message that is not JSON-RPC: {str(item)[:120]}")
         return values
 
-    @asynccontextmanager
-    async def forward(
-        self, method: str, body: bytes | None, headers: Mapping[str, str]
-    ) -> AsyncIterator[aiohttp.ClientResponse]:
-        """Raw pass-through for same-era traffic: the caller streams the response bytes."""
+    async def forward(self, method: str, body: bytes | None, headers: Mapping[str, str]) -> aiohttp.ClientResponse:
+        """Raw pass-through for same-era traffic: the caller streams the response bytes, then
+        closes the response."""
         response = await self._request(method, body, headers)
-        try:
-            if response.status < 500:
-                self.last_ok = self._clock()
-            yield response
-        finally:
+        if response.status < 500:
+            self.last_ok = self._clock()
+        return response
+
+
+def _text(raw: bytes) -> str:
+    return raw.decode("utf-8", errors="replace")
+
+
+class _Exchange:
+    """`HttpUpstream.exchange`: leaving it closes the response (a class, not a generator: it runs
+    once per upstream request)."""
+
+    __slots__ = ("_headers", "_message", "_method", "_response", "_upstream")
+
+    def __init__(
+        self, upstream: HttpUpstream, method: str, message: JSONDict | None, headers: Mapping[str, str]
+    ) -> None:
+        self._upstream = upstream
+        self._method = method
+        self._message = message
+        self._headers = headers
+        self._response: aiohttp.ClientResponse | None = None
+
+    async def __aenter__(self) -> Reply:
+        upstream, message = self._upstream, self._message
+        response = await upstream._request(
+            self._method, None if message is None else jsonrpc.encode(message), self._headers
+        )
+        self._response = response
+        if response.status == 404 and SESSION_HEADER in self._headers:
             response.close()
+            raise UpstreamSessionGone(upstream.name, "no longer knows the session (HTTP 404)")
+        return Reply(response, upstream._messages(response))
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        if self._response is not None:
+            self._response.close()
 
 
 __all__ = ["HttpUpstream", "UpstreamError"]

@@ -29,6 +29,7 @@ from ..errors import ProxyError
 from ..identity import PROXY_INFO
 from ..protocol import jsonrpc
 from ..protocol import modern_to_legacy as m2l
+from ..protocol.capabilities import modern_server_capabilities
 from ..protocol.headers import PROTOCOL_VERSION_HEADER, SESSION_HEADER
 from ..protocol.versions import legacy_at_least
 from .base import Reply
@@ -109,6 +110,7 @@ class LegacyUpstreamSession:
         self.closed = False
         self.progress_routes: dict[str, Any] = {}  # upstream progress token -> call
         self.active: set[Any] = set()  # calls running on this session
+        self._modern_capabilities: JSONDict | None = None
 
     # ------------------------------------------------------------ wire
 
@@ -118,12 +120,13 @@ class LegacyUpstreamSession:
     def next_id(self) -> int:
         return next(self._ids)
 
-    @asynccontextmanager
-    async def request(self, message: JSONDict, extra_headers: Mapping[str, str] | None = None) -> AsyncIterator[Reply]:
+    def request(
+        self, message: JSONDict, extra_headers: Mapping[str, str] | None = None
+    ) -> AbstractAsyncContextManager[Reply]:
+        """Send a request on the session; entering yields its reply, leaving closes it."""
         self.last_used = self._clock()
         headers = {**self.headers(), **extra_headers} if extra_headers else self.headers()
-        async with self.transport.exchange(message, headers) as reply:
-            yield reply
+        return self.transport.exchange(message, headers)
 
     async def send(self, message: JSONDict) -> None:
         """Send a notification or a response to one of the server's requests."""
@@ -189,6 +192,14 @@ class LegacyUpstreamSession:
     @property
     def server_capabilities(self) -> JSONDict:
         return jsonrpc.obj(self.initialize_result.get("capabilities"))
+
+    @property
+    def modern_capabilities(self) -> JSONDict:
+        """The server's capabilities in the modern shape (docs/translation.md §4.2), made once."""
+        caps = self._modern_capabilities
+        if caps is None:
+            caps = self._modern_capabilities = modern_server_capabilities(self.server_capabilities)
+        return caps
 
     @property
     def server_info(self) -> JSONDict | None:
@@ -384,6 +395,24 @@ def _canonical(value: object) -> str:
     return orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode()
 
 
+class _CanonicalKeys:
+    """The canonical form of a capability set, remembered for the last object seen (requests that
+    declare on behalf of every client pass the same one, always)."""
+
+    __slots__ = ("_last", "_last_key")
+
+    def __init__(self) -> None:
+        self._last: object = None
+        self._last_key = ""
+
+    def __call__(self, capabilities: object) -> str:
+        if capabilities is self._last:
+            return self._last_key
+        key = _canonical(capabilities)
+        self._last, self._last_key = capabilities, key
+        return key
+
+
 class SessionPool:
     def __init__(
         self,
@@ -398,6 +427,7 @@ class SessionPool:
         self._owner = owner
         self._clock = clock
         self._factory = factory
+        self._canonical = _CanonicalKeys()
         self._sessions: dict[tuple[str, str], list[LegacyUpstreamSession]] = {}
         self._opening: dict[tuple[str, str], asyncio.Future[LegacyUpstreamSession]] = {}
         self._dedicated: set[LegacyUpstreamSession] = set()  # sessions of one user each (listen streams)
@@ -415,17 +445,24 @@ class SessionPool:
         *,
         exclusive: bool,
     ) -> LegacyUpstreamSession:
-        key = (principal, _canonical(capabilities))
-        group = [s for s in self._sessions.get(key, []) if not s.closed]
-        self._sessions[key] = group
-        free = [s for s in group if not exclusive or s.exclusive is None]
-        pending = self._opening.get(key)
-        if free:
-            session = min(free, key=lambda s: s.inflight)
-        elif pending is not None and not exclusive:
-            session = await asyncio.shield(pending)
-        else:
-            session = await self._open(key, capabilities, client_info, auth_headers, group)
+        key = (principal, self._canonical(capabilities))
+        group = self._sessions.get(key)
+        if group is None:
+            group = self._sessions[key] = []
+        elif any(s.closed for s in group):
+            group[:] = [s for s in group if not s.closed]
+        session: LegacyUpstreamSession | None = None
+        for candidate in group:  # the least busy one this call may share
+            if (not exclusive or candidate.exclusive is None) and (
+                session is None or candidate.inflight < session.inflight
+            ):
+                session = candidate
+        if session is None:
+            pending = self._opening.get(key)
+            if pending is not None and not exclusive:
+                session = await asyncio.shield(pending)
+            else:
+                session = await self._open(key, capabilities, client_info, auth_headers, group)
         session.auth_headers = auth_headers  # the caller's latest credentials
         session.inflight += 1
         session.last_used = self._clock()

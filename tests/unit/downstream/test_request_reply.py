@@ -26,7 +26,7 @@ async def test_a_failure_inside_the_reply_scope_disarms_it_too() -> None:
         async with RequestReply(request(), keepalive_s=0.01) as reply:
             raise ValueError("a bug")
     assert reply.closed and reply._slow is not None and reply._slow.cancelled()
-    assert reply._opening is None and not reply.stream.started
+    assert reply._opening is None and not reply.started
 
 
 async def test_a_client_that_accepts_only_json_gets_no_keepalive_timer() -> None:

@@ -26,6 +26,7 @@ from proxy.protocol.forwarded_call import (
     SuspectEra,
     WithdrawAsks,
     final_message,
+    final_reply,
     outcome_message,
 )
 from proxy.protocol.headers import METHOD_HEADER, NAME_HEADER, PARAM_HEADER_PREFIX, PROTOCOL_VERSION_HEADER, ParamHeader
@@ -524,3 +525,24 @@ def test_a_header_mismatch_on_a_tool_call_without_a_readable_name_is_retried_wit
     started(call)
     retry = sent(call.upstream_message(error("c1.1", jsonrpc.HEADER_MISMATCH, "Mcp-Name")))
     assert retry.message["id"] == "c1.2"
+
+
+def test_trace_context_the_client_put_in_meta_also_goes_in_the_headers():
+    traced = jsonrpc.request("t", "prompts/get", {"name": "greet", "_meta": {"traceparent": "00-aa-bb-01"}})
+    send = sent(new(traced).start())
+    assert send.headers["traceparent"] == "00-aa-bb-01"
+    assert send.message["params"]["_meta"]["traceparent"] == "00-aa-bb-01"
+
+
+@pytest.mark.parametrize(
+    "finish",
+    [
+        Finish(result=complete(content=TEXT, ttlMs=5, cacheScope="public"), cacheable=True),
+        Finish(error=jsonrpc.error_object(jsonrpc.INTERNAL_ERROR, "boom")),
+        Finish(),
+    ],
+)
+def test_the_final_reply_in_one_step_is_the_same_as_through_the_outcome(finish):
+    assert final_reply(TOOLS_CALL, finish, LATEST_LEGACY) == final_message(
+        TOOLS_CALL, outcome_message(finish), LATEST_LEGACY
+    )
