@@ -8,7 +8,7 @@ is how a 2026-07-28 server learns that a request was cancelled.
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from typing import Any
 
 import aiohttp
@@ -102,31 +102,38 @@ class HttpUpstream:
         headers.pop("Content-Type", None)
         return headers
 
-    async def _messages(self, response: aiohttp.ClientResponse) -> AsyncIterator[JSONDict]:
-        status = response.status
+    def _messages(self, response: aiohttp.ClientResponse) -> AsyncIterator[JSONDict]:
+        """The reply's messages as they arrive: an SSE stream event by event, anything else whole."""
         content_type = response.headers.get("Content-Type", "").split(";")[0].strip().lower()
+        if content_type == "text/event-stream" and response.status < 300:
+            return self._stream_messages(response)
+        return _BodyMessages(self, response, content_type)
+
+    async def _stream_messages(self, response: aiohttp.ClientResponse) -> AsyncGenerator[JSONDict, None]:
+        self.last_ok = self._clock()
+        decoder = Decoder()
+        try:
+            async for chunk in response.content.iter_any():
+                for event in decoder.feed(chunk):
+                    if event.data.strip():
+                        for message in self._decode(event.data):
+                            yield message
+        except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError) as exc:
+            raise UpstreamUnavailable(self.name, f"dropped the stream ({exc.__class__.__name__})") from None
+
+    async def _body_messages(self, response: aiohttp.ClientResponse, content_type: str) -> list[JSONDict]:
+        """The messages of a reply that is not a stream (none for 202/204 and empty bodies)."""
+        status = response.status
         if status in (401, 403):
             body = await self._read_limited(response)
             raise UpstreamHTTPError(self.name, status, body, response.headers.get("WWW-Authenticate"))
         if status in (202, 204):
             self.last_ok = self._clock()
-            return
-        if content_type == "text/event-stream" and status < 300:
-            self.last_ok = self._clock()
-            decoder = Decoder()
-            try:
-                async for chunk in response.content.iter_any():
-                    for event in decoder.feed(chunk):
-                        if event.data.strip():
-                            for message in self._decode(event.data):
-                                yield message
-            except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError) as exc:
-                raise UpstreamUnavailable(self.name, f"dropped the stream ({exc.__class__.__name__})") from None
-            return
+            return []
         raw = await self._read_raw(response)
         if status < 300 and not raw.strip():
             self.last_ok = self._clock()
-            return  # e.g. 200 to a DELETE
+            return []  # e.g. 200 to a DELETE
         looks_json = raw.lstrip()[:1] in (b"{", b"[")
         if status < 300 and content_type != "application/json" and not looks_json:
             raise UpstreamProtocolError(
@@ -141,9 +148,7 @@ class HttpUpstream:
                 raise
             if status < 500:
                 self.last_ok = self._clock()
-            for message in messages:
-                yield message
-            return
+            return messages
         raise UpstreamHTTPError(self.name, status, _text(raw), None)
 
     async def _read_limited(self, response: aiohttp.ClientResponse) -> str:
@@ -176,6 +181,32 @@ class HttpUpstream:
         return response
 
 
+class _BodyMessages:
+    """The messages of a whole (not streamed) reply, read on first use: a plain iterator rather
+    than a generator, which the event loop would track and finalize for every request."""
+
+    __slots__ = ("_content_type", "_messages", "_response", "_upstream")
+
+    def __init__(self, upstream: HttpUpstream, response: aiohttp.ClientResponse, content_type: str) -> None:
+        self._upstream = upstream
+        self._response = response
+        self._content_type = content_type
+        self._messages: list[JSONDict] | None = None
+
+    def __aiter__(self) -> _BodyMessages:
+        return self
+
+    async def __anext__(self) -> JSONDict:
+        messages = self._messages
+        if messages is None:
+            messages = await self._upstream._body_messages(self._response, self._content_type)
+            messages.reverse()  # popped from the end, in order
+            self._messages = messages
+        if not messages:
+            raise StopAsyncIteration
+        return messages.pop()
+
+
 def _text(raw: bytes) -> str:
     return raw.decode("utf-8", errors="replace")
 
@@ -184,7 +215,7 @@ class _Exchange:
     """`HttpUpstream.exchange`: leaving it closes the response (a class, not a generator: it runs
     once per upstream request)."""
 
-    __slots__ = ("_headers", "_message", "_method", "_response", "_upstream")
+    __slots__ = ("_headers", "_message", "_messages", "_method", "_response", "_upstream")
 
     def __init__(
         self, upstream: HttpUpstream, method: str, message: JSONDict | None, headers: Mapping[str, str]
@@ -194,6 +225,7 @@ class _Exchange:
         self._message = message
         self._headers = headers
         self._response: aiohttp.ClientResponse | None = None
+        self._messages: AsyncIterator[JSONDict] | None = None
 
     async def __aenter__(self) -> Reply:
         upstream, message = self._upstream, self._message
@@ -204,9 +236,14 @@ class _Exchange:
         if response.status == 404 and SESSION_HEADER in self._headers:
             response.close()
             raise UpstreamSessionGone(upstream.name, "no longer knows the session (HTTP 404)")
-        return Reply(response, upstream._messages(response))
+        self._messages = upstream._messages(response)
+        return Reply(response, self._messages)
 
     async def __aexit__(self, *exc_info: object) -> None:
+        # Closed here, not left to the event loop's finalizer: a reader that stops at the reply
+        # leaves the generator suspended, and finalizing it would cost a task per request.
+        if isinstance(self._messages, AsyncGenerator):
+            await self._messages.aclose()
         if self._response is not None:
             self._response.close()
 
