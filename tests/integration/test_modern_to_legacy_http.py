@@ -19,13 +19,13 @@ import pytest
 from aiohttp import ClientResponse, web
 from aiohttp.test_utils import TestClient, TestServer
 
-from proxy.app import MODERN_TO_LEGACY, create_app
+from proxy.app import METRICS, MODERN_TO_LEGACY, create_app
 from proxy.config import Settings, load_settings
 from proxy.errors import SESSION_NOT_FOUND
 from proxy.protocol import jsonrpc, meta
 from proxy.protocol.headers import METHOD_HEADER, NAME_HEADER, PROTOCOL_VERSION_HEADER, SESSION_HEADER
 from proxy.protocol.versions import LATEST_LEGACY, LATEST_MODERN
-from tests.integration.conftest import FakeClock, serve
+from tests.integration.conftest import FakeClock, closed_port_url, serve
 from tests.support import legacy_peer
 from tests.support.fake_legacy import (
     INSTRUCTIONS,
@@ -1425,3 +1425,17 @@ async def test_a_legacy_client_is_passed_through_to_the_legacy_upstream_unchange
     assert deleted.status == 200
     [delete] = [c for c in fake.calls if c.http_method == "DELETE"]
     assert delete.session_id == session.id
+
+
+async def test_a_legacy_upstream_that_cannot_be_reached_is_counted_like_any_other_upstream_failure(
+    make_proxy: MakeProxy,
+) -> None:
+    """One place maps and counts upstream failures: a legacy upstream's are counted too."""
+    proxy = await make_proxy(**{"upstream.url": closed_port_url()})
+    async with asyncio.timeout(WAIT):
+        reply = await proxy.modern("Bearer alice").request("tools/list")
+    assert reply.error["code"] == jsonrpc.UPSTREAM_UNAVAILABLE
+    counted = proxy.app[METRICS].registry.get_sample_value(
+        "mcp_era_proxy_upstream_errors_total", {"upstream": UPSTREAM_NAME, "kind": "unavailable"}
+    )
+    assert counted == 1
