@@ -173,6 +173,10 @@ class RequestReply:
     async def finish(
         self, message: Any | None, status: int = 200, headers: dict[str, str] | None = None
     ) -> web.StreamResponse:
+        if self._opening is None and not self.started and message is not None:  # the usual: plain JSON
+            if self._slow is not None:
+                self._slow.cancel()
+            return json_response(message, status, headers)
         if not await self.streaming() and message is not None:
             return json_response(message, status, headers)
         if message is not None:

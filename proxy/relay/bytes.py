@@ -4,7 +4,6 @@ Last-Event-ID pass through)."""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 
@@ -14,6 +13,7 @@ from ..protocol.headers import SESSION_HEADER
 from ..upstream.errors import UpstreamError
 from ..upstream.http import HttpUpstream
 from .failures import UpstreamFailures
+from .tasks import Deadline
 
 _RETURNED = ("Content-Type", "WWW-Authenticate", "Allow")
 _RETURNED_LEGACY = (*_RETURNED, SESSION_HEADER)  # a legacy session is the upstream's own
@@ -57,13 +57,13 @@ class _Forward:
         self._body = body
         self._headers = headers
         self._legacy = legacy
-        self._deadline: asyncio.Timeout | None = None
+        self._deadline: Deadline | None = None
         self._response: aiohttp.ClientResponse | None = None
 
     async def __aenter__(self) -> ByteReply:
         if self._method == "POST":
-            self._deadline = asyncio.timeout(self._relay._request_timeout_s)
-            await self._deadline.__aenter__()
+            self._deadline = Deadline(self._relay._request_timeout_s)
+            self._deadline.__enter__()
         try:
             response = self._response = await self._relay._upstream.forward(self._method, self._body, self._headers)
         except BaseException as exc:
@@ -88,7 +88,7 @@ class _Forward:
         relay = self._relay
         if self._deadline is not None:
             try:
-                await self._deadline.__aexit__(type(exc) if exc is not None else None, exc, None)
+                self._deadline.__exit__(type(exc) if exc is not None else None, exc, None)
             except TimeoutError:
                 raise relay._failures.timeout(relay._upstream.name) from None
         if isinstance(exc, UpstreamError):

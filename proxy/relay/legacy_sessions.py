@@ -276,7 +276,7 @@ class LegacySessionHost(Generic[L]):
             raise ProxyError(jsonrpc.LIMIT_EXCEEDED, "too many concurrent requests in this session")
         if request_id in runtime.inflight:
             raise ProxyError(jsonrpc.INVALID_REQUEST, f"request id {request_id!r} is already in flight")
-        async with CancelScope() as scope:
+        with CancelScope() as scope:
             runtime.inflight[request_id] = scope
             try:
                 return await self.backend.request(session, runtime, message, channel, auth_headers)

@@ -58,6 +58,7 @@ from .failures import UpstreamFailures
 from .legacy_sessions import Opened
 from .listen import SessionListener, listen_request
 from .runtime import SessionRuntime
+from .tasks import Deadline
 
 JSONDict = dict[str, Any]
 log = structlog.get_logger(__name__)
@@ -296,7 +297,10 @@ class TranslatingBackend:
                 case LookupToolHeaders(tool=tool, refresh=refresh):
                     if refresh:
                         self._tool_headers.pop(session.principal, None)
-                    actions.extend(call.tool_headers(await self._param_headers(session, tool, auth_headers)))
+                    known = self._known_headers(session.principal, tool)
+                    if known is None:
+                        known = await self._param_headers(session, tool, auth_headers)
+                    actions.extend(call.tool_headers(known))
                 case AskClient(asks=asks):
                     assert runtime is not None  # only a call that can stream asks, and such a call has a session
                     actions.extend(await self._ask_client(call, session, runtime, channel, asks))
@@ -325,7 +329,7 @@ class TranslatingBackend:
         as they arrive. Returns the actions that follow the reply."""
         headers = {**credentials, **send.headers} if credentials else send.headers
         try:
-            async with asyncio.timeout(self._settings.upstream.request_timeout_s):
+            with Deadline(self._settings.upstream.request_timeout_s):
                 async with self._upstream.exchange(send.message, headers) as messages:
                     async for incoming in messages:
                         actions = call.upstream_message(incoming)
@@ -353,6 +357,11 @@ class TranslatingBackend:
             if isinstance(tool, dict) and isinstance(tool.get("name"), str):
                 registry.tools[tool["name"]] = page.headers.get(tool["name"], ())
         return page.result
+
+    def _known_headers(self, principal: str, name: str) -> tuple[ParamHeader, ...] | None:
+        """The tool's annotations if they are known already (the usual case), without a fetch."""
+        registry = self._tool_headers.get(principal)
+        return registry.tools.get(name) if registry is not None else None
 
     async def _param_headers(
         self, session: LegacySession, name: str, auth_headers: Mapping[str, str]

@@ -56,7 +56,7 @@ from ..upstream.errors import UpstreamError, UpstreamSessionGone
 from ..upstream.legacy_session import LegacyUpstreamSession, SessionFactory, SessionPool
 from .channel import Caller, ReplyChannel
 from .failures import UpstreamFailures
-from .tasks import TaskScope
+from .tasks import Deadline, TaskScope
 
 JSONDict = dict[str, Any]
 log = structlog.get_logger(__name__)
@@ -386,7 +386,7 @@ class ModernToLegacy:
         held: _Held | None = None
         handed_over = False
         try:
-            async with asyncio.timeout(self._settings.upstream.request_timeout_s):
+            with Deadline(self._settings.upstream.request_timeout_s):
                 try:
                     held = await call.open(outgoing)
                     messages = aiter(held.reply)
@@ -422,7 +422,7 @@ class ModernToLegacy:
     async def _attend(self, call: LegacyCall, channel: ReplyChannel) -> Outcome:
         """Serve the attached request of a call with its own reader until it has its answer."""
         try:
-            async with asyncio.timeout(self._settings.upstream.request_timeout_s):
+            with Deadline(self._settings.upstream.request_timeout_s):
                 while True:
                     outcome = await self._drain(call, channel)
                     if outcome is not None:

@@ -28,6 +28,7 @@ from ..upstream.base import Upstream
 from ..upstream.errors import UpstreamError, UpstreamUnavailable
 from .channel import Caller, ReplyChannel
 from .failures import UpstreamFailures
+from .tasks import Deadline
 
 JSONDict = dict[str, Any]
 log = structlog.get_logger(__name__)
@@ -102,16 +103,14 @@ class ModernPassThrough:
         headers = dict(headers or {})
         outgoing = meta.carry_trace(outgoing, headers)
         try:
-            async with (
-                asyncio.timeout(self._settings.upstream.request_timeout_s),
-                self._upstream.exchange(outgoing, headers) as reply,
-            ):
-                async for incoming in reply:
-                    out = self._downstream(incoming, downstream_id, downstream_token)
-                    if "method" not in incoming:
-                        return Outcome(out)
-                    if channel.can_stream:
-                        await channel.send(out)
+            with Deadline(self._settings.upstream.request_timeout_s):
+                async with self._upstream.exchange(outgoing, headers) as reply:
+                    async for incoming in reply:
+                        out = self._downstream(incoming, downstream_id, downstream_token)
+                        if "method" not in incoming:
+                            return Outcome(out)
+                        if channel.can_stream:
+                            await channel.send(out)
         except UpstreamError as exc:
             raise self._failures.client_error(exc) from None
         except TimeoutError:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Coroutine
-from typing import Any
+from typing import Any, Literal, Self
 
 import structlog
 
@@ -57,33 +57,65 @@ class TaskScope:
 
 
 class CancelScope:
-    """Lets another coroutine cancel the work inside `async with` (a legacy client's
-    notifications/cancelled), without a task of its own: the task running the block is cancelled,
-    and the cancellation this scope asked for ends at its edge (`cancelled` says so). A cancellation
-    from elsewhere (the client went away) goes on as usual."""
+    """Lets another coroutine, or a deadline, cancel the work inside `with` without a task of its
+    own: the task running the block is cancelled, and the cancellation this scope asked for ends at
+    its edge: as nothing (`cancelled` says so), or as TimeoutError when its deadline passed. A
+    cancellation from elsewhere (the client went away) goes on as usual.
 
-    __slots__ = ("_active", "_task", "cancelled")
+    A plain context manager: entering and leaving awaits nothing, so it costs no coroutine (it runs
+    for every request). The work inside is awaiting whenever the scope is cancelled, by another
+    task or by its timer, so the CancelledError is raised inside the block.
+    """
 
-    def __init__(self) -> None:
+    __slots__ = ("_active", "_task", "_timeout_s", "_timer", "cancelled", "timed_out")
+
+    def __init__(self, timeout_s: float | None = None) -> None:
+        self._timeout_s = timeout_s
         self._task: asyncio.Task[Any] | None = None
+        self._timer: asyncio.TimerHandle | None = None
         self._active = False
         self.cancelled = False
+        self.timed_out = False
 
-    async def __aenter__(self) -> CancelScope:
+    def __enter__(self) -> Self:
         self._task = asyncio.current_task()
         self._active = True
+        if self._timeout_s is not None:
+            self._timer = asyncio.get_running_loop().call_later(self._timeout_s, self._expire)
         return self
 
+    def _expire(self) -> None:
+        if self._active and not self.cancelled:
+            self.timed_out = True
+            self.cancel()
+
     def cancel(self) -> None:
-        # Called from another task, so the block's task is suspended inside the block: the
-        # CancelledError it gets is raised there, and reaches __aexit__.
         if self._active and not self.cancelled and self._task is not None:
             self.cancelled = True
             self._task.cancel()
 
-    async def __aexit__(self, exc_type: type[BaseException] | None, exc: object, tb: object) -> bool:
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object) -> bool:
         self._active = False
+        if self._timer is not None:
+            self._timer.cancel()
         if not self.cancelled or self._task is None:
             return False
-        remaining = self._task.uncancel()
-        return exc_type is asyncio.CancelledError and remaining == 0
+        if self._task.uncancel() != 0 or exc_type is not asyncio.CancelledError:
+            return False  # cancelled from elsewhere too, or the work ended otherwise
+        if self.timed_out:
+            raise TimeoutError from exc
+        return True
+
+
+class Deadline(CancelScope):
+    """A CancelScope with a deadline and nothing else: past it, the work inside ends with
+    TimeoutError; it swallows nothing (nobody else cancels through it)."""
+
+    __slots__ = ()
+
+    def __init__(self, timeout_s: float) -> None:
+        super().__init__(timeout_s)
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object) -> Literal[False]:
+        super().__exit__(exc_type, exc, tb)
+        return False

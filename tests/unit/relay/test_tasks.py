@@ -17,7 +17,7 @@ async def test_a_cancel_scope_ends_the_cancellation_it_asked_for_at_its_edge() -
     scope = CancelScope()
 
     async def work() -> str:
-        async with scope:
+        with scope:
             started.set()
             await asyncio.Event().wait()
         reached.append("after the block")
@@ -37,7 +37,7 @@ async def test_a_cancellation_from_elsewhere_goes_on_through_a_cancel_scope() ->
     scope = CancelScope()
 
     async def work() -> None:
-        async with scope:
+        with scope:
             started.set()
             await asyncio.Event().wait()
 
@@ -52,7 +52,7 @@ async def test_a_cancellation_from_elsewhere_goes_on_through_a_cancel_scope() ->
 
 async def test_cancelling_a_scope_that_has_ended_does_nothing() -> None:
     scope = CancelScope()
-    async with scope:
+    with scope:
         pass
     scope.cancel()
     await asyncio.sleep(0)  # would raise CancelledError here if the task had been cancelled
@@ -98,3 +98,37 @@ async def test_draining_a_scope_waits_for_its_tasks_and_a_task_may_drain_its_own
         scope.spawn(parent())
         await scope.drain()
     assert done == ["child", "parent"]
+
+
+async def test_a_cancel_scope_with_a_deadline_ends_the_work_as_a_timeout() -> None:
+    with pytest.raises(TimeoutError):
+        async with asyncio.timeout(WAIT):  # the outer bound of the test only
+            with CancelScope(0.01) as scope:
+                await asyncio.Event().wait()
+    assert scope.timed_out and scope.cancelled
+    await asyncio.sleep(0)  # no cancellation is left pending for the task
+
+
+async def test_work_that_ends_before_its_deadline_is_not_disturbed() -> None:
+    with CancelScope(WAIT) as scope:
+        await asyncio.sleep(0)
+    assert not scope.timed_out and not scope.cancelled
+    await asyncio.sleep(0)
+
+
+async def test_a_deadline_inside_a_scope_cancelled_from_elsewhere_lets_the_outer_cancellation_win() -> None:
+    started = asyncio.Event()
+    outer = CancelScope()
+
+    async def work() -> str:
+        with outer:
+            with CancelScope(WAIT):
+                started.set()
+                await asyncio.Event().wait()
+        return "cancelled by the client"
+
+    task = asyncio.create_task(work())
+    async with asyncio.timeout(WAIT):
+        await started.wait()
+        outer.cancel()
+        assert await task == "cancelled by the client"
