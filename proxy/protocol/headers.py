@@ -53,7 +53,8 @@ def _needs_base64(text: str) -> bool:
         return True
     if text.startswith(_SENTINEL_PREFIX) and text.endswith(_SENTINEL_SUFFIX):
         return True
-    return any(not (0x20 <= ord(ch) <= 0x7E) for ch in text)
+    # Anything outside 0x20..0x7E: for ASCII text, exactly what is not printable.
+    return not (text.isascii() and text.isprintable())
 
 
 def decode_header_value(raw: str) -> str:
