@@ -191,21 +191,24 @@ class Answer:
         return jsonrpc.result_response(request_id, self.result or {})
 
 
-def server_request(request: JSONDict, front_method: str | None, front_caps: JSONDict) -> Park | Answer | Missing:
-    """What to do with a legacy server's request S during front request F (docs/translation.md §4.5)."""
+def server_request(
+    request: JSONDict, downstream_method: str | None, downstream_caps: JSONDict
+) -> Park | Answer | Missing:
+    """What to do with a legacy server's request S during the downstream request F
+    (docs/translation.md §4.5)."""
     method = request.get("method")
     if method == "ping":
         return Answer(result={})
     if method not in INPUT_REQUEST_METHODS:
         return Answer(error=jsonrpc.error_object(jsonrpc.METHOD_NOT_FOUND, f"Method not found: {method}"))
-    if front_method not in INPUT_REQUIRED_METHODS:
+    if downstream_method not in INPUT_REQUIRED_METHODS:
         return Answer(
             error=jsonrpc.error_object(
-                jsonrpc.METHOD_NOT_FOUND, f"{method} is not available during {front_method or 'this call'}"
+                jsonrpc.METHOD_NOT_FOUND, f"{method} is not available during {downstream_method or 'this call'}"
             )
         )
     params = jsonrpc.params_of(request)
-    required = missing_input_capability(method, params, front_caps)
+    required = missing_input_capability(method, params, downstream_caps)
     if required is not None:
         # Legacy servers expect invalid params for an elicitation the client cannot do, else not found.
         code = jsonrpc.INVALID_PARAMS if method == "elicitation/create" else jsonrpc.METHOD_NOT_FOUND

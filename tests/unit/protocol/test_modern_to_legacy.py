@@ -589,9 +589,9 @@ def test_the_server_request_fixtures_are_valid_2025_11_25_requests(request_):
     assert server_message_errors(LATEST_LEGACY, request_) == []
 
 
-@pytest.mark.parametrize("front_method", [None, "tools/call", "tools/list", "subscriptions/listen"])
-def test_a_server_ping_is_answered_at_once_with_an_empty_result(front_method):
-    decision = server_request(jsonrpc.request(3, "ping"), front_method, {})
+@pytest.mark.parametrize("downstream_method", [None, "tools/call", "tools/list", "subscriptions/listen"])
+def test_a_server_ping_is_answered_at_once_with_an_empty_result(downstream_method):
+    decision = server_request(jsonrpc.request(3, "ping"), downstream_method, {})
     assert decision == Answer(result={})
     response = decision.response(3)
     assert response == jsonrpc.result_response(3, {})
@@ -609,12 +609,12 @@ def test_anything_but_ping_and_the_three_input_requests_is_method_not_found(meth
 
 
 @pytest.mark.parametrize("request_", [FORM_ELICIT, SAMPLING, ROOTS])
-@pytest.mark.parametrize("front_method", ["tools/list", "completion/complete", "server/discover"])
-def test_input_requests_outside_the_three_mrtr_methods_are_method_not_found(request_, front_method):
-    decision = server_request(request_, front_method, CAPS)
+@pytest.mark.parametrize("downstream_method", ["tools/list", "completion/complete", "server/discover"])
+def test_input_requests_outside_the_three_mrtr_methods_are_method_not_found(request_, downstream_method):
+    decision = server_request(request_, downstream_method, CAPS)
     assert isinstance(decision, Answer)
     assert decision.error["code"] == jsonrpc.METHOD_NOT_FOUND
-    assert front_method in decision.error["message"]
+    assert downstream_method in decision.error["message"]
 
 
 def test_an_input_request_with_no_front_request_is_method_not_found():
@@ -655,9 +655,9 @@ def test_an_input_request_the_front_request_did_not_declare_is_missing_a_capabil
     assert errors(LATEST_LEGACY, "JSONRPCErrorResponse", response) == []
 
 
-@pytest.mark.parametrize("front_method", sorted(INPUT_REQUIRED_METHODS))
-def test_a_declared_form_elicitation_is_parked_without_task_and_meta(front_method):
-    decision = server_request(FORM_ELICIT, front_method, CAPS)
+@pytest.mark.parametrize("downstream_method", sorted(INPUT_REQUIRED_METHODS))
+def test_a_declared_form_elicitation_is_parked_without_task_and_meta(downstream_method):
+    decision = server_request(FORM_ELICIT, downstream_method, CAPS)
     assert isinstance(decision, Park)
     params = {k: v for k, v in FORM_ELICIT["params"].items() if k not in ("task", "_meta")}
     assert decision.input_request == {"method": "elicitation/create", "params": params}
