@@ -38,11 +38,12 @@ _SEEN_RESOLUTION_S = 1.0  # how finely a session's last use is recorded (idle ex
 @dataclass(slots=True)
 class Opened(Generic[L]):
     """What a backend made of an `initialize`: the result for the client, the session's facts, and
-    the backend's live part of the session."""
+    the backend's live part of the session (None: nothing is live yet; `revive` makes it on first
+    use, so an idle session costs only its record)."""
 
     result: JSONDict
     legacy_version: str
-    live: L
+    live: L | None
     modern_version: str = ""
     upstream_capabilities: JSONDict = field(default_factory=dict)
     server_capabilities: JSONDict = field(default_factory=dict)
@@ -135,7 +136,8 @@ class LegacySessionHost(Generic[L]):
             last_seen=now,
         )
         await self._store.add(session)
-        self._attach(session.id, opened.live)
+        if opened.live is not None:
+            self._attach(session.id, opened.live)
         self._metrics.sessions_open.labels("legacy").inc()
         log.info(
             "session_opened",

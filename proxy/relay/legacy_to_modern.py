@@ -140,7 +140,7 @@ class TranslatingBackend:
         return Opened(
             result,
             legacy,
-            Translated(),
+            None,  # made by revive() on the session's first request
             modern_version=modern,
             upstream_capabilities=modern_client_capabilities(jsonrpc.obj(params.get("capabilities")), legacy),
             server_capabilities=jsonrpc.obj(discover.get("capabilities")),

@@ -38,13 +38,16 @@ class Backend:
 
     def __init__(self, *, durable: bool) -> None:
         self.durable = durable
+        self.live_at_open: str | None = "live-part"
         self.calls: list[tuple[str, Any]] = []
         self.lost: dict[str, Any] = {}
         self.block = asyncio.Event()
         self.started_request = asyncio.Event()
 
     async def open(self, message: dict[str, Any], principal: str, auth_headers: dict[str, str]) -> Opened[str]:
-        return Opened({"protocolVersion": "2025-11-25"}, "2025-11-25", "live-part", log_fields={"backend": "test"})
+        return Opened(
+            {"protocolVersion": "2025-11-25"}, "2025-11-25", self.live_at_open, log_fields={"backend": "test"}
+        )
 
     def started(self, runtime: SessionRuntime[str], lost: Any) -> None:
         self.lost[runtime.session_id] = lost
@@ -139,6 +142,15 @@ async def test_shutdown_keeps_durable_sessions_in_the_store_and_closes_process_s
         ("session_closed", "shutdown")
     ]
     assert value(metrics, "sessions_open", downstream_era="legacy") == 0
+
+
+async def test_a_session_with_nothing_live_at_open_costs_no_runtime_until_its_first_use() -> None:
+    host, backend, _, _ = make(durable=True)
+    backend.live_at_open = None  # as the translating backend: an idle session is only its record
+    _, session_id = await host.initialize(INITIALIZE, ALICE, {})
+    assert host._runtimes == {}
+    session = await host.resolve(session_id, ALICE)
+    assert session is not None and host._runtimes[session_id].live == "revived"
 
 
 async def test_a_session_whose_runtime_cannot_be_rebuilt_here_is_not_found() -> None:
