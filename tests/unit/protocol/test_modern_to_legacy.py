@@ -195,7 +195,7 @@ def test_a_cache_hint_is_an_immutable_value():
 
 MODERN_CALL = {
     "jsonrpc": "2.0",
-    "id": "front-1",
+    "id": "downstream-1",
     "method": "tools/call",
     "params": {
         "name": "weather",
@@ -301,8 +301,8 @@ _meta_keys = st.text(max_size=30).filter(lambda k: k not in (*meta.ENVELOPE_KEYS
 def test_to_upstream_never_drops_an_unknown_param_or_meta_key(params, request_meta, progress_token, upstream_id):
     sent = dict(params)
     if request_meta is not None:
-        sent["_meta"] = {**request_meta, meta.PROTOCOL_VERSION: LATEST_MODERN, "progressToken": "front"}
-    message = jsonrpc.request("front-id", "tools/call", sent)
+        sent["_meta"] = {**request_meta, meta.PROTOCOL_VERSION: LATEST_MODERN, "progressToken": "downstream"}
+    message = jsonrpc.request("downstream-id", "tools/call", sent)
     snapshot = copy.deepcopy(message)
     out = to_upstream(message, upstream_id, progress_token)
     assert message == snapshot
@@ -617,7 +617,7 @@ def test_input_requests_outside_the_three_mrtr_methods_are_method_not_found(requ
     assert downstream_method in decision.error["message"]
 
 
-def test_an_input_request_with_no_front_request_is_method_not_found():
+def test_an_input_request_with_no_downstream_request_is_method_not_found():
     decision = server_request(ROOTS, None, CAPS)
     assert isinstance(decision, Answer)
     assert decision.error["code"] == jsonrpc.METHOD_NOT_FOUND
@@ -645,7 +645,9 @@ def test_an_input_request_with_no_front_request_is_method_not_found():
         (ROOTS, {"sampling": {}}, {"roots": {}}, jsonrpc.METHOD_NOT_FOUND),
     ],
 )
-def test_an_input_request_the_front_request_did_not_declare_is_missing_a_capability(request_, caps, required, code):
+def test_an_input_request_the_downstream_request_did_not_declare_is_missing_a_capability(
+    request_, caps, required, code
+):
     decision = server_request(request_, "tools/call", caps)
     assert isinstance(decision, Missing)
     assert decision.required == required
