@@ -32,7 +32,7 @@ from ..protocol.capabilities import ALL_INPUT_CAPABILITIES
 from ..protocol.detection import names_modern_versions, recognized_modern_error
 from ..protocol.methods import CACHEABLE_METHODS, INPUT_REQUIRED_METHODS
 from ..protocol.modern_validate import ModernRequest, method_problem
-from ..protocol.outcome import Outcome, UpstreamFailure, timed_out
+from ..protocol.outcome import Outcome, timed_out
 from ..protocol.parked_call import (
     Abandon,
     Action,
@@ -152,7 +152,10 @@ class LegacyCall:
         try:
             return _Held(exchange, await exchange.__aenter__())
         except UpstreamSessionGone:
-            self.bind(await self.relay.pool.replace(self.session))
+            try:
+                self.bind(await self.relay.pool.replace(self.session))
+            except ProxyError as exc:  # it refused to open a session again: still a session gone
+                raise UpstreamSessionGone(self.relay.name, f"forgot the session: {exc.message}") from None
             self.relay.count_reinitialized()
             exchange = self.session.request(outgoing, self.trace)
             return _Held(exchange, await exchange.__aenter__())
@@ -173,8 +176,6 @@ class LegacyCall:
                 await held.close()
         except UpstreamError as exc:
             self.feed(self.machine.upstream_failed(exc.failure))
-        except ProxyError as exc:  # the forgotten session could not be opened again
-            self.feed(self.machine.upstream_failed(_session_failure(self.relay.name, exc)))
 
     async def consume(self, messages: Reply) -> None:
         """Feed the reply stream to the machine until the call is over."""
@@ -217,10 +218,6 @@ class LegacyCall:
         self.relay.pool.release(self.session)
         self.relay.unpark(self)
         self.relay.forget(self)
-
-
-def _session_failure(upstream: str, exc: ProxyError) -> UpstreamFailure:
-    return UpstreamFailure(upstream, "session_gone", jsonrpc.UPSTREAM_UNAVAILABLE, f"forgot the session: {exc.message}")
 
 
 class ModernToLegacy:
@@ -401,8 +398,6 @@ class ModernToLegacy:
                     call.feed(call.machine.upstream_ended())
                 except UpstreamError as exc:
                     call.feed(call.machine.upstream_failed(exc.failure))
-                except ProxyError as exc:
-                    call.feed(call.machine.upstream_failed(_session_failure(self.name, exc)))
                 outcome = await self._drain(call, channel)
                 assert outcome is not None, "a call that ended reported no outcome"
                 return outcome

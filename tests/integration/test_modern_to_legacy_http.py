@@ -701,6 +701,28 @@ async def test_a_session_the_upstream_forgot_is_reinitialized_and_the_request_re
     assert [(c.session_id, c.status) for c in fake.calls_of(method)] == [(old.id, 200), (old.id, 404), (new.id, 200)]
 
 
+@pytest.mark.parametrize("method", ["tools/list", "tools/call"])  # read in the handler; by the call's reader
+async def test_a_forgotten_session_that_cannot_be_opened_again_fails_the_request_as_session_gone(
+    proxy: Proxy, client: ModernPeer, fake: FakeLegacy, method: str
+) -> None:
+    fake.handlers["tools/call"] = respond_with(tool_result("ok"))
+    params = CALL if method == "tools/call" else None
+    async with asyncio.timeout(WAIT):
+        await client.request(method, params)
+        [old] = fake.sessions
+        fake.forget(old.id)
+        fake.initialize_error = {"code": jsonrpc.INTERNAL_ERROR, "message": "not today"}
+        reply = await client.request(method, params)
+    assert reply.status == 200
+    assert reply.error["code"] == jsonrpc.UPSTREAM_UNAVAILABLE
+    assert "forgot the session" in reply.error["message"] and "not today" in reply.error["message"]
+    assert len(fake.calls_of("initialize")) == 2
+    counted = proxy.app[METRICS].registry.get_sample_value(
+        "mcp_era_proxy_upstream_errors_total", {"upstream": UPSTREAM_NAME, "kind": "session_gone"}
+    )
+    assert counted == 1
+
+
 async def test_an_upstream_that_answers_404_again_after_reinitializing_is_not_retried_a_second_time(
     client: ModernPeer, fake: FakeLegacy
 ) -> None:

@@ -348,6 +348,7 @@ class Call:
 class FakeLegacy:
     def __init__(self) -> None:
         self.initialize_result: JSONDict = initialize_result()
+        self.initialize_error: JSONDict | None = None  # when set, initialize is refused with this error
         self.tools: list[JSONDict] = []
         self.handlers: dict[str, Handler] = {
             "ping": self._ping,
@@ -503,6 +504,9 @@ class FakeLegacy:
         return None
 
     def _initialize(self, call: Call) -> web.Response:
+        if self.initialize_error is not None:
+            self._arrived("initialize", call)
+            return web.json_response({"jsonrpc": "2.0", "id": call.id, "error": self.initialize_error})
         session = Session(self, call)
         call.session = session
         self.sessions.append(session)
