@@ -1,6 +1,6 @@
 """Validation of an incoming 2026-07-28 request, exactly as a modern server must do it.
 
-Reference §4.1 and 2026-07-28/basic/transports/streamable-http.mdx §Server Validation. An
+docs/translation.md §4.1 and 2026-07-28/basic/transports/streamable-http.mdx §Server Validation. An
 ordered ladder; the first failing rung decides. Pure: it sees the decoded body and the
 relevant request headers (lower-cased names, every value received), never a socket.
 """

@@ -709,7 +709,7 @@ async def test_a_child_that_dies_on_the_probe_is_legacy():
 
 
 async def test_a_child_already_gone_when_the_probe_is_written_is_legacy():
-    # Reference §1.4: a process that died on the probe is restarted and spoken to with initialize.
+    # docs/translation.md §1.4: a process that died on the probe is restarted and spoken to with initialize.
     detected, channel = await probe({}, script="raise SystemExit(2)", wait_for_exit=True)
     assert detected == Detected(Era.LEGACY, None)
     assert_stopped(channel)
