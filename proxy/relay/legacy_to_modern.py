@@ -299,7 +299,7 @@ class TranslatingBackend:
                         self._tool_headers.pop(session.principal, None)
                     known = self._known_headers(session.principal, tool)
                     if known is None:
-                        known = await self._param_headers(session, tool, auth_headers)
+                        known = await self._fetch_param_headers(session, tool, auth_headers)
                     actions.extend(call.tool_headers(known))
                 case AskClient(asks=asks):
                     assert runtime is not None  # only a call that can stream asks, and such a call has a session
@@ -314,8 +314,8 @@ class TranslatingBackend:
                     self.on_era_mismatch(reason)
                 case InputRound():
                     self._metrics.input_rounds.labels("legacy_to_modern", method_label(call.method)).inc()
-                case Log(level=level, event=event, fields=fields):
-                    getattr(log, level)(event, upstream=self._upstream.name, **fields)
+                case Log():
+                    self._log(action)
                 case Fail(failure=failure):
                     raise self._failures.client_error(failure)
                 case WithdrawAsks():
@@ -339,12 +339,15 @@ class TranslatingBackend:
                             if isinstance(action, RelayToClient):
                                 await channel.send(action.message)
                             elif isinstance(action, Log):
-                                getattr(log, action.level)(action.event, upstream=self._upstream.name, **action.fields)
+                                self._log(action)
         except UpstreamError as exc:
             return call.upstream_failed(exc.failure)
         except TimeoutError:
             return call.upstream_failed(timed_out(self._upstream.name))
         return call.upstream_ended()
+
+    def _log(self, action: Log) -> None:
+        getattr(log, action.level)(action.event, upstream=self._upstream.name, **action.fields)
 
     # ------------------------------------------------------------ x-mcp-header
 
@@ -363,12 +366,12 @@ class TranslatingBackend:
         registry = self._tool_headers.get(principal)
         return registry.tools.get(name) if registry is not None else None
 
-    async def _param_headers(
+    async def _fetch_param_headers(
         self, session: LegacySession, name: str, auth_headers: Mapping[str, str]
     ) -> tuple[ParamHeader, ...]:
+        """A tool whose annotations are not known yet: learn them from tools/list, at most once
+        per _TOOLS_REFRESH_S (an unknown tool then has none)."""
         registry = self._tool_headers.get(session.principal)
-        if registry is not None and name in registry.tools:
-            return registry.tools[name]
         now = time.monotonic()
         if registry is None or registry.fetched_at is None or now - registry.fetched_at > _TOOLS_REFRESH_S:
             await self._fetch_tools(session, auth_headers)
