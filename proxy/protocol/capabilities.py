@@ -5,12 +5,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from . import jsonrpc
 from .versions import legacy_at_least
 
 JSONDict = dict[str, Any]
 
 
 def _obj(value: object) -> JSONDict:
+    """A copy of `value` if it is an object, else {}: the tables build new capability objects."""
     return dict(value) if isinstance(value, dict) else {}
 
 
@@ -81,8 +83,7 @@ def missing_input_capability(method: str, params: object, caps: object) -> JSOND
     sampling needs `tools` for tools/toolChoice and `context` for includeContext other than none
     (2025-11-25/client/sampling.mdx).
     """
-    given = _obj(caps)
-    args = params if isinstance(params, dict) else {}
+    given, args = jsonrpc.obj(caps), jsonrpc.obj(params)  # read only: no copies
     if method == "elicitation/create":
         mode = args.get("mode", "form")
         return None if mode in elicitation_modes(given) else {"elicitation": {str(mode): {}}}

@@ -366,9 +366,9 @@ class ForwardedCall:
             actions.append(SuspectEra(f"error {code} without an id"))
         if code == jsonrpc.UNSUPPORTED_PROTOCOL_VERSION and code not in state.retried:
             state.retried.append(code)
-            version = pick_modern(jsonrpc.obj(error.get("data")).get("supported"))
+            supported = jsonrpc.obj(error.get("data")).get("supported")
+            version = pick_modern(supported)
             if version is None:
-                supported = jsonrpc.obj(error.get("data")).get("supported")
                 message = f"upstream supports none of our protocol versions: {supported!r}"
                 return [*actions, self._error(jsonrpc.INTERNAL_ERROR, message)]
             state.modern_version = version
@@ -465,10 +465,8 @@ class ForwardedCall:
 
 def final_reply(request: JSONDict, finish: Finish, legacy_version: str) -> JSONDict:
     """The legacy client's reply to `request` for a finished call (final_message, in one step)."""
-    if finish.error is not None:
-        return {"jsonrpc": "2.0", "id": request["id"], "error": finish.error}
     result = finish.result if finish.result is not None else {}
-    return jsonrpc.result_response(request["id"], l2m.result_to_downstream(request["method"], result, legacy_version))
+    return _legacy_reply(request, finish.error, result, legacy_version)
 
 
 def outcome_message(finish: Finish) -> JSONDict:
@@ -482,7 +480,11 @@ def final_message(request: JSONDict, reply: JSONDict, legacy_version: str) -> JS
     """The legacy client's reply to `request` from the modern-level `reply` (the result downgraded
     to the client's revision; an error as it is)."""
     error = reply.get("error")
-    if isinstance(error, dict):
+    error = error if isinstance(error, dict) else None
+    return _legacy_reply(request, error, jsonrpc.obj(reply.get("result")), legacy_version)
+
+
+def _legacy_reply(request: JSONDict, error: JSONDict | None, result: JSONDict, legacy_version: str) -> JSONDict:
+    if error is not None:
         return {"jsonrpc": "2.0", "id": request["id"], "error": error}
-    result = jsonrpc.obj(reply.get("result"))
     return jsonrpc.result_response(request["id"], l2m.result_to_downstream(request["method"], result, legacy_version))
