@@ -20,7 +20,7 @@ from aiohttp import web
 from ..config import Settings
 from ..errors import ProxyError, session_not_found
 from ..metrics import Metrics, RequestMetrics, method_label
-from ..protocol import jsonrpc
+from ..protocol import jsonrpc, meta
 from ..protocol.classify import Route, classify_post
 from ..protocol.headers import PROTOCOL_VERSION_HEADER, SESSION_HEADER
 from ..protocol.methods import CACHEABLE_METHODS
@@ -38,8 +38,8 @@ from .sse import SSE_HEADERS, RequestReply, SseStream, json_response
 log = structlog.get_logger(__name__)
 Host = LegacySessionHost[Any]
 
-# Headers carried from the client to the upstream, beside the ones the proxy computes.
-_TRACE_HEADERS = ("traceparent", "tracestate", "baggage")
+# Headers carried from the client to the upstream, beside the ones the proxy computes: the trace
+# context (meta.TRACE_KEYS) and these.
 _PASSTHROUGH_PREFIXES = ("mcp-",)
 _SESSION_HEADER_LOWER = SESSION_HEADER.lower()
 _SMALL_REPLY = 1024 * 1024  # same-era replies up to this size (with a Content-Length) are sent in one piece
@@ -80,7 +80,7 @@ class McpEndpoint:
         credentials: dict[str, str] = {}
         if self._settings.upstream.forward_authorization and "Authorization" in headers:
             credentials["Authorization"] = headers["Authorization"]
-        for name in _TRACE_HEADERS:
+        for name in meta.TRACE_KEYS:
             if name in headers:
                 credentials[name] = headers[name]
         principal = principal_of(headers.get(self._settings.security.identity_header or "Authorization"))

@@ -67,7 +67,7 @@ class _Forward:
         try:
             response = self._response = await self._relay._upstream.forward(self._method, self._body, self._headers)
         except BaseException as exc:
-            await self._end(exc)
+            self._end(exc)
             raise
         returned = _RETURNED_LEGACY if self._legacy else _RETURNED
         headers = response.headers
@@ -81,9 +81,9 @@ class _Forward:
     async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
         if self._response is not None:
             self._response.close()
-        await self._end(exc)
+        self._end(exc)
 
-    async def _end(self, exc: BaseException | None) -> None:
+    def _end(self, exc: BaseException | None) -> None:
         """Leave the deadline; an upstream failure or the deadline becomes the client's error."""
         relay = self._relay
         if self._deadline is not None:
