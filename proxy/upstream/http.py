@@ -130,10 +130,7 @@ class HttpUpstream:
         if status in (202, 204):
             self.last_ok = self._clock()
             return []
-        try:
-            raw = await response.content.read(_ERROR_BODY_LIMIT)
-        except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError) as exc:
-            raise UpstreamUnavailable(self.name, f"dropped the response ({exc.__class__.__name__})") from None
+        raw = await self._read_raw(response)
         if status < 300 and not raw.strip():
             self.last_ok = self._clock()
             return []  # e.g. 200 to a DELETE
