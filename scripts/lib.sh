@@ -5,15 +5,6 @@ REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 CACHE="${MCP_ERA_PROXY_CACHE:-$HOME/.cache/mcp-era-proxy}"
 PYTHON="${PYTHON:-python3}"
 
-# The shared folder with the pinned npm peers and the official schemas.
-shared_dir() {
-  for d in "${MCP_SHARED_DIR:-}" "$REPO/../shared" /work/shared; do
-    if [ -n "$d" ] && [ -f "$d/peers/install.sh" ]; then (cd "$d" && pwd); return 0; fi
-  done
-  echo "cannot find the shared folder (peers/install.sh); set MCP_SHARED_DIR" >&2
-  return 1
-}
-
 # The project's own virtualenv (.venv), with the test extras; created on first use.
 project_venv() {
   if [ ! -x "$REPO/.venv/bin/python" ]; then

@@ -4,7 +4,6 @@
 . "$(dirname "$0")/lib.sh"
 project_venv
 bash "$REPO/scripts/setup-peers.sh"
-export MCP_SPEC_DIR="${MCP_SPEC_DIR:-$(shared_dir)/spec}"
 cd "$REPO"
 .venv/bin/ruff check proxy tests scripts bench
 .venv/bin/ruff format --check proxy tests scripts bench

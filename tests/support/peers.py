@@ -1,4 +1,4 @@
-"""Where the third-party peers live: npm peers (shared/peers) and the Python SDK virtualenvs.
+"""Where the third-party peers live: the npm peers (pinned in tests/peers) and the Python SDK virtualenvs.
 
 `scripts/setup-peers.sh` installs them; these helpers only find them and say what is missing.
 """

@@ -1,13 +1,12 @@
 """Validate wire messages against the official MCP JSON schemas of one revision.
 
-Schemas are read from the shared spec folder (`MCP_SPEC_DIR`, default ../shared/spec next to
-the repository) or from tests/schemas when vendored there.
+The schemas are vendored in tests/schemas (copies of `schema/<revision>/schema.json` from the
+specification repository, modelcontextprotocol/modelcontextprotocol).
 """
 
 from __future__ import annotations
 
 import json
-import os
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -15,11 +14,7 @@ from typing import Any
 from jsonschema import Draft7Validator, Draft202012Validator
 
 REPO = Path(__file__).resolve().parents[2]
-_CANDIDATES = [
-    Path(os.environ["MCP_SPEC_DIR"]) if "MCP_SPEC_DIR" in os.environ else None,
-    REPO / "tests" / "schemas",
-    REPO.parent / "shared" / "spec",
-]
+SCHEMAS = REPO / "tests" / "schemas"
 
 RESULT_TYPES = {
     "initialize": "InitializeResult",
@@ -47,10 +42,10 @@ SERVER_REQUEST_TYPES = {
 
 
 def schema_path(revision: str) -> Path:
-    for base in _CANDIDATES:
-        if base is not None and (base / f"schema-{revision}.json").is_file():
-            return base / f"schema-{revision}.json"
-    raise FileNotFoundError(f"schema-{revision}.json not found in any of {[str(c) for c in _CANDIDATES if c]}")
+    path = SCHEMAS / f"schema-{revision}.json"
+    if not path.is_file():
+        raise FileNotFoundError(f"no schema for revision {revision} at {path}")
+    return path
 
 
 @cache
