@@ -2,7 +2,9 @@
 # Sourced, not run.
 set -euo pipefail
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-CACHE="${MCP_ERA_PROXY_CACHE:-$HOME/.cache/mcp-era-proxy}"
+# Test-only virtualenvs and tools. Not named MCP_ERA_PROXY_*: the proxy reads every variable with
+# that prefix as its configuration (MCP_ERA_PROXY_CACHE would be its `cache` section).
+CACHE="${ERA_PROXY_TEST_CACHE:-$HOME/.cache/mcp-era-proxy}"
 PYTHON="${PYTHON:-python3}"
 
 # The project's own virtualenv (.venv), with the test extras; created on first use.

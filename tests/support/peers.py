@@ -10,7 +10,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 PEER_SCRIPTS = REPO / "tests" / "e2e" / "peers"
-CACHE = Path(os.environ.get("MCP_ERA_PROXY_CACHE", Path.home() / ".cache" / "mcp-era-proxy"))
+CACHE = Path(os.environ.get("ERA_PROXY_TEST_CACHE", Path.home() / ".cache" / "mcp-era-proxy"))
 
 
 class PeersMissing(RuntimeError):
