@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector
 
 PREFIX = "mcp_era_proxy_"
 
@@ -140,6 +141,18 @@ class Metrics:
         )
         self.cache_entries = Gauge(PREFIX + "cache_entries", "Entries in the response cache.", registry=r)
         self.cache_bytes = Gauge(PREFIX + "cache_bytes", "Serialized size of the response cache.", registry=r)
+        # What leaks show up in first: the process's memory and descriptors (process_* series, read
+        # from /proc where it exists) and the tasks on the event loop, read at scrape time.
+        ProcessCollector(registry=r)
+        self.event_loop_tasks = Gauge(PREFIX + "event_loop_tasks", "Tasks alive on the event loop.", registry=r)
+        self.event_loop_tasks.set_function(_loop_tasks)
         for kind in ("downstream_get", "downstream_listen", "upstream_get", "upstream_listen"):
             self.streams_open.labels(kind)
         self.sessions_open.labels("legacy")
+
+
+def _loop_tasks() -> float:
+    try:
+        return float(len(asyncio.all_tasks()))
+    except RuntimeError:  # scraped from a thread without a running loop
+        return 0.0
