@@ -14,3 +14,27 @@ def blockbuster() -> Iterator[BlockBuster]:
     or socket I/O, sleeps, subprocess waits): it would stall every other request."""
     with blockbuster_ctx("proxy") as guard:
         yield guard
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """The counts of the hostile-input, fault-injection and soak suites, and their defects (failed
+    tests of those suites), printed at the end of every run that ran them."""
+    from tests.support import tally
+
+    if not tally.COUNTS and not tally.NOTES:
+        return
+    suites = ("tests/hostile/", "test_hostile_proxy.py", "test_faults.py", "test_soak.py")
+    failed = [r.nodeid for r in terminalreporter.stats.get("failed", []) if any(s in r.nodeid for s in suites)]
+    counts = tally.COUNTS
+    terminalreporter.section("hostile input, faults, soak")
+    terminalreporter.write_line(
+        f"hostile inputs tried: {counts['hostile.core'] + counts['hostile.proxy']} "
+        f"(pure core {counts['hostile.core']}, running proxy {counts['hostile.proxy']}); "
+        f"faults injected: {counts['faults']}; soak cycles: {counts['soak.cycles']}; defects: {len(failed)}"
+    )
+    for key in sorted(k for k in counts if k.count(".") == 2):
+        terminalreporter.write_line(f"  {key}: {counts[key]}")
+    for line in tally.NOTES:
+        terminalreporter.write_line(line)
+    for nodeid in failed:
+        terminalreporter.write_line(f"  defect: {nodeid}")

@@ -63,6 +63,8 @@ def legacy_server(logs_dir: Path) -> Iterator[str]:
 
 
 ProxyFactory = Callable[..., AbstractContextManager[str]]
+# The log file of each proxy started by `start_proxy`, by its URL (read by tests that check logs).
+PROXY_LOGS: dict[str, Path] = {}
 
 
 @pytest.fixture(scope="session")
@@ -76,8 +78,11 @@ def start_proxy(logs_dir: Path) -> ProxyFactory:
         target = ["--upstream", upstream] if upstream is not None else ["--upstream-command", str(command)]
         argv = [sys.executable, "-m", "proxy", *target, "--listen", f"127.0.0.1:{port}"]
         environment = {f"MCP_ERA_PROXY_{k.upper()}": v for k, v in env.items()}
-        with listening(argv, port, logs_dir / f"proxy-{next(counter)}.log", env=environment):
-            yield f"http://127.0.0.1:{port}/mcp"
+        log = logs_dir / f"proxy-{next(counter)}.log"
+        url = f"http://127.0.0.1:{port}/mcp"
+        with listening(argv, port, log, env=environment):
+            PROXY_LOGS[url] = log
+            yield url
 
     return start
 

@@ -1,0 +1,111 @@
+"""The invariant every answer of the proxy must hold, whatever it was sent or whatever its upstream
+did: a JSON-RPC reply (or SSE stream of JSON-RPC messages) with a plausible code and HTTP status,
+or one of the documented empty statuses; never HTML, a traceback, a plain-text error or a hang."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from proxy.protocol import jsonrpc
+from proxy.protocol.sse import Decoder
+from tests.support.rawhttp import Reply
+
+# Statuses the proxy answers with. 202: an accepted notification or response (no body).
+ALLOWED_STATUSES = frozenset(
+    {200, 202, 400, 401, 403, 404, 405, 406, 408, 409, 413, 415, 421, 429, 431, 500, 502, 503, 504}
+)
+EMPTY_STATUSES = frozenset({202, 204})
+# Codes a client may see: JSON-RPC's reserved range (standard, MCP and the proxy's own -32010..-32013).
+PLAUSIBLE_CODES = range(-32768, -31999)
+# Codes that say "your message itself is malformed": refused before anything ran, with a 4xx
+# (400; or what the transport says more exactly: 405 wrong HTTP method, 413 too large, 415, 406).
+MALFORMED_CODES = frozenset({jsonrpc.PARSE_ERROR, jsonrpc.INVALID_REQUEST})
+_FORBIDDEN = (b"Traceback (most recent call last)", b"<html", b"<!doctype", b"HTTP/1.1 ", b"HTTP/1.0 ")
+
+
+def problems(reply: Reply) -> list[str]:
+    """Everything wrong with `reply` (empty when it holds the invariant)."""
+    found: list[str] = []
+    if reply.status not in ALLOWED_STATUSES:
+        found.append(f"unexpected HTTP status {reply.status}")
+    lowered = reply.body.lower()
+    for marker in _FORBIDDEN:
+        if marker.lower() in lowered:
+            found.append(f"body holds {marker!r}")
+    if reply.trailing:
+        found.append(f"bytes after the end of the reply: {reply.trailing[:80]!r}")
+    if reply.status in EMPTY_STATUSES:
+        if reply.body:
+            found.append(f"HTTP {reply.status} with a body")
+        return found
+    if reply.content_type == "application/json":
+        found += _json_problems(reply)
+    elif reply.content_type == "text/event-stream":
+        if reply.status != 200:
+            found.append(f"an event stream with HTTP {reply.status}")
+        found += _sse_problems(reply.body)
+    else:
+        found.append(
+            f"HTTP {reply.status} with content type {reply.content_type!r}, not a JSON-RPC body: {reply.body[:120]!r}"
+        )
+    return found
+
+
+def _json_problems(reply: Reply) -> list[str]:
+    try:
+        value = json.loads(reply.body)
+    except ValueError as exc:
+        return [f"body is not JSON ({exc}): {reply.body[:120]!r}"]
+    messages = value if isinstance(value, list) else [value]
+    if not messages:
+        return ["an empty JSON array"]
+    found: list[str] = []
+    for message in messages:
+        if jsonrpc.kind(message) != "response":
+            found.append(f"not a JSON-RPC response: {str(message)[:160]}")
+            continue
+        error = message.get("error")
+        if isinstance(error, dict):
+            found += _error_problems(error, reply.status, single=not isinstance(value, list))
+    if reply.status >= 500 and not any(isinstance(m, dict) and "error" in m for m in messages):
+        found.append(f"HTTP {reply.status} without a JSON-RPC error")
+    return found
+
+
+def _error_problems(error: dict[str, Any], status: int, *, single: bool) -> list[str]:
+    code = error["code"]
+    found: list[str] = []
+    if code not in PLAUSIBLE_CODES:
+        found.append(f"implausible error code {code}")
+    if single and code in MALFORMED_CODES and not 400 <= status < 500:
+        found.append(f"error {code} with HTTP {status}, not a 4xx")
+    if single and code == jsonrpc.PARSE_ERROR and status not in (400, 413):
+        found.append(f"a parse error with HTTP {status}, not 400")
+    if single and status == 200 and code == jsonrpc.INTERNAL_ERROR and "Internal" in str(error.get("message")):
+        found.append("an internal error for client input")
+    if len(str(error.get("message", ""))) > 2000:
+        found.append("an error message longer than 2000 characters")
+    return found
+
+
+def _sse_problems(body: bytes) -> list[str]:
+    found: list[str] = []
+    for event in Decoder().feed(body + b"\n\n"):
+        if not event.data:
+            continue
+        try:
+            message = json.loads(event.data)
+        except ValueError:
+            found.append(f"an SSE event that is not JSON: {event.data[:120]!r}")
+            continue
+        if jsonrpc.kind(message) == "invalid":
+            found.append(f"an SSE event that is not JSON-RPC: {event.data[:120]!r}")
+        elif isinstance(message.get("error"), dict):
+            found += _error_problems(message["error"], 200, single=False)
+    return found
+
+
+def assert_holds(reply: Reply, context: str = "") -> None:
+    found = problems(reply)
+    assert not found, f"{context}: {found}\nreply: HTTP {reply.status} {reply.headers}\n{reply.body[:600]!r}"

@@ -1,0 +1,151 @@
+"""HTTP/1.1 by hand, for input no well-behaved client library would send: any header bytes, any
+body, any framing. Every exchange is bounded by a deadline and reads the reply to its end."""
+
+from __future__ import annotations
+
+import socket
+import time
+from dataclasses import dataclass, field
+
+
+class Hung(AssertionError):
+    """The server did not finish its reply within the deadline."""
+
+
+@dataclass
+class Reply:
+    status: int
+    reason: str
+    headers: list[tuple[str, str]]
+    body: bytes
+    raw_head: bytes = b""
+    closed: bool = True  # the server closed the connection after the reply
+    elapsed_s: float = 0.0
+    trailing: bytes = field(default=b"")  # bytes after the end of a framed body (should be none)
+
+    def header(self, name: str) -> str | None:
+        lowered = name.lower()
+        for key, value in self.headers:
+            if key.lower() == lowered:
+                return value
+        return None
+
+    @property
+    def content_type(self) -> str:
+        return (self.header("content-type") or "").split(";")[0].strip().lower()
+
+
+def build(
+    method: str,
+    path: str,
+    headers: list[tuple[str, bytes | str]],
+    body: bytes = b"",
+    *,
+    host: str = "127.0.0.1",
+    keep_alive: bool = False,
+) -> bytes:
+    lines = [f"{method} {path} HTTP/1.1".encode(), b"Host: " + host.encode()]
+    if not keep_alive:
+        lines.append(b"Connection: close")
+    for name, value in headers:
+        lines.append(name.encode("latin-1") + b": " + (value.encode() if isinstance(value, str) else value))
+    if body or method == "POST":
+        lines.append(b"Content-Length: " + str(len(body)).encode())
+    return b"\r\n".join(lines) + b"\r\n\r\n" + body
+
+
+def exchange(port: int, request: bytes, *, timeout: float = 20.0) -> Reply:
+    """Send `request` to 127.0.0.1:`port`; read one whole reply (to EOF or its framed end).
+
+    The write side stays open: aiohttp reads a half-closed connection as a client gone."""
+    started = time.monotonic()
+    deadline = started + timeout
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:
+        sock.sendall(request)
+        reader = _Reader(sock, deadline)
+        head = reader.until(b"\r\n\r\n")
+        status_line, *header_lines = head.decode("latin-1").split("\r\n")
+        parts = status_line.split(" ", 2)
+        status = int(parts[1])
+        reason = parts[2] if len(parts) > 2 else ""
+        headers = [(k.strip(), v.strip()) for k, _, v in (line.partition(":") for line in header_lines if line)]
+        reply = Reply(status, reason, headers, b"", head)
+        if reply.header("transfer-encoding") == "chunked":
+            reply.body = reader.chunked()
+        elif (length := reply.header("content-length")) is not None:
+            reply.body = reader.exactly(int(length))
+        else:
+            reply.body = reader.rest()
+        reply.closed = reader.at_eof(min(deadline, time.monotonic() + 2.0))
+        reply.trailing = reader.buffer
+        reply.elapsed_s = time.monotonic() - started
+        return reply
+
+
+class _Reader:
+    def __init__(self, sock: socket.socket, deadline: float) -> None:
+        self.sock = sock
+        self.deadline = deadline
+        self.buffer = b""
+        self.eof = False
+
+    def _more(self, deadline: float | None = None) -> bool:
+        remaining = (deadline or self.deadline) - time.monotonic()
+        if remaining <= 0:
+            if deadline is not None:
+                return False
+            raise Hung(f"no end of reply within the deadline; read so far: {self.buffer[:300]!r}")
+        self.sock.settimeout(remaining)
+        try:
+            data = self.sock.recv(65536)
+        except TimeoutError:
+            if deadline is not None:
+                return False
+            raise Hung(f"no end of reply within the deadline; read so far: {self.buffer[:300]!r}") from None
+        except ConnectionResetError:
+            data = b""
+        if not data:
+            self.eof = True
+            return False
+        self.buffer += data
+        return True
+
+    def until(self, marker: bytes) -> bytes:
+        while marker not in self.buffer:
+            if not self._more():
+                raise ConnectionError(f"connection closed before {marker!r}; got {self.buffer[:300]!r}")
+        head, _, self.buffer = self.buffer.partition(marker)
+        return head
+
+    def exactly(self, n: int) -> bytes:
+        while len(self.buffer) < n:
+            if not self._more():
+                raise ConnectionError(f"connection closed after {len(self.buffer)} of {n} body bytes")
+        out, self.buffer = self.buffer[:n], self.buffer[n:]
+        return out
+
+    def chunked(self) -> bytes:
+        body = b""
+        while True:
+            size_line = self.until(b"\r\n")
+            try:
+                size = int(size_line.split(b";")[0], 16)
+            except ValueError:
+                raise AssertionError(f"broken chunked framing at {size_line[:120]!r} after {body[-200:]!r}") from None
+            if size == 0:
+                self.until(b"\r\n")  # no trailers are expected: the blank line
+                return body
+            body += self.exactly(size)
+            self.exactly(2)
+
+    def rest(self) -> bytes:
+        while self._more():
+            pass
+        out, self.buffer = self.buffer, b""
+        return out
+
+    def at_eof(self, deadline: float) -> bool:
+        while not self.eof:
+            if not self._more(deadline):
+                return self.eof
+        return True
