@@ -112,6 +112,16 @@ def encode(message: Any) -> bytes:
         return json.dumps(message, separators=(",", ":"), ensure_ascii=False).encode()
 
 
+def canonical(value: Any) -> bytes:
+    """`value` with its member names sorted, for keys and digests: the same value always gives the
+    same bytes. orjson, or the stdlib codec for what orjson cannot write (integers beyond 64 bits,
+    nesting beyond 254 levels), which a key must never fail on."""
+    try:
+        return orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
+    except TypeError:
+        return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+
+
 def is_request_id(value: object) -> bool:
     # bool is an int subclass in Python but never a valid id; floats are not allowed either.
     return (isinstance(value, int) and not isinstance(value, bool)) or isinstance(value, str)

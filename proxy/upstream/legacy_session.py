@@ -21,7 +21,6 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any, Protocol
 
-import orjson
 import structlog
 
 from ..config import PoolConfig
@@ -392,7 +391,7 @@ def stdio_sessions(make_process: Callable[..., StdioProcess], name: str, grace_s
 
 
 def _canonical(value: object) -> str:
-    return orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode()
+    return jsonrpc.canonical(value).decode()
 
 
 class _CanonicalKeys:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+
+import orjson
 import pytest
 
 from proxy.protocol import jsonrpc
@@ -81,6 +84,25 @@ def test_the_exact_codec_keeps_floats_valid_surrogate_pairs_and_escaped_backslas
 def test_text_that_is_not_valid_unicode_is_a_decode_error():
     with pytest.raises(jsonrpc.DecodeError):
         jsonrpc.decode('{"x":"\ud800"}')
+
+
+def test_canonical_sorts_member_names_at_every_depth_exactly_as_orjson_does():
+    value = {"b": 1, "a": {"d": [1, {"z": 0, "y": "é"}], "c": None}}
+    assert jsonrpc.canonical(value) == orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
+    assert jsonrpc.canonical({"a": 1, "b": {"c": 2, "d": 3}}) == jsonrpc.canonical({"b": {"d": 3, "c": 2}, "a": 1})
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        pytest.param({"b": 123456789012345678901234567890, "a": [1]}, id="integer-beyond-64-bits"),
+        pytest.param({"b": json.loads("[" * 300 + "]" * 300), "a": 1}, id="nested-beyond-254"),
+    ],
+)
+def test_canonical_writes_what_orjson_cannot_and_always_the_same_way(value):
+    written = jsonrpc.canonical(value)
+    assert json.loads(written) == value
+    assert jsonrpc.canonical(dict(reversed(list(value.items())))) == written
 
 
 @pytest.mark.parametrize(
