@@ -282,6 +282,29 @@ async def test_missing_or_mismatched_routing_headers_are_http_400_header_mismatc
     assert fake.calls == []
 
 
+def _lists(depth: int) -> Any:
+    value: Any = []
+    for _ in range(depth - 1):
+        value = [value]
+    return value
+
+
+async def test_json_nested_deeper_than_security_max_json_depth_is_refused_before_it_runs(
+    make_proxy: MakeProxy, fake: FakeLegacy
+) -> None:
+    fake.handlers["tools/call"] = respond_with(tool_result("ok"))
+    client = (await make_proxy(**{"security.max_json_depth": 16})).modern("Bearer alice")
+    # The message is level 1, params 2, arguments 3: arrays 13 deep in an argument reach level 16.
+    async with asyncio.timeout(WAIT):
+        accepted = await client.request("tools/call", {"name": "t", "arguments": {"a": _lists(13)}})
+        message, response = await client.send("tools/call", {"name": "t", "arguments": {"a": _lists(14)}})
+        err = await error_of(response, message["id"])
+    assert accepted.result["content"] == text("ok")
+    assert response.status == 400
+    assert err["code"] == jsonrpc.INVALID_REQUEST and "16" in err["message"]
+    assert len(fake.calls_of("tools/call")) == 1
+
+
 @pytest.mark.parametrize("name", ["weather", "météo", " padded "])
 async def test_a_correct_base64_sentinel_in_mcp_name_is_accepted(
     client: ModernPeer, fake: FakeLegacy, name: str
