@@ -43,6 +43,7 @@ Host = LegacySessionHost[Any]
 _PASSTHROUGH_PREFIXES = ("mcp-",)
 _SESSION_HEADER_LOWER = SESSION_HEADER.lower()
 _SMALL_REPLY = 1024 * 1024  # same-era replies up to this size (with a Content-Length) are sent in one piece
+_LOGGED_METHOD_MAX = 200  # characters of a client's method name the access log keeps
 
 
 def error_reply(exc: ProxyError, era: Era, request_id: Any = None) -> web.Response:
@@ -134,6 +135,7 @@ class McpEndpoint:
         except jsonrpc.DecodeError:
             raise ProxyError(jsonrpc.PARSE_ERROR, "Parse error: body is not valid JSON", refused=True) from None
         record.request_id = jsonrpc.id_of(body)
+        record.method = _method_of(body)
         self._check_headers(request)
         if client_checks.too_deep(body, self._max_depth, raw):
             raise ProxyError.rejected(client_checks.depth_rejection(self._max_depth))
@@ -150,11 +152,9 @@ class McpEndpoint:
         record.upstream_era = era.value
         if route is Route.MODERN:
             record.downstream_era = "modern"
-            record.method = body.get("method")
             return await self._modern(request, raw, body, record, era)
         host = self._router[era].legacy
         if host is None:  # legacy client, legacy HTTP upstream: the upstream's own session
-            record.method = body.get("method") if isinstance(body, dict) else "batch"
             if any(jsonrpc.kind(item) == "invalid" for item in (body if isinstance(body, list) else [body])):
                 raise ProxyError(jsonrpc.INVALID_REQUEST, "not a valid JSON-RPC 2.0 message", refused=True)
             return await self._bytes(request, "POST", raw, record, legacy=True)
@@ -454,7 +454,7 @@ class McpEndpoint:
             return
         log.info(
             "request",
-            method=record.method if isinstance(record.method, str) else None,
+            method=record.method[:_LOGGED_METHOD_MAX] if isinstance(record.method, str) else None,
             downstream_era=record.downstream_era,
             upstream_era=record.upstream_era,
             outcome=record.outcome,
@@ -477,6 +477,13 @@ class _Record:
         self.status = 200
         self.session: str | None = None
         self.request_id: Any = None
+
+
+def _method_of(body: object) -> object:
+    """What the access log and metrics call a POST before it is read further."""
+    if isinstance(body, list):
+        return "batch"
+    return body.get("method") if isinstance(body, dict) else None
 
 
 def _is_utf8(value: str) -> bool:

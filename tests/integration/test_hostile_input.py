@@ -383,6 +383,18 @@ async def test_http_that_cannot_be_parsed_gets_a_json_rpc_error_body(
     assert [entry["status"] for entry in logs if entry["event"] == "malformed_http_request"] == [reply.status]
 
 
+@pytest.mark.parametrize("case", ["params-nested-300-deep", "authorization-not-utf8", "tool-name-an-object"])
+async def test_a_refused_request_is_logged_with_the_method_its_body_names(edge: Edge, case: str) -> None:
+    build, _, _ = CASES[case]
+    body, headers = build(edge)
+    with capture_logs() as logs:
+        reply = await edge.post(body, headers)
+    assert reply.status == 400
+    [line] = [entry for entry in logs if entry["event"] == "request"]
+    assert line["method"] == json.loads(body)["method"]
+    assert line["outcome"] == "rejected" and line["status"] == 400
+
+
 @pytest.mark.parametrize("edge", ["legacy-to-modern", "legacy-pass-through"], indirect=True)
 @pytest.mark.parametrize("method", ["GET", "DELETE"])
 async def test_a_get_or_delete_with_an_authorization_header_that_is_not_utf8_is_refused(
