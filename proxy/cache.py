@@ -16,8 +16,6 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-import orjson
-
 from .config import CacheConfig
 from .metrics import Metrics
 from .protocol import jsonrpc
@@ -40,14 +38,14 @@ def request_key(method: str, params: object, protocol_version: str, capabilities
     progress token and trace keys change per call), the protocol version and, optionally, the client
     capabilities (docs/translation.md §5 Key)."""
     salient = {k: v for k, v in params.items() if k != "_meta"} if isinstance(params, dict) else {}
-    caps = orjson.dumps(capabilities, option=orjson.OPT_SORT_KEYS) if capabilities is not None else b""
-    return (method, orjson.dumps(salient, option=orjson.OPT_SORT_KEYS), protocol_version, caps)
+    caps = jsonrpc.canonical(capabilities) if capabilities is not None else b""
+    return (method, jsonrpc.canonical(salient), protocol_version, caps)
 
 
 def resource_uri(key: tuple[Any, ...]) -> str | None:
     if key[0] != "resources/read":
         return None
-    uri = orjson.loads(key[1]).get("uri")
+    uri = jsonrpc.decode(key[1]).get("uri")
     return uri if isinstance(uri, str) else None
 
 
@@ -171,7 +169,7 @@ class ResponseCache:
         if not isinstance(ttl_ms, int) or isinstance(ttl_ms, bool) or ttl_ms <= 0 or scope not in ("public", "private"):
             return
         ttl_ms = min(ttl_ms, self._config.max_ttl_ms)
-        size = len(orjson.dumps(result))
+        size = len(jsonrpc.encode(result))
         if size > self._config.max_bytes:
             return
         slot = (*key, _PUBLIC if scope == "public" else principal)

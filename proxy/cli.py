@@ -16,6 +16,7 @@ from aiohttp import web
 from . import __version__
 from .app import ADMIN, create_app
 from .config import ENV_PREFIX, ConfigError, Settings, load_settings, parse_listen
+from .downstream.guard import JsonErrorsRunner
 from .logs import configure_logging
 
 log = structlog.get_logger(__name__)
@@ -80,7 +81,8 @@ async def serve(settings: Settings, stop: asyncio.Event | None = None) -> None:
             # handler_cancellation: a client that disconnects cancels its handler, which closes
             # the upstream request too (for a 2026-07-28 upstream that is the cancellation).
             # shutdown_timeout: calls in flight at SIGTERM get this long before they are cancelled.
-            runner = web.AppRunner(
+            # JsonErrorsRunner: even HTTP that aiohttp cannot parse is answered with a JSON-RPC error.
+            runner: web.AppRunner = JsonErrorsRunner(
                 application, handler_cancellation=True, access_log=None, shutdown_timeout=settings.shutdown.grace_s
             )
             await runner.setup()

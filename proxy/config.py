@@ -21,6 +21,7 @@ from pydantic_settings import (
     YamlConfigSettingsSource,
 )
 
+from .protocol.client_checks import DEFAULT_MAX_DEPTH, MAX_DEPTH_LIMIT
 from .protocol.meta import LOG_LEVELS
 
 ENV_PREFIX = "MCP_ERA_PROXY_"
@@ -164,6 +165,13 @@ class SecurityConfig(_Section):
         "loopback, anything otherwise. Guards against DNS rebinding.",
     )
     max_body_bytes: int = Field(4 * 1024 * 1024, gt=0)
+    max_json_depth: int = Field(
+        DEFAULT_MAX_DEPTH,
+        ge=16,
+        le=MAX_DEPTH_LIMIT,
+        description="Client JSON nested deeper (arrays and objects, the message itself counting as one) "
+        "is refused with 400 -32600.",
+    )
     secret: str | None = Field(
         None,
         min_length=16,

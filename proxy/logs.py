@@ -13,11 +13,14 @@ import structlog
 
 def _dumps(event: dict[str, Any], **_: Any) -> bytes:
     """orjson where it can (a line per request at the info level: it is on the hot path), the
-    standard library where it cannot (integers beyond 64 bits); anything else as its repr."""
+    standard library where it cannot (integers beyond 64 bits, text that is not valid Unicode such
+    as a header's undecodable bytes); anything else as its repr. A log line never fails to write:
+    a lone surrogate becomes its JSON escape."""
     try:
         return orjson.dumps(event, default=repr)
     except TypeError:
-        return json.dumps(event, default=repr, ensure_ascii=False, separators=(",", ":")).encode()
+        text = json.dumps(event, default=repr, ensure_ascii=False, separators=(",", ":"))
+        return text.encode("utf-8", "backslashreplace")
 
 
 def _dumps_text(event: dict[str, Any], **_: Any) -> str:

@@ -1,7 +1,9 @@
-"""Middlewares at the edge: DNS-rebinding guard (Origin, Host) and JSON-only error bodies."""
+"""Middlewares at the edge: DNS-rebinding guard (Origin, Host) and JSON-only error bodies, down to
+requests aiohttp cannot parse as HTTP."""
 
 from __future__ import annotations
 
+from typing import Any
 from urllib.parse import urlsplit
 
 import structlog
@@ -102,3 +104,53 @@ async def method_not_allowed(request: web.Request) -> web.Response:
     response = _error(405, "Method not allowed")
     response.headers["Allow"] = "POST, GET, DELETE"
     return response
+
+
+class JsonErrors(web.RequestHandler):
+    """aiohttp's connection handler, answering what it cannot parse as HTTP (a bad request line,
+    bytes a header may not hold, a line too long) with a JSON-RPC error body instead of its plain
+    text. Such a request reaches no application handler or middleware, so this is the one place it
+    can be answered; it is logged as one line, without aiohttp's traceback (the fault is the
+    client's). docs/translation.md §7.24."""
+
+    __slots__ = ()
+
+    def handle_error(
+        self, request: web.BaseRequest, status: int = 500, exc: BaseException | None = None, message: str | None = None
+    ) -> web.StreamResponse:
+        if status >= 500:
+            super().handle_error(request, status, exc, message)  # logs it, and refuses once output began
+            reply = _error(status, "Internal error", jsonrpc.INTERNAL_ERROR)
+        else:
+            if request.writer.output_size > 0:
+                raise ConnectionError("a reply is under way: no error reply can follow it")
+            reason = (message or (exc.__class__.__name__ if exc is not None else "")).strip().splitlines()
+            text = reason[0][:200] if reason else "malformed HTTP request"
+            log.info("malformed_http_request", status=status, reason=text)
+            reply = _error(status, f"Bad request: {text}")
+        reply.force_close()
+        return reply
+
+    def log_exception(self, *args: Any, **kwargs: Any) -> None:
+        exc = kwargs.get("exc_info")
+        if isinstance(exc, web.RequestPayloadError):
+            # A body the handler refused already (say, not the gzip it claimed to be) fails once
+            # more when aiohttp reads its rest before reusing the connection: not a fault here.
+            log.info("request_body_unreadable", reason=str(exc).strip().splitlines()[-1].strip()[:200])
+            return
+        super().log_exception(*args, **kwargs)
+
+
+class _JsonErrorsServer(web.Server):
+    def __call__(self) -> web.RequestHandler:
+        return JsonErrors(self, loop=self._loop, **self._kwargs)
+
+
+class JsonErrorsRunner(web.AppRunner):
+    """An AppRunner whose connections are JsonErrors handlers. aiohttp has no setting for the
+    handler class, so the server the runner makes is given the subclass that makes them."""
+
+    async def _make_server(self) -> web.Server:
+        server = await super()._make_server()
+        server.__class__ = _JsonErrorsServer  # a subclass that adds nothing but its factory
+        return server

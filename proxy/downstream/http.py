@@ -20,7 +20,7 @@ from aiohttp import web
 from ..config import Settings
 from ..errors import ProxyError, session_not_found
 from ..metrics import Metrics, RequestMetrics, method_label
-from ..protocol import jsonrpc, meta
+from ..protocol import client_checks, jsonrpc, meta
 from ..protocol.classify import Route, classify_post
 from ..protocol.headers import PROTOCOL_VERSION_HEADER, SESSION_HEADER
 from ..protocol.methods import CACHEABLE_METHODS
@@ -43,6 +43,7 @@ Host = LegacySessionHost[Any]
 _PASSTHROUGH_PREFIXES = ("mcp-",)
 _SESSION_HEADER_LOWER = SESSION_HEADER.lower()
 _SMALL_REPLY = 1024 * 1024  # same-era replies up to this size (with a Content-Length) are sent in one piece
+_LOGGED_METHOD_MAX = 200  # characters of a client's method name the access log keeps
 
 
 def error_reply(exc: ProxyError, era: Era, request_id: Any = None) -> web.Response:
@@ -64,6 +65,12 @@ class McpEndpoint:
         self._router = router
         self._failures = failures
         self._keepalive_s = settings.streams.keepalive_s
+        self._max_depth = settings.security.max_json_depth
+        # Headers whose value the proxy hashes (the caller's identity) or writes into JSON (trace
+        # context in `_meta`), lower-cased. The others it only compares or relays as they came.
+        self._text_headers = frozenset(
+            {"authorization", *meta.TRACE_KEYS, (settings.security.identity_header or "authorization").lower()}
+        )
         self._request_metrics = RequestMetrics(metrics)
         # The access log line is built (and the session id hashed) only when info is logged.
         self._log_requests = logging.getLevelNamesMapping()[settings.logging.level.upper()] <= logging.INFO
@@ -73,6 +80,15 @@ class McpEndpoint:
         return era if era is not None else await self._failures.reaching(self._detector.current())
 
     # ------------------------------------------------------------ caller context
+
+    def _check_headers(self, request: web.BaseRequest) -> None:
+        """aiohttp decodes header bytes that are not UTF-8 with surrogate escapes; such a value
+        cannot be hashed or written as JSON, so it is refused in a header the proxy reads so."""
+        for name, value in request.headers.items():
+            if not value.isascii() and name.lower() in self._text_headers and not _is_utf8(value):
+                raise ProxyError(
+                    jsonrpc.INVALID_REQUEST, f"Invalid Request: header {name} is not valid UTF-8", refused=True
+                )
 
     def _caller(self, request: web.BaseRequest, *, same_era: bool = False, legacy: bool = False) -> Caller:
         """Who calls; `same_era`: the request goes upstream as it came, with the headers it brought."""
@@ -110,24 +126,35 @@ class McpEndpoint:
             raw = await request.read()
         except web.HTTPRequestEntityTooLarge:
             raise ProxyError(jsonrpc.INVALID_REQUEST, "request body too large", status=413) from None
+        except web.RequestPayloadError as exc:  # e.g. a Content-Encoding the body does not follow
+            raise ProxyError(
+                jsonrpc.PARSE_ERROR, f"Parse error: the body cannot be read ({_reason(exc)})", refused=True
+            ) from None
         try:
             body = jsonrpc.decode(raw)
         except jsonrpc.DecodeError:
             raise ProxyError(jsonrpc.PARSE_ERROR, "Parse error: body is not valid JSON", refused=True) from None
         record.request_id = jsonrpc.id_of(body)
+        record.method = _method_of(body)
+        self._check_headers(request)
+        if client_checks.too_deep(body, self._max_depth, raw):
+            raise ProxyError.rejected(client_checks.depth_rejection(self._max_depth))
         session_id = request.headers.get(SESSION_HEADER)
         route = classify_post(body, session_id, request.headers.get(PROTOCOL_VERSION_HEADER))
         if isinstance(route, Rejection):
             raise ProxyError.rejected(route)
+        if route is not Route.MODERN:
+            for item in body if isinstance(body, list) else (body,):
+                problem = client_checks.message_problem(item) if isinstance(item, dict) else None
+                if problem is not None:
+                    raise ProxyError.rejected(problem)
         era = await self._era()
         record.upstream_era = era.value
         if route is Route.MODERN:
             record.downstream_era = "modern"
-            record.method = body.get("method")
             return await self._modern(request, raw, body, record, era)
         host = self._router[era].legacy
         if host is None:  # legacy client, legacy HTTP upstream: the upstream's own session
-            record.method = body.get("method") if isinstance(body, dict) else "batch"
             if any(jsonrpc.kind(item) == "invalid" for item in (body if isinstance(body, list) else [body])):
                 raise ProxyError(jsonrpc.INVALID_REQUEST, "not a valid JSON-RPC 2.0 message", refused=True)
             return await self._bytes(request, "POST", raw, record, legacy=True)
@@ -276,6 +303,9 @@ class McpEndpoint:
             raise ProxyError(
                 jsonrpc.INVALID_REQUEST, "expected a single JSON-RPC request or notification", refused=True
             )
+        problem = client_checks.message_problem(body)
+        if problem is not None:
+            raise ProxyError.rejected(problem)
         checked = validate_request(body, header_view(request.headers.items()))
         if isinstance(checked, Rejection):
             raise ProxyError.rejected(checked)
@@ -364,6 +394,10 @@ class McpEndpoint:
         session_id = request.headers.get(SESSION_HEADER)
         if session_id is None:
             return _method_not_allowed()
+        try:
+            self._check_headers(request)
+        except ProxyError as exc:
+            return error_reply(exc, Era.LEGACY)
         host = await self._legacy_host(request, "GET")
         if not isinstance(host, LegacySessionHost):
             return host
@@ -396,6 +430,10 @@ class McpEndpoint:
         session_id = request.headers.get(SESSION_HEADER)
         if session_id is None:
             return _method_not_allowed()
+        try:
+            self._check_headers(request)
+        except ProxyError as exc:
+            return error_reply(exc, Era.LEGACY)
         host = await self._legacy_host(request, "DELETE")
         if not isinstance(host, LegacySessionHost):
             return host
@@ -416,7 +454,7 @@ class McpEndpoint:
             return
         log.info(
             "request",
-            method=record.method if isinstance(record.method, str) else None,
+            method=record.method[:_LOGGED_METHOD_MAX] if isinstance(record.method, str) else None,
             downstream_era=record.downstream_era,
             upstream_era=record.upstream_era,
             outcome=record.outcome,
@@ -439,6 +477,27 @@ class _Record:
         self.status = 200
         self.session: str | None = None
         self.request_id: Any = None
+
+
+def _method_of(body: object) -> object:
+    """What the access log and metrics call a POST before it is read further."""
+    if isinstance(body, list):
+        return "batch"
+    return body.get("method") if isinstance(body, dict) else None
+
+
+def _is_utf8(value: str) -> bool:
+    try:
+        value.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _reason(exc: BaseException) -> str:
+    """aiohttp's payload errors read "400, message:\n  <reason>": the reason."""
+    lines = str(exc).strip().splitlines()
+    return lines[-1].strip()[:200] if lines else exc.__class__.__name__
 
 
 def _method_not_allowed() -> web.Response:

@@ -6,6 +6,8 @@ Messages are plain dicts so that fields the proxy does not understand survive un
 from __future__ import annotations
 
 import json
+import math
+import re
 from typing import Any, Literal
 
 import orjson
@@ -43,16 +45,64 @@ class DecodeError(ValueError):
 # mapping digits to "0" and everything else to " " (C speed, ~10x faster than a regex).
 _DIGITS_AS_ZERO = bytes(0x30 if 0x30 <= i <= 0x39 else 0x20 for i in range(256))
 _LONG_RUN = b"0" * 20
+# An escape of a UTF-16 surrogate: only then can the stdlib codec have produced a lone one.
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
 
 
 def decode(data: bytes | str) -> Any:
-    raw = data.encode() if isinstance(data, str) else data
     try:
+        raw = data.encode() if isinstance(data, str) else data
         if len(raw) >= 20 and _LONG_RUN in raw.translate(_DIGITS_AS_ZERO):
-            return json.loads(raw)
+            return _decode_exact(raw)
         return orjson.loads(raw)
-    except (orjson.JSONDecodeError, ValueError) as exc:
+    except (orjson.JSONDecodeError, ValueError, RecursionError) as exc:
         raise DecodeError(str(exc)) from None
+
+
+def _decode_exact(raw: bytes) -> Any:
+    """The stdlib codec held to what orjson accepts, so that a long number cannot smuggle in what
+    the proxy refuses otherwise: UTF-8 only (json.loads would guess UTF-16 or -32, and skip a BOM),
+    no NaN or Infinity (nor a float that overflows to one), no lone surrogate."""
+    value = json.loads(raw.decode("utf-8"), parse_constant=_no_constant, parse_float=_finite_float)
+    if _SURROGATE_ESCAPE.search(raw) is not None and _holds_lone_surrogate(value):
+        raise ValueError("a string holds a lone UTF-16 surrogate")
+    return value
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _finite_float(text: str) -> float:
+    number = float(text)
+    if math.isinf(number):
+        raise ValueError(f"number {text[:40]} is infinity when parsed as double")
+    return number
+
+
+def _holds_lone_surrogate(value: Any) -> bool:
+    """Whether a string anywhere in `value` (member names too) holds a surrogate code point: after
+    json.loads only a lone one can remain (a valid pair became one character). Iterative, for depth."""
+    pending = [value]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, str):
+            if not item.isascii() and not _encodable(item):
+                return True
+        elif isinstance(item, dict):
+            pending.extend(item)
+            pending.extend(item.values())
+        elif isinstance(item, list):
+            pending.extend(item)
+    return False
+
+
+def _encodable(text: str) -> bool:
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def encode(message: Any) -> bytes:
@@ -60,6 +110,16 @@ def encode(message: Any) -> bytes:
         return orjson.dumps(message)
     except TypeError:
         return json.dumps(message, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def canonical(value: Any) -> bytes:
+    """`value` with its member names sorted, for keys and digests: the same value always gives the
+    same bytes. orjson, or the stdlib codec for what orjson cannot write (integers beyond 64 bits,
+    nesting beyond 254 levels), which a key must never fail on."""
+    try:
+        return orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
+    except TypeError:
+        return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
 
 
 def is_request_id(value: object) -> bool:

@@ -18,6 +18,8 @@ from typing import Any
 
 import orjson
 
+from . import jsonrpc
+
 JSONDict = dict[str, Any]
 _MAC_BYTES = 16
 _VERSION = 1  # of the claims format
@@ -27,7 +29,7 @@ _DIGEST_EXCLUDED = ("_meta", "inputResponses", "requestState")
 def params_digest(params: object) -> str:
     """What ties a token to the request it answers: the parameters, minus the MRTR fields."""
     salient = {k: v for k, v in params.items() if k not in _DIGEST_EXCLUDED} if isinstance(params, dict) else {}
-    return hashlib.sha256(orjson.dumps(salient, option=orjson.OPT_SORT_KEYS)).hexdigest()[:32]
+    return hashlib.sha256(jsonrpc.canonical(salient)).hexdigest()[:32]
 
 
 @dataclass(frozen=True, slots=True)

@@ -32,7 +32,7 @@ from ..protocol.capabilities import ALL_INPUT_CAPABILITIES
 from ..protocol.detection import names_modern_versions, recognized_modern_error
 from ..protocol.methods import CACHEABLE_METHODS, INPUT_REQUIRED_METHODS
 from ..protocol.modern_validate import ModernRequest, method_problem
-from ..protocol.outcome import Outcome, timed_out
+from ..protocol.outcome import Outcome, UpstreamFailure, timed_out
 from ..protocol.parked_call import (
     Abandon,
     Action,
@@ -176,6 +176,11 @@ class LegacyCall:
                 await held.close()
         except UpstreamError as exc:
             self.feed(self.machine.upstream_failed(exc.failure))
+        except Exception:
+            # Whatever else ends the reader ends the call too: the attached request hears of it
+            # now instead of waiting out its deadline for a reader that is gone.
+            log.exception("legacy_call_reader_failed", upstream=self.session.name, method=self.method)
+            self.feed(self.machine.upstream_failed(_reader_failed(self.session.name)))
 
     async def consume(self, messages: Reply) -> None:
         """Feed the reply stream to the machine until the call is over."""
@@ -561,6 +566,12 @@ class ModernToLegacy:
             await call.tasks.drain()
         await self.tasks.drain()
         await self.pool.close_all()
+
+
+def _reader_failed(upstream: str) -> UpstreamFailure:
+    """A reader that failed for a reason of the proxy's own: the client gets -32603; it counts as
+    an upstream exchange that ended unexpectedly."""
+    return UpstreamFailure(upstream, "unavailable", jsonrpc.INTERNAL_ERROR, "could not be relayed (internal error)")
 
 
 class _Held:

@@ -21,7 +21,6 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any, Protocol
 
-import orjson
 import structlog
 
 from ..config import PoolConfig
@@ -123,15 +122,21 @@ class LegacyUpstreamSession:
     def request(
         self, message: JSONDict, extra_headers: Mapping[str, str] | None = None
     ) -> AbstractAsyncContextManager[Reply]:
-        """Send a request on the session; entering yields its reply, leaving closes it."""
+        """Send a request on the session; entering yields its reply, leaving closes it. A request
+        that cannot be sent at all fails as an UpstreamError on entering."""
         self.last_used = self._clock()
         headers = {**self.headers(), **extra_headers} if extra_headers else self.headers()
-        return self.transport.exchange(message, headers)
+        return _Sending(self.name, self.transport.exchange(message, headers))
 
     async def send(self, message: JSONDict) -> None:
         """Send a notification or a response to one of the server's requests."""
         self.last_used = self._clock()
-        await self.transport.send(message, self.headers())
+        try:
+            await self.transport.send(message, self.headers())
+        except (UpstreamError, TimeoutError):
+            raise
+        except Exception as exc:
+            raise unsendable(self.name, exc) from None
 
     async def call(self, method: str, params: JSONDict | None = None, timeout_s: float = 30.0) -> JSONDict:
         """A plain request whose reply matters only as a result (ping, setLevel, subscribe)."""
@@ -168,7 +173,8 @@ class LegacyUpstreamSession:
         await self.transport.start(self)
         message = m2l.initialize_request(self.next_id(), self.capabilities, client_info or PROXY_INFO)
         result = None
-        async with asyncio.timeout(_INITIALIZE_TIMEOUT_S), self.transport.exchange(message, self.auth_headers) as reply:
+        exchange = _Sending(self.name, self.transport.exchange(message, self.auth_headers))
+        async with asyncio.timeout(_INITIALIZE_TIMEOUT_S), exchange as reply:
             self.transport.adopt(self, reply)
             async for incoming in reply:
                 if "method" not in incoming:
@@ -211,6 +217,35 @@ class LegacyUpstreamSession:
             return
         self.closed = True
         await self.transport.end(self, delete=delete)
+
+
+def unsendable(upstream: str, exc: Exception) -> UpstreamUnavailable:
+    """A message that could not be sent at all (not encodable, refused by the HTTP client): a
+    failed exchange like any other, so that the call it belongs to fails now, not at its deadline."""
+    log.warning("upstream_message_unsendable", upstream=upstream, error=f"{exc.__class__.__name__}: {exc}"[:300])
+    return UpstreamUnavailable(upstream, f"could not be sent the request ({exc.__class__.__name__})")
+
+
+class _Sending:
+    """An exchange whose entering (encoding and sending the request) fails only as UpstreamError.
+    A class rather than a generator: it wraps every request on a legacy session."""
+
+    __slots__ = ("_exchange", "_upstream")
+
+    def __init__(self, upstream: str, exchange: AbstractAsyncContextManager[Reply]) -> None:
+        self._upstream = upstream
+        self._exchange = exchange
+
+    async def __aenter__(self) -> Reply:
+        try:
+            return await self._exchange.__aenter__()
+        except (UpstreamError, TimeoutError):  # a deadline keeps its own meaning
+            raise
+        except Exception as exc:
+            raise unsendable(self._upstream, exc) from None
+
+    async def __aexit__(self, *exc_info: Any) -> bool | None:
+        return await self._exchange.__aexit__(*exc_info)
 
 
 # ---------------------------------------------------------------- transports
@@ -392,7 +427,7 @@ def stdio_sessions(make_process: Callable[..., StdioProcess], name: str, grace_s
 
 
 def _canonical(value: object) -> str:
-    return orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode()
+    return jsonrpc.canonical(value).decode()
 
 
 class _CanonicalKeys:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -67,3 +69,45 @@ def test_a_misspelt_environment_variable_is_refused() -> None:
     done = run_cli("--upstream", "http://127.0.0.1:1/mcp", "--check-config", env={f"{ENV_PREFIX}LISTN": "x"})
     assert done.returncode == 2
     assert f"{ENV_PREFIX}LISTN" in done.stderr
+
+
+async def test_the_running_proxy_answers_http_it_cannot_parse_with_a_json_rpc_error() -> None:
+    """The command line serves on JsonErrorsRunner: what aiohttp cannot parse as HTTP (here a header
+    line without a colon) gets a JSON-RPC error body, not aiohttp's plain-text page."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(ENV_PREFIX)}
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "proxy",
+        "--upstream",
+        "http://127.0.0.1:1/mcp",
+        "--listen",
+        f"127.0.0.1:{port}",
+        env={**clean, f"{ENV_PREFIX}UPSTREAM__ERA": "legacy"},
+        cwd=REPO,
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    try:
+        assert proc.stderr is not None
+        async with asyncio.timeout(30):
+            while b'"listening"' not in (line := await proc.stderr.readline()):
+                assert line, "the proxy exited before it listened"
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.write(b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nNo-Colon-Here\r\n\r\n")
+            reply = await reader.read()
+            writer.close()
+            await writer.wait_closed()
+    finally:
+        proc.terminate()
+        async with asyncio.timeout(30):
+            await proc.wait()
+    head, _, body = reply.partition(b"\r\n\r\n")
+    assert head.split(b"\r\n")[0].split()[1] == b"400", head
+    assert b"content-type: application/json" in head.lower()
+    message = json.loads(body)
+    assert message["error"]["code"] == -32600 and "id" not in message

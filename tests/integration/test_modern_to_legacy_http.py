@@ -24,6 +24,7 @@ from proxy.config import Settings, load_settings
 from proxy.errors import SESSION_NOT_FOUND
 from proxy.protocol import jsonrpc, meta
 from proxy.protocol.headers import METHOD_HEADER, NAME_HEADER, PROTOCOL_VERSION_HEADER, SESSION_HEADER
+from proxy.protocol.parked_call import ParkedCall
 from proxy.protocol.versions import LATEST_LEGACY, LATEST_MODERN
 from tests.integration.conftest import FakeClock, closed_port_url, serve
 from tests.support import legacy_peer
@@ -280,6 +281,29 @@ async def test_missing_or_mismatched_routing_headers_are_http_400_header_mismatc
     assert response.status == 400
     assert err["code"] == jsonrpc.HEADER_MISMATCH
     assert fake.calls == []
+
+
+def _lists(depth: int) -> Any:
+    value: Any = []
+    for _ in range(depth - 1):
+        value = [value]
+    return value
+
+
+async def test_json_nested_deeper_than_security_max_json_depth_is_refused_before_it_runs(
+    make_proxy: MakeProxy, fake: FakeLegacy
+) -> None:
+    fake.handlers["tools/call"] = respond_with(tool_result("ok"))
+    client = (await make_proxy(**{"security.max_json_depth": 16})).modern("Bearer alice")
+    # The message is level 1, params 2, arguments 3: arrays 13 deep in an argument reach level 16.
+    async with asyncio.timeout(WAIT):
+        accepted = await client.request("tools/call", {"name": "t", "arguments": {"a": _lists(13)}})
+        message, response = await client.send("tools/call", {"name": "t", "arguments": {"a": _lists(14)}})
+        err = await error_of(response, message["id"])
+    assert accepted.result["content"] == text("ok")
+    assert response.status == 400
+    assert err["code"] == jsonrpc.INVALID_REQUEST and "16" in err["message"]
+    assert len(fake.calls_of("tools/call")) == 1
 
 
 @pytest.mark.parametrize("name", ["weather", "météo", " padded "])
@@ -1201,6 +1225,91 @@ async def test_an_upstream_connection_dropped_mid_call_fails_only_that_call(prox
     assert fine.result["content"] == text("sturdy")
     sessions = {c.session_id for c in fake.calls_of("tools/call")}
     assert len(sessions) == 2
+
+
+UNSENDABLE = "@@unsendable@@"
+
+
+@pytest.fixture
+def unsendable(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The proxy's encoder fails on any message holding UNSENDABLE, as it does on a string that is
+    not valid Unicode (a lone surrogate): a request it cannot write upstream."""
+    encode = jsonrpc.encode
+
+    def failing(message: Any) -> bytes:
+        data = encode(message)
+        if UNSENDABLE.encode() in data:
+            "\udcff".encode()  # raises UnicodeEncodeError
+        return data
+
+    monkeypatch.setattr(jsonrpc, "encode", failing)
+
+
+async def test_a_call_whose_request_cannot_be_sent_upstream_fails_at_once_and_frees_its_session(
+    client: ModernPeer, fake: FakeLegacy, unsendable: None
+) -> None:
+    """An interactive call (its reader is a task of the call): the failure reaches the client now,
+    not after upstream.request_timeout_s, and the session serves the next call."""
+    fake.handlers["tools/call"] = respond_with(tool_result("deployed"))
+    async with asyncio.timeout(WAIT):
+        failed = await client.request("tools/call", {"name": "deploy", "arguments": {"env": UNSENDABLE}})
+        fine = await client.request("tools/call", DEPLOY)
+    assert failed.status == 200
+    assert failed.error["code"] == jsonrpc.UPSTREAM_UNAVAILABLE
+    assert "could not be sent" in failed.error["message"]
+    assert fine.result["content"] == text("deployed")
+    assert [c.params["arguments"] for c in fake.calls_of("tools/call")] == [{"env": "prod"}]
+    assert len(fake.sessions) == 1
+
+
+async def test_a_call_reader_that_fails_for_a_reason_of_the_proxys_own_fails_the_call_at_once(
+    client: ModernPeer, fake: FakeLegacy, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Whatever ends an interactive call's reader ends the call: never a reader gone silently and
+    a client left waiting for its deadline."""
+    feed = ParkedCall.upstream_message
+
+    def broken(self: ParkedCall, message: JSONDict) -> Any:
+        if "crash" in json.dumps(message):
+            raise RuntimeError("a fault in the proxy")
+        return feed(self, message)
+
+    monkeypatch.setattr(ParkedCall, "upstream_message", broken)
+    fake.handlers["tools/call"] = respond_with(tool_result("crash"))
+    async with asyncio.timeout(WAIT):
+        failed = await client.request("tools/call", DEPLOY)
+    assert failed.error["code"] == jsonrpc.INTERNAL_ERROR
+    fake.handlers["tools/call"] = respond_with(tool_result("fine"))
+    async with asyncio.timeout(WAIT):
+        fine = await client.request("tools/call", DEPLOY)
+    assert fine.result["content"] == text("fine")
+    assert len(fake.sessions) == 1  # the failed call released its session
+
+
+async def test_a_request_read_in_its_handler_that_cannot_be_sent_upstream_fails_with_a_json_rpc_error(
+    proxy: Proxy, fake: FakeLegacy, unsendable: None
+) -> None:
+    client = proxy.modern("Bearer alice", capabilities={})  # no input capability: read inline
+    async with asyncio.timeout(WAIT):
+        failed = await client.request("tools/list", {"cursor": UNSENDABLE})
+        fine = await client.request("tools/list")
+    assert failed.status == 200
+    assert failed.error["code"] == jsonrpc.UPSTREAM_UNAVAILABLE
+    assert fine.result["tools"] == []
+
+
+async def test_answers_that_cannot_be_delivered_upstream_fail_the_retry_with_a_json_rpc_error(
+    client: ModernPeer, fake: FakeLegacy, unsendable: None
+) -> None:
+    fake.handlers["tools/call"] = confirm_then_deploy
+    async with asyncio.timeout(WAIT):
+        result, upstream, asked = await parked(client, fake)
+        answer = {"action": "accept", "content": {"note": UNSENDABLE}}
+        failed = await client.request("tools/call", retry(DEPLOY, result["requestState"], {f"s{asked.id}": answer}))
+        await upstream.cancelled.wait()  # the parked call was given up upstream
+    assert failed.error["code"] == jsonrpc.UPSTREAM_UNAVAILABLE
+    [cancelled] = fake.calls_of("notifications/cancelled")
+    assert cancelled.params == {"requestId": upstream.id, "reason": "could not deliver the client's answers"}
 
 
 async def test_a_server_request_the_server_cancels_before_parking_is_not_asked(

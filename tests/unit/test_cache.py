@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import json
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -345,6 +346,29 @@ def test_the_key_does_not_depend_on_the_order_of_params_or_capabilities() -> Non
     one = request_key("tools/list", {"cursor": "c", "x": 1}, LATEST_MODERN, {"a": {}, "b": {"c": 1, "d": 2}})
     two = request_key("tools/list", {"x": 1, "cursor": "c"}, LATEST_MODERN, {"b": {"d": 2, "c": 1}, "a": {}})
     assert one == two
+
+
+LONG = 123456789012345678901234567890  # beyond 64 bits: orjson cannot write it
+
+
+@pytest.mark.parametrize(
+    "params",
+    [
+        pytest.param({"uri": "file:///a", "n": LONG}, id="integer-beyond-64-bits"),
+        pytest.param({"uri": "file:///a", "deep": json.loads("[" * 300 + "]" * 300)}, id="nested-beyond-254"),
+    ],
+)
+async def test_a_key_is_made_and_served_for_params_orjson_cannot_write(params: JSONDict) -> None:
+    """Valid JSON all the same: the key falls back to the exact codec, never fails (docs/translation.md §5 Key)."""
+    cache, _, _ = make()
+    key = request_key("resources/read", params, LATEST_MODERN, {"x-vendor": {"n": LONG}})
+    reordered = dict(reversed(list(params.items())))
+    assert key == request_key("resources/read", reordered, LATEST_MODERN, {"x-vendor": {"n": LONG}})
+    reply = {"jsonrpc": "2.0", "id": 1, "result": {"contents": [], "n": LONG, "ttlMs": 60_000, "cacheScope": "public"}}
+    await cache.fetch(key, ALICE, Loader(reply))
+    hit = cache.lookup(key, ALICE)
+    assert hit is not None and hit["n"] == LONG
+    assert cache.watched_uris() == ["file:///a"]
 
 
 # ---------------------------------------------------------------------------- single flight

@@ -130,6 +130,8 @@ def test_settings_are_frozen():
         ({"sessions.max_sessions": "many"}, "sessions.max_sessions"),
         ({"sessions.default_log_level": "verbose"}, "sessions.default_log_level"),
         ({"security.secret": "short"}, "security.secret"),
+        ({"security.max_json_depth": 8}, "security.max_json_depth"),
+        ({"security.max_json_depth": 250}, "security.max_json_depth"),  # beyond what orjson writes again
         ({"logging.level": "trace"}, "logging.level"),
         ({"input.max_rounds": 0}, "input.max_rounds"),
     ],

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+
+import orjson
 import pytest
 
 from proxy.protocol import jsonrpc
@@ -40,6 +43,66 @@ def test_integers_beyond_64_bits_survive_a_decode_encode_round_trip():
     decoded = jsonrpc.decode(raw)
     assert decoded["params"]["n"] == 123456789012345678901234567890
     assert jsonrpc.decode(jsonrpc.encode(decoded)) == decoded
+
+
+LONG = b"12345678901234567890123"  # 23 digits: the message goes through the exact (stdlib) codec
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        pytest.param(b'{"n":' + LONG + b',"x":NaN}', id="nan"),
+        pytest.param(b'{"n":' + LONG + b',"x":Infinity}', id="infinity"),
+        pytest.param(b'{"n":' + LONG + b',"x":-Infinity}', id="minus-infinity"),
+        pytest.param(b'{"n":' + LONG + b',"x":1e400}', id="float-overflowing-to-infinity"),
+        pytest.param(b'{"n":' + LONG + b',"x":"\xff"}', id="invalid-utf8"),
+        pytest.param(b'{"n":' + LONG + b',"x":"\xed\xa0\x80"}', id="utf8-encoded-surrogate"),
+        pytest.param(b"\xef\xbb\xbf" + b'{"n":' + LONG + b"}", id="utf8-bom"),
+        # Ten U+3031 are twenty digit bytes in UTF-16, which json.loads would detect and decode.
+        pytest.param(('{"x":"' + "\u3031" * 10 + '"}').encode("utf-16"), id="utf16"),
+        pytest.param(b'{"n":' + LONG + b',"x":"\\ud800"}', id="lone-high-surrogate"),
+        pytest.param(b'{"n":' + LONG + b',"x":"\\udfff!"}', id="lone-low-surrogate"),
+        pytest.param(b'{"n":' + LONG + b',"\\ud800":1}', id="lone-surrogate-in-a-member-name"),
+        pytest.param(b'{"n":' + LONG + b',"x":[' + b"[" * 5000 + b"]" * 5000 + b"]}", id="nested-beyond-recursion"),
+    ],
+)
+def test_the_exact_codec_for_long_numbers_is_as_strict_as_orjson(raw):
+    """A run of 20 digits must not make the proxy accept what it refuses otherwise."""
+    with pytest.raises(jsonrpc.DecodeError):
+        jsonrpc.decode(raw)
+    without_long_number = raw.replace(LONG, b"1")
+    with pytest.raises(jsonrpc.DecodeError):
+        jsonrpc.decode(without_long_number)
+
+
+def test_the_exact_codec_keeps_floats_valid_surrogate_pairs_and_escaped_backslashes():
+    raw = b'{"n":' + LONG + b',"f":-1.5e3,"pairs":["\\ud83d\\ude00"],"text":"\\\\ud800"}'
+    decoded = jsonrpc.decode(raw)
+    assert decoded == {"n": 12345678901234567890123, "f": -1500.0, "pairs": ["\U0001f600"], "text": "\\ud800"}
+
+
+def test_text_that_is_not_valid_unicode_is_a_decode_error():
+    with pytest.raises(jsonrpc.DecodeError):
+        jsonrpc.decode('{"x":"\ud800"}')
+
+
+def test_canonical_sorts_member_names_at_every_depth_exactly_as_orjson_does():
+    value = {"b": 1, "a": {"d": [1, {"z": 0, "y": "é"}], "c": None}}
+    assert jsonrpc.canonical(value) == orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
+    assert jsonrpc.canonical({"a": 1, "b": {"c": 2, "d": 3}}) == jsonrpc.canonical({"b": {"d": 3, "c": 2}, "a": 1})
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        pytest.param({"b": 123456789012345678901234567890, "a": [1]}, id="integer-beyond-64-bits"),
+        pytest.param({"b": json.loads("[" * 300 + "]" * 300), "a": 1}, id="nested-beyond-254"),
+    ],
+)
+def test_canonical_writes_what_orjson_cannot_and_always_the_same_way(value):
+    written = jsonrpc.canonical(value)
+    assert json.loads(written) == value
+    assert jsonrpc.canonical(dict(reversed(list(value.items())))) == written
 
 
 @pytest.mark.parametrize(

@@ -83,6 +83,13 @@ def test_the_digest_ignores_key_order_at_every_depth():
     assert params_digest(one) == params_digest(two)
 
 
+def test_the_digest_of_params_orjson_cannot_write_is_made_all_the_same():
+    """An integer beyond 64 bits is valid JSON: a call with one can park and resume."""
+    params = {"name": "t", "arguments": {"n": 123456789012345678901234567890}}
+    assert params_digest(params) == params_digest({"arguments": {"n": 123456789012345678901234567890}, "name": "t"})
+    assert params_digest(params) != params_digest({"name": "t", "arguments": {"n": 1}})
+
+
 def test_the_digest_ignores_the_mrtr_fields_and_meta():
     retry = {**PARAMS, "_meta": {"progressToken": "x"}, "inputResponses": {"s1": {}}, "requestState": "tok"}
     assert params_digest(retry) == params_digest(PARAMS)
