@@ -259,3 +259,12 @@ def test_proxy_error_codes_sit_in_the_implementation_defined_range_and_do_not_co
         jsonrpc.URL_ELICITATION_REQUIRED,
     ]
     assert len(set(proxy_codes + protocol_codes)) == len(proxy_codes) + len(protocol_codes)
+
+
+@pytest.mark.parametrize("number", [-9223372036854775809, -(10**18) * 9 - 999, 18446744073709551616, -(2**70)])
+def test_integers_beyond_64_bits_survive_decoding_exactly(number: int) -> None:
+    # orjson reads these as floats (-9223372036854775809 has only 19 digits): the proxy would
+    # change a number a client sent.
+    raw = f'{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{{"n":{number}}}}}'.encode()
+    assert jsonrpc.decode(raw)["params"]["n"] == number
+    assert jsonrpc.decode(jsonrpc.encode(jsonrpc.decode(raw)))["params"]["n"] == number
