@@ -378,6 +378,8 @@ class ParkedCall:
     # ------------------------------------------------------------ steps
 
     def _reply(self, message: JSONDict) -> list[Action]:
+        if jsonrpc.kind(message) != "response":  # e.g. an error that is no error object: not relayable
+            return self.upstream_failed(invalid(self.state.upstream, "sent a reply that is not JSON-RPC"))
         state = self.state
         if state.phase == "parked":
             state.pending.clear()  # the server finished: it waits for nothing any more

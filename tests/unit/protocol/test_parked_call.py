@@ -490,3 +490,27 @@ def test_events_for_a_call_that_is_over_change_nothing():
     call.upstream_message(jsonrpc.result_response(5, TEXT))
     assert call.answers_delivered() == []
     assert call.park_refused() == [Abandon("too many parked calls", ())]  # no request to tell
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        {"jsonrpc": "2.0", "id": 5, "error": {}},
+        {"jsonrpc": "2.0", "id": None, "error": {"code": "x", "message": "m"}},
+        {"jsonrpc": "2.0", "id": 5},
+        {"jsonrpc": "2.0", "id": 5, "result": {}, "error": {"code": 1, "message": "both"}},
+    ],
+)
+def test_a_reply_that_is_not_json_rpc_fails_the_call_as_an_invalid_upstream_reply(reply: dict[str, Any]) -> None:
+    call = new()
+    actions = call.upstream_message(reply)
+    assert actions == [
+        Release(),
+        Fail(UpstreamFailure("up", "invalid", jsonrpc.UPSTREAM_INVALID, "sent a reply that is not JSON-RPC")),
+    ]
+    parked = new()
+    parked.upstream_message(ELICIT)
+    parked.collect_window_elapsed()
+    assert parked.phase == "parked"
+    assert parked.upstream_message(reply) == []
+    assert parked.state.stash is not None and parked.state.stash["failure"]["kind"] == "invalid"
