@@ -7,6 +7,9 @@ is how a 2026-07-28 server learns that a request was cancelled.
 
 from __future__ import annotations
 
+import os
+import socket
+import ssl
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from typing import Any
@@ -84,6 +87,8 @@ class HttpUpstream:
             )
         except TimeoutError:
             raise UpstreamTimeout(self.name, "did not accept the connection in time") from None
+        except aiohttp.ClientConnectorError as exc:
+            raise UpstreamUnavailable(self.name, _unreachable(exc)) from None
         except aiohttp.ClientError as exc:
             raise UpstreamUnavailable(self.name, f"is unreachable ({exc.__class__.__name__}: {exc})") from None
 
@@ -205,6 +210,17 @@ class _BodyMessages:
         if not messages:
             raise StopAsyncIteration
         return messages.pop()
+
+
+def _unreachable(exc: aiohttp.ClientConnectorError) -> str:
+    """Where the connection failed and why: aiohttp's own text names the TLS context instead
+    ("Cannot connect to host h:p ssl:default [Connect call failed ...]"), even for http URLs."""
+    error = exc.os_error
+    if isinstance(error, ssl.SSLError | socket.gaierror) or not error.errno or error.errno < 0:
+        reason = error.strerror or str(error) or error.__class__.__name__
+    else:
+        reason = os.strerror(error.errno)  # "Connection refused", not asyncio's "Connect call failed"
+    return f"is unreachable at {exc.host}:{exc.port} ({reason})"
 
 
 def _text(raw: bytes) -> str:
