@@ -63,6 +63,7 @@ class HttpUpstream:
         self.url = config.url
         self._session = session
         self._static_headers = {**_BASE_HEADERS, **config.headers}
+        self.max_reply_bytes = config.max_reply_bytes
         self._clock = clock
         self.last_ok: float | None = None  # when the upstream last answered sanely
 
@@ -117,9 +118,14 @@ class HttpUpstream:
     async def _stream_messages(self, response: aiohttp.ClientResponse) -> AsyncGenerator[JSONDict, None]:
         self.last_ok = self._clock()
         decoder = Decoder()
+        pending = 0  # bytes since the last whole event (to within a chunk): bounds one event
         try:
             async for chunk in response.content.iter_any():
-                for event in decoder.feed(chunk):
+                events = decoder.feed(chunk)
+                pending = len(chunk) if events else pending + len(chunk)
+                if pending > self.max_reply_bytes:
+                    raise UpstreamProtocolError(self.name, f"sent an SSE event {self._over_limit}")
+                for event in events:
                     if event.data.strip():
                         for message in self._decode(event.data):
                             yield message
@@ -157,13 +163,37 @@ class HttpUpstream:
         raise UpstreamHTTPError(self.name, status, _text(raw), None)
 
     async def _read_limited(self, response: aiohttp.ClientResponse) -> str:
-        return _text(await self._read_raw(response))
-
-    async def _read_raw(self, response: aiohttp.ClientResponse) -> bytes:
+        """The start of an error body (only quoted: the rest is not read)."""
         try:
-            return await response.content.read(_ERROR_BODY_LIMIT)
+            return _text(await response.content.read(_ERROR_BODY_LIMIT))
         except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError) as exc:
             raise UpstreamUnavailable(self.name, f"dropped the response ({exc.__class__.__name__})") from None
+
+    async def _read_raw(self, response: aiohttp.ClientResponse) -> bytes:
+        """The whole body, as many reads as it takes (one read returns what has arrived so far),
+        up to `upstream.max_reply_bytes`."""
+        limit = self.max_reply_bytes
+        length = response.content_length
+        if length is not None and length > limit:
+            raise UpstreamProtocolError(self.name, f"sent a reply {self._over_limit}")
+        content = response.content
+        try:
+            raw = await content.read(limit + 1)
+            if not content.at_eof():  # the usual: a small body is one read
+                parts, size = [raw], len(raw)
+                while size <= limit and (part := await content.read(limit + 1 - size)):
+                    parts.append(part)
+                    size += len(part)
+                raw = b"".join(parts)
+        except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError) as exc:
+            raise UpstreamUnavailable(self.name, f"dropped the response ({exc.__class__.__name__})") from None
+        if len(raw) > limit:
+            raise UpstreamProtocolError(self.name, f"sent a reply {self._over_limit}")
+        return raw
+
+    @property
+    def _over_limit(self) -> str:
+        return f"over upstream.max_reply_bytes ({self.max_reply_bytes} bytes)"
 
     def _decode(self, text: str | bytes) -> list[JSONDict]:
         try:

@@ -8,11 +8,49 @@ import asyncio
 import json
 
 from proxy.protocol import jsonrpc
-from tests.integration.conftest import MakeProxy, closed_port_url
+from tests.integration.conftest import MakeProxy, Proxy, closed_port_url
+from tests.support.fake_modern import Call, FakeModern, Outcome, complete
 from tests.support.legacy_peer import ACCEPT, initialize_message
 from tests.support.modern_peer import ModernPeer, read_reply
 
 WAIT = 5.0  # upper bound for anything a test waits for
+
+
+# ---------------------------------------------------------------------------- 2. whole replies are read whole
+
+
+async def test_a_reply_over_64_kib_through_a_modern_upstream_reaches_the_legacy_client(
+    proxy: Proxy, fake: FakeModern
+) -> None:
+    """A prompts/get with a 70 000-character argument, echoed: the reply was read in one 64 KiB
+    read and refused as not JSON."""
+    argument = "a" * 70_000
+
+    async def echo(call: Call) -> Outcome:
+        text = call.params["arguments"]["text"]
+        return complete(messages=[{"role": "user", "content": {"type": "text", "text": text}}])
+
+    fake.handlers["prompts/get"] = echo
+    async with asyncio.timeout(WAIT):
+        peer = await proxy.connect()
+        reply = await peer.request("prompts/get", {"name": "echo", "arguments": {"text": argument}})
+    assert reply.result["messages"][0]["content"]["text"] == argument
+
+
+async def test_a_reply_over_the_configured_bound_is_upstream_invalid_naming_the_bound(
+    make_proxy: MakeProxy, fake: FakeModern
+) -> None:
+    proxy = await make_proxy(**{"upstream.max_reply_bytes": 10_000})
+
+    async def big(call: Call) -> Outcome:
+        return complete(messages=[{"role": "user", "content": {"type": "text", "text": "b" * 20_000}}])
+
+    fake.handlers["prompts/get"] = big
+    async with asyncio.timeout(WAIT):
+        peer = await proxy.connect()
+        reply = await peer.request("prompts/get", {"name": "big"})
+    assert reply.error["code"] == jsonrpc.UPSTREAM_INVALID
+    assert "upstream.max_reply_bytes" in reply.error["message"] and "10000" in reply.error["message"]
 
 
 # ---------------------------------------------------------------------------- 4. unreachable
