@@ -20,6 +20,7 @@ from .. import __version__
 from ..config import UpstreamConfig
 from ..protocol import jsonrpc
 from ..protocol.headers import SESSION_HEADER
+from ..protocol.relayed_reply import excerpt
 from ..protocol.sse import Decoder
 from .errors import (
     UpstreamError,
@@ -141,35 +142,35 @@ class HttpUpstream:
         if status in (202, 204):
             self.last_ok = self._clock()
             return []
-        raw = await self._read_raw(response)
+        raw = await self.read_body(response)
         if status < 300 and not raw.strip():
             self.last_ok = self._clock()
             return []  # e.g. 200 to a DELETE
         looks_json = raw.lstrip()[:1] in (b"{", b"[")
         if status < 300 and content_type != "application/json" and not looks_json:
             raise UpstreamProtocolError(
-                self.name, f"sent a {content_type or 'untyped'} body that is not JSON-RPC: {_text(raw)[:120]!r}"
+                self.name, f"sent a {content_type or 'untyped'} body that is not JSON-RPC: {excerpt(raw)!r}"
             )
         if content_type == "application/json" or looks_json:
             try:
                 messages = self._decode(raw)
             except UpstreamProtocolError:
                 if status >= 300:
-                    raise UpstreamHTTPError(self.name, status, _text(raw), None) from None
+                    raise UpstreamHTTPError(self.name, status, raw, None) from None
                 raise
             if status < 500:
                 self.last_ok = self._clock()
             return messages
-        raise UpstreamHTTPError(self.name, status, _text(raw), None)
+        raise UpstreamHTTPError(self.name, status, raw, None)
 
-    async def _read_limited(self, response: aiohttp.ClientResponse) -> str:
+    async def _read_limited(self, response: aiohttp.ClientResponse) -> bytes:
         """The start of an error body (only quoted: the rest is not read)."""
         try:
-            return _text(await response.content.read(_ERROR_BODY_LIMIT))
+            return await response.content.read(_ERROR_BODY_LIMIT)
         except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError) as exc:
             raise UpstreamUnavailable(self.name, f"dropped the response ({exc.__class__.__name__})") from None
 
-    async def _read_raw(self, response: aiohttp.ClientResponse) -> bytes:
+    async def read_body(self, response: aiohttp.ClientResponse) -> bytes:
         """The whole body, as many reads as it takes (one read returns what has arrived so far),
         up to `upstream.max_reply_bytes`."""
         limit = self.max_reply_bytes
@@ -199,12 +200,11 @@ class HttpUpstream:
         try:
             value = jsonrpc.decode(text)
         except jsonrpc.DecodeError:
-            shown = _text(text) if isinstance(text, bytes) else text
-            raise UpstreamProtocolError(self.name, f"sent a body that is not JSON: {shown[:120]!r}") from None
+            raise UpstreamProtocolError(self.name, f"sent a body that is not JSON: {excerpt(text)!r}") from None
         values = value if isinstance(value, list) else [value]
         for item in values:
             if jsonrpc.kind(item) == "invalid":
-                raise UpstreamProtocolError(self.name, f"sent a message that is not JSON-RPC: {str(item)[:120]}")
+                raise UpstreamProtocolError(self.name, f"sent a message that is not JSON-RPC: {excerpt(str(item))}")
         return values
 
     async def forward(self, method: str, body: bytes | None, headers: Mapping[str, str]) -> aiohttp.ClientResponse:
@@ -251,10 +251,6 @@ def _unreachable(exc: aiohttp.ClientConnectorError) -> str:
     else:
         reason = os.strerror(error.errno)  # "Connection refused", not asyncio's "Connect call failed"
     return f"is unreachable at {exc.host}:{exc.port} ({reason})"
-
-
-def _text(raw: bytes) -> str:
-    return raw.decode("utf-8", errors="replace")
 
 
 class _Exchange:

@@ -9,7 +9,7 @@ import json
 
 from proxy.protocol import jsonrpc
 from tests.integration.conftest import MakeProxy, Proxy, closed_port_url
-from tests.support.fake_modern import Call, FakeModern, Outcome, complete
+from tests.support.fake_modern import Call, FakeModern, Outcome, Reply, complete
 from tests.support.legacy_peer import ACCEPT, initialize_message
 from tests.support.modern_peer import ModernPeer, read_reply
 
@@ -51,6 +51,31 @@ async def test_a_reply_over_the_configured_bound_is_upstream_invalid_naming_the_
         reply = await peer.request("prompts/get", {"name": "big"})
     assert reply.error["code"] == jsonrpc.UPSTREAM_INVALID
     assert "upstream.max_reply_bytes" in reply.error["message"] and "10000" in reply.error["message"]
+
+
+# ---------------------------------------------------------------------------- 3. error pages are quoted short
+
+
+HTML_PAGE = (
+    b"<!DOCTYPE html><html><head><title>502 Bad Gateway</title><style>body{font:14px sans-serif}</style>"
+    b"</head><body><h1>Bad Gateway</h1><p>The upstream server is unavailable."
+    + b" Please try again later." * 200
+    + b"</p></body></html>"
+)
+
+
+async def test_a_translated_request_quotes_an_html_error_page_by_its_title(proxy: Proxy, fake: FakeModern) -> None:
+    """The message quoted the first 200 characters of the page's markup."""
+
+    async def bad_gateway(call: Call) -> Outcome:
+        return Reply(502, HTML_PAGE, "text/html")
+
+    fake.handlers["tools/call"] = bad_gateway
+    async with asyncio.timeout(WAIT):
+        peer = await proxy.connect()
+        reply = await peer.request("tools/call", {"name": "x", "arguments": {}})
+    assert reply.error["code"] == jsonrpc.UPSTREAM_UNAVAILABLE
+    assert reply.error["message"] == "upstream 'fake-modern-upstream' answered HTTP 502: 502 Bad Gateway"
 
 
 # ---------------------------------------------------------------------------- 4. unreachable
