@@ -393,6 +393,30 @@ async def test_a_legacy_initialize_in_front_of_a_server_that_is_not_mcp_is_a_jso
     assert [r.headers.get("mcp-method") for r in raw.requests][-1] is None  # the initialize itself went up
 
 
+@pytest.mark.parametrize(
+    "answer",
+    [
+        pytest.param(jsonrpc.result_response("someone-else", {"resultType": "complete", "tools": []}), id="result"),
+        pytest.param(jsonrpc.error_response("someone-else", -32603, "not yours"), id="error"),
+    ],
+)
+async def test_a_cacheable_request_answered_under_another_id_is_upstream_invalid(
+    proxy: Proxy, fake: FakeModern, answer: Any
+) -> None:
+    """Relayed message by message (for the cache): the reply used to be taken whatever its id,
+    and given the client's."""
+
+    async def elsewhere(call: Call) -> Outcome:
+        return answer
+
+    fake.handlers["tools/list"] = elsewhere
+    async with asyncio.timeout(WAIT):
+        reply = await ModernPeer(proxy.client).request("tools/list")
+    assert reply.status == 200
+    assert reply.error["code"] == jsonrpc.UPSTREAM_INVALID
+    assert "another request" in reply.error["message"]
+
+
 # ---------------------------------------------------------------------------- 2. whole replies are read whole
 
 
