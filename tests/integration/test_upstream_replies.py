@@ -57,13 +57,13 @@ class Era:
     def config(self) -> dict[str, Any]:
         return {"upstream.era": self.name}
 
-    def request(self, request_id: Any = 7) -> tuple[bytes, dict[str, str]]:
-        """A tools/call (never cached, so relayed byte for byte) and its headers."""
+    def request(self) -> tuple[bytes, dict[str, str]]:
+        """A tools/call with id 7 (never cached, so relayed byte for byte) and its headers."""
         if self.name == "modern":
             peer = ModernPeer(None)  # type: ignore[arg-type]  # only builds messages
-            message = peer.message("tools/call", {"name": "slow", "arguments": {}}, id=request_id)
+            message = peer.message("tools/call", {"name": "slow", "arguments": {}}, id=7)
             return json.dumps(message).encode(), peer.headers(message)
-        message = jsonrpc.request(request_id, "tools/call", {"name": "slow", "arguments": {}})
+        message = jsonrpc.request(7, "tools/call", {"name": "slow", "arguments": {}})
         headers = {
             "Accept": ACCEPT,
             "Content-Type": "application/json",
@@ -92,7 +92,7 @@ def one_reply(reply: RawReply) -> None:
     assert reply.closed, f"the connection was left open after {reply.data[-200:]!r}"
 
 
-# ---------------------------------------------------------------------------- 1. a started reply ends
+# ---------------------------------------------------------------------------- a started reply ends, once
 
 
 def broken_stream(*events: bytes, tail: bytes = b'data: {"jsonrpc": "2.0", "id": 7, "res') -> Any:
@@ -186,7 +186,7 @@ async def test_a_legacy_stream_that_ends_before_its_answer_ends_as_it_came(
     assert reply.status == 200 and reply.complete and reply.body == stream
 
 
-# ---------------------------------------------------------------------------- 3. invalid replies are refused
+# ---------------------------------------------------------------------------- replies that are no answer are refused
 
 
 HTML_PAGE = (
@@ -423,7 +423,7 @@ async def test_a_cacheable_request_answered_under_another_id_is_upstream_invalid
     assert "another request" in reply.error["message"]
 
 
-# ---------------------------------------------------------------------------- 2. whole replies are read whole
+# ---------------------------------------------------------------------------- whole replies are read whole
 
 
 async def test_a_reply_over_64_kib_through_a_modern_upstream_reaches_the_legacy_client(
@@ -473,7 +473,7 @@ async def test_a_byte_for_byte_reply_over_the_bound_is_upstream_invalid(
     assert error["code"] == jsonrpc.UPSTREAM_INVALID and "upstream.max_reply_bytes" in error["message"]
 
 
-# ---------------------------------------------------------------------------- 4. unreachable
+# ---------------------------------------------------------------------------- an upstream that cannot be reached
 
 
 async def test_an_unreachable_upstream_is_named_by_host_and_port_not_by_tls_defaults(make_proxy: MakeProxy) -> None:
