@@ -179,7 +179,18 @@ class EventCheck:
     `unanswered` is what the client still awaits, so that a stream that fails can end with an
     error for each."""
 
-    __slots__ = ("_cr", "_decoder", "_held", "_held_size", "_limit", "_line_start", "_upstream", "sent", "unanswered")
+    __slots__ = (
+        "_cr",
+        "_decoder",
+        "_event_id",
+        "_held",
+        "_held_size",
+        "_limit",
+        "_line_start",
+        "_upstream",
+        "sent",
+        "unanswered",
+    )
 
     def __init__(self, sent: Sent, upstream: str, limit: int) -> None:
         self.sent = sent
@@ -191,6 +202,7 @@ class EventCheck:
         self._held_size = 0
         self._line_start = True  # the held bytes end a line (or there are none)
         self._cr = False  # they end with CR: a LF next is the rest of that line end
+        self._event_id = False  # an event had an id: the client can resume the stream from it
 
     def feed(self, chunk: bytes) -> tuple[bytes, UpstreamFailure | None]:
         """The bytes to relay now and, if an event is invalid, why: the bytes are then those of the
@@ -217,17 +229,22 @@ class EventCheck:
         return relayed[0] if len(relayed) == 1 else b"".join(relayed), None
 
     def ended(self) -> UpstreamFailure | None:
-        """The upstream ended the stream: why that fails the request, if it does. An unfinished
-        last event is no event (WHATWG SSE). A legacy server may end a POST's stream before its
-        response, to be resumed with Last-Event-ID (2025-11-25/basic/transports.mdx
-        §Resumability and Redelivery); a 2026-07-28 stream lost is its request lost
-        (docs/translation.md §2: "lost stream = lost request")."""
-        self._held, self._held_size = [], 0
-        if self.unanswered and not self.sent.resumable:
-            return UpstreamFailure(
-                self._upstream, "unavailable", jsonrpc.UPSTREAM_UNAVAILABLE, "ended the stream without a reply"
-            )
-        return None
+        """The upstream ended the stream: why that fails the request, if it does. Before its
+        response, a 2026-07-28 stream lost is its request lost (docs/translation.md §2: "lost
+        stream = lost request"); a legacy server may close it to be resumed with Last-Event-ID,
+        once it has sent an event id (2025-11-25/basic/transports.mdx §Resumability and
+        Redelivery). A stream cut in the middle of an event was not closed but broken."""
+        partial = any(line and not line.startswith(b":") for line in b"".join(self._held).splitlines())
+        self._held, self._held_size = [], 0  # an unfinished last event is no event (WHATWG SSE)
+        if not self.unanswered:
+            return None
+        if partial:
+            detail = "ended the stream in the middle of an event"
+        elif self.sent.resumable and self._event_id:
+            return None
+        else:
+            detail = "ended the stream without a reply"
+        return UpstreamFailure(self._upstream, "unavailable", jsonrpc.UPSTREAM_UNAVAILABLE, detail)
 
     def _hold(self, data: bytes) -> None:
         if data:
@@ -255,6 +272,8 @@ class EventCheck:
     def _check(self, block: bytes) -> str | None:
         # A block ending in CR: the decoder waits to see whether a LF follows; it ends the line either way.
         for event in self._decoder.feed(block + b"\n" if block.endswith(b"\r") else block):
+            if event.id:
+                self._event_id = True
             if not event.data.strip():
                 continue
             try:

@@ -160,30 +160,40 @@ async def test_the_request_timeout_in_the_middle_of_a_stream_ends_it_with_a_time
     assert final["id"] == 7 and final["error"]["code"] == jsonrpc.UPSTREAM_TIMEOUT, final
 
 
-async def test_a_modern_stream_that_ends_before_its_answer_ends_with_an_error_for_it(
+async def test_a_legacy_stream_that_ends_before_its_answer_but_can_be_resumed_ends_as_it_came(
     make_proxy: MakeProxy, raw: RawUpstream
 ) -> None:
-    """A 2026-07-28 stream lost is its request lost: nothing could resume it."""
-    proxy = await make_proxy(upstream_url=raw.url, **{"upstream.era": "modern"})
-    raw.script = whole(200, "text/event-stream", sse(PROGRESS))
-    async with asyncio.timeout(WAIT):
-        reply = await exchange(proxy, Era("modern"), until_close=True)
-    one_reply(reply)
-    [progress, final] = reply.events
-    assert progress == PROGRESS and final["error"]["code"] == jsonrpc.UPSTREAM_UNAVAILABLE, final
-    assert "without a reply" in final["error"]["message"]
-
-
-async def test_a_legacy_stream_that_ends_before_its_answer_ends_as_it_came(
-    make_proxy: MakeProxy, raw: RawUpstream
-) -> None:
-    """A legacy server may end a POST's stream early; the client resumes it with Last-Event-ID."""
+    """A legacy server may close a POST's stream once it has sent an event id: the client resumes
+    it with Last-Event-ID (2025-11-25)."""
     proxy = await make_proxy(upstream_url=raw.url, **{"upstream.era": "legacy"})
     stream = b"id: e1\nretry: 100\ndata: \n\n" + sse(PROGRESS)
     raw.script = whole(200, "text/event-stream", stream)
     async with asyncio.timeout(WAIT):
         reply = await exchange(proxy, Era("legacy"))
     assert reply.status == 200 and reply.complete and reply.body == stream
+
+
+@pytest.mark.parametrize("era", ERAS)
+@pytest.mark.parametrize(
+    ("stream", "says"),
+    [
+        pytest.param(sse(PROGRESS), "without a reply", id="no-event-id"),
+        pytest.param(b"id: e1\ndata: \n\n" + b'data: {"jsonrpc": "2.0", "id": ', "middle of an event", id="cut"),
+    ],
+)
+async def test_a_stream_that_ends_cleanly_but_cannot_be_resumed_ends_with_an_error(
+    make_proxy: MakeProxy, raw: RawUpstream, era: Era, stream: bytes, says: str
+) -> None:
+    """Without an event id a legacy client has nothing to resume from; an event cut in half is a
+    broken stream whatever the HTTP framing says."""
+    proxy = await make_proxy(upstream_url=raw.url, **era.config)
+    raw.script = whole(200, "text/event-stream", stream)
+    async with asyncio.timeout(WAIT):
+        reply = await exchange(proxy, era, until_close=True)
+    one_reply(reply)
+    final = reply.events[-1]
+    assert final["id"] == 7 and final["error"]["code"] == jsonrpc.UPSTREAM_UNAVAILABLE, final
+    assert says in final["error"]["message"]
 
 
 # ---------------------------------------------------------------------------- replies that are no answer are refused

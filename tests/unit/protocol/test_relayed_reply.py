@@ -328,20 +328,38 @@ def test_an_event_over_the_bound_is_invalid_naming_the_bound():
     assert failure.detail == "sent an SSE event over upstream.max_reply_bytes (100 bytes)"
 
 
-def test_a_modern_stream_ended_before_its_answer_lost_its_request():
-    check = EventCheck(POST, UP, 1 << 20)
-    check.feed(event(PROGRESS) + b"data: {")
+def ended_early(sent: Sent, stream: bytes) -> str | None:
+    check = EventCheck(sent, UP, 1 << 20)
+    assert check.feed(stream)[1] is None
     failure = check.ended()
-    assert failure is not None
-    assert (failure.kind, failure.code, failure.detail) == (
-        "unavailable",
-        jsonrpc.UPSTREAM_UNAVAILABLE,
-        "ended the stream without a reply",
+    if failure is None:
+        return None
+    assert (failure.kind, failure.code) == ("unavailable", jsonrpc.UPSTREAM_UNAVAILABLE)
+    return failure.detail
+
+
+PRIMING = b"id: e1\nretry: 100\ndata:\n\n"  # an event id and empty data: resumable from here
+
+
+def test_a_modern_stream_ended_before_its_answer_lost_its_request():
+    assert ended_early(POST, PRIMING + event(PROGRESS)) == "ended the stream without a reply"
+
+
+def test_a_legacy_stream_may_end_before_its_answer_once_it_can_be_resumed():
+    assert ended_early(IN_SESSION, PRIMING + event(PROGRESS) + b": bye") is None
+
+
+def test_a_legacy_stream_without_an_event_id_cannot_be_resumed():
+    assert ended_early(IN_SESSION, event(PROGRESS)) == "ended the stream without a reply"
+
+
+@pytest.mark.parametrize("sent", [POST, IN_SESSION], ids=["modern", "legacy"])
+def test_a_stream_ended_in_the_middle_of_an_event_was_broken(sent: Sent):
+    assert (
+        ended_early(sent, PRIMING + b'data: {"jsonrpc": "2.0", "id": ') == "ended the stream in the middle of an event"
     )
 
 
-def test_a_legacy_stream_may_end_before_its_answer_to_be_resumed():
-    check = EventCheck(IN_SESSION, UP, 1 << 20)
-    check.feed(event(PROGRESS))
-    assert check.ended() is None
-    assert check.unanswered == {7}  # still awaited: resumable with Last-Event-ID
+def test_a_stream_that_answered_or_a_get_stream_may_end_any_time():
+    assert ended_early(POST, event(jsonrpc.result_response(7, {})) + b"data: {") is None
+    assert ended_early(GET, event(PROGRESS) + b"data: {") is None
