@@ -101,6 +101,11 @@ class UpstreamConfig(_Section):
     max_connections: int = Field(
         0, ge=0, description="Connection pool bound (0 = unbounded; listen streams hold one each)."
     )
+    max_reply_bytes: int = Field(
+        16 * 1024 * 1024,
+        gt=0,
+        description="Largest upstream reply body (or SSE event) the proxy reads; a larger one fails with -32012.",
+    )
     cache: CacheHintConfig = Field(
         default_factory=CacheHintConfig, description="Cache hints for results of a legacy upstream."
     )

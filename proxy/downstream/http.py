@@ -33,7 +33,7 @@ from ..relay.failures import UpstreamFailures
 from ..relay.legacy_sessions import LegacySessionHost
 from ..relay.routes import Router
 from ..sessions import LegacySession, principal_of, short_hash
-from .sse import SSE_HEADERS, RequestReply, SseStream, json_response
+from .sse import RequestReply, SseStream, json_response, relay_reply
 
 log = structlog.get_logger(__name__)
 Host = LegacySessionHost[Any]
@@ -42,7 +42,6 @@ Host = LegacySessionHost[Any]
 # context (meta.TRACE_KEYS) and these.
 _PASSTHROUGH_PREFIXES = ("mcp-",)
 _SESSION_HEADER_LOWER = SESSION_HEADER.lower()
-_SMALL_REPLY = 1024 * 1024  # same-era replies up to this size (with a Content-Length) are sent in one piece
 _LOGGED_METHOD_MAX = 200  # characters of a client's method name the access log keeps
 
 
@@ -157,7 +156,7 @@ class McpEndpoint:
         if host is None:  # legacy client, legacy HTTP upstream: the upstream's own session
             if any(jsonrpc.kind(item) == "invalid" for item in (body if isinstance(body, list) else [body])):
                 raise ProxyError(jsonrpc.INVALID_REQUEST, "not a valid JSON-RPC 2.0 message", refused=True)
-            return await self._bytes(request, "POST", raw, record, legacy=True)
+            return await self._bytes(request, "POST", raw, record, legacy=True, message=body)
         caller = self._caller(request)
         if route is Route.LEGACY_INITIALIZE:
             return await self._initialize(host, body, caller, record)
@@ -311,7 +310,7 @@ class McpEndpoint:
             raise ProxyError.rejected(checked)
         route = self._router[era]
         if route.modern_bytes and checked.method not in CACHEABLE_METHODS and checked.method != "subscriptions/listen":
-            return await self._bytes(request, "POST", raw, record, legacy=False)
+            return await self._bytes(request, "POST", raw, record, legacy=False, message=body)
         caller = self._caller(request, same_era=era is Era.MODERN)
         if checked.method == "subscriptions/listen":
             return await self._listen(request, route.modern.listen(checked, caller), body["id"])
@@ -357,26 +356,21 @@ class McpEndpoint:
     # ------------------------------------------------------------ same era, byte for byte
 
     async def _bytes(
-        self, request: web.Request, method: str, raw: bytes | None, record: _Record, *, legacy: bool
+        self,
+        request: web.Request,
+        method: str,
+        raw: bytes | None,
+        record: _Record,
+        *,
+        legacy: bool,
+        message: Any = None,
     ) -> web.StreamResponse:
         relay = self._router.byte_relay
         assert relay is not None, "byte for byte needs an HTTP upstream"
         headers = self._caller(request, same_era=True, legacy=legacy).forwarded
-        async with relay.forward(method, raw, headers, legacy=legacy) as reply:
-            record.outcome = "ok" if reply.status < 400 else "error"
-            returned = reply.headers
-            if reply.is_stream:
-                returned = {**returned, **SSE_HEADERS}
-            elif (reply.content_length or _SMALL_REPLY + 1) <= _SMALL_REPLY:
-                # A small whole reply: one write instead of a chunked stream.
-                body = b"".join([chunk async for chunk in reply.chunks])  # one chunk, as a rule
-                return web.Response(status=reply.status, headers=returned, body=body)
-            response = web.StreamResponse(status=reply.status, headers=returned)
-            await response.prepare(request)
-            async for chunk in reply.chunks:
-                await response.write(chunk)
-            await response.write_eof()
-            return response
+        forward = relay.forward(method, raw, headers, legacy=legacy, message=message)
+        response, record.outcome = await relay_reply(request, forward)
+        return response
 
     # ------------------------------------------------------------ GET / DELETE
 

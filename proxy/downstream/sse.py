@@ -5,12 +5,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 from aiohttp import web
 
+from ..errors import ProxyError
 from ..protocol import jsonrpc
 from ..protocol.sse import KEEPALIVE, encode_event
+from ..relay.bytes import ByteReply
 
 SSE_HEADERS = {
     "Content-Type": "text/event-stream",
@@ -26,6 +29,52 @@ def accepts_sse(request: web.BaseRequest) -> bool:
 
 def json_response(message: Any, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
     return web.Response(body=jsonrpc.encode(message), status=status, content_type="application/json", headers=headers)
+
+
+_ENDING_S = 1.0  # how long the end of a failed stream may take to write (a client that does not read)
+
+
+async def relay_reply(
+    request: web.BaseRequest, forward: AbstractAsyncContextManager[ByteReply]
+) -> tuple[web.StreamResponse, str]:
+    """Write a reply relayed byte for byte (relay/bytes.py); return it and the request's outcome.
+
+    A whole reply goes out in one write. An SSE stream goes out as it arrives, and once it has
+    started, a failure (the upstream broke the stream or sent an invalid event, the request timed
+    out) can only end it: never a second HTTP response inside the first (docs/design.md §Errors).
+    It ends with an event carrying the JSON-RPC error for each request not answered yet, and the
+    connection closes, so that nothing can follow on it and a kept-alive client sees the end at once.
+    """
+    stream: web.StreamResponse | None = None
+    reply: ByteReply | None = None
+    try:
+        async with forward as reply:
+            if reply.chunks is None:
+                body = web.Response(status=reply.status, headers=reply.headers, body=reply.body)
+                return body, "ok" if reply.status < 400 else "error"
+            stream = web.StreamResponse(status=reply.status, headers={**reply.headers, **SSE_HEADERS})
+            await stream.prepare(request)
+            async for chunk in reply.chunks:
+                await stream.write(chunk)
+    except ProxyError as exc:
+        if stream is None or reply is None:
+            raise  # nothing sent yet: the error is the whole reply
+        await _end_failed(request, stream, reply, exc)
+        return stream, exc.outcome
+    await stream.write_eof()
+    return stream, "ok"
+
+
+async def _end_failed(request: web.BaseRequest, stream: web.StreamResponse, reply: ByteReply, exc: ProxyError) -> None:
+    stream.force_close()
+    try:
+        async with asyncio.timeout(_ENDING_S):
+            for request_id in reply.unanswered:
+                await stream.write(encode_event(jsonrpc.encode(exc.reply(request_id)), event="message"))
+            await stream.write_eof()
+    except (ConnectionError, RuntimeError, TimeoutError):
+        if request.transport is not None:
+            request.transport.abort()  # the client is gone or does not read: nothing more to say
 
 
 class SseStream:

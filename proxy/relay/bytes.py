@@ -1,36 +1,56 @@
 """Same era on both sides over HTTP: the request's bytes go upstream unchanged and the reply's
-bytes come back as they arrive. A legacy session maps one to one onto the upstream's (its id and
-Last-Event-ID pass through)."""
+bytes come back unchanged. A legacy session maps one to one onto the upstream's (its id and
+Last-Event-ID pass through).
+
+Unchanged, but not unchecked (protocol/relayed_reply.py): a whole reply is read (up to
+`upstream.max_reply_bytes`) and parsed once before the client gets it, an SSE reply is relayed
+event by event as each is complete and checked; what is no answer to the request (an HTML error
+page, a body that is not JSON-RPC, a response to another id) becomes the client's JSON-RPC error.
+"""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Collection, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import aiohttp
+import structlog
 
+from ..errors import ProxyError
+from ..protocol import relayed_reply
 from ..protocol.headers import SESSION_HEADER
-from ..upstream.errors import UpstreamError
+from ..protocol.outcome import UpstreamFailure
+from ..protocol.relayed_reply import EventCheck, Sent
+from ..upstream.errors import UpstreamError, UpstreamUnavailable
 from ..upstream.http import HttpUpstream
 from .failures import UpstreamFailures
 from .tasks import Deadline
 
+log = structlog.get_logger(__name__)
+
 _RETURNED = ("Content-Type", "WWW-Authenticate", "Allow")
 _RETURNED_LEGACY = (*_RETURNED, SESSION_HEADER)  # a legacy session is the upstream's own
+_KEPT_ON_REFUSAL = ("WWW-Authenticate", "Allow")  # what still matters when the body is replaced
+_SESSION_LOWER = SESSION_HEADER.lower()
 
 
 @dataclass(slots=True)
 class ByteReply:
-    """The upstream's reply: its status, the headers the client gets, and its body."""
+    """The upstream's reply: its status, the headers the client gets, and either its whole body
+    (checked) or, for an SSE stream, its bytes as they arrive (`chunks`, checked as they pass)."""
 
     status: int
     headers: dict[str, str]
-    content_length: int | None
-    chunks: AsyncIterator[bytes]
+    body: bytes | None
+    chunks: AsyncIterator[bytes] | None = None
+    check: EventCheck | None = None
 
     @property
-    def is_stream(self) -> bool:
-        return self.headers.get("Content-Type", "").startswith("text/event-stream")
+    def unanswered(self) -> Collection[Any]:
+        """The ids of the requests a stream has not answered so far: if it fails now, each gets
+        the failure as its error."""
+        return self.check.unanswered if self.check is not None else ()
 
 
 class ByteRelay:
@@ -39,24 +59,93 @@ class ByteRelay:
         self._failures = failures
         self._request_timeout_s = request_timeout_s
 
-    def forward(self, method: str, body: bytes | None, headers: Mapping[str, str], *, legacy: bool) -> _Forward:
-        """Relay one request; entering yields the reply, leaving closes it. A failure to reach the
-        upstream is the client's ProxyError. A POST is bounded by the request timeout, body
-        included; GET streams are not."""
-        return _Forward(self, method, body, headers, legacy)
+    def forward(
+        self, method: str, body: bytes | None, headers: Mapping[str, str], *, legacy: bool, message: Any = None
+    ) -> _Forward:
+        """Relay one request (`message`: its body, decoded); entering yields the reply, leaving
+        closes it. A failure to reach the upstream, or a reply that is no answer, is the client's
+        ProxyError (raised on entering, or by the chunks of a stream). A POST is bounded by the
+        request timeout, body included; GET streams are not."""
+        in_session = legacy and any(name.lower() == _SESSION_LOWER for name in headers)
+        sent = Sent.of(method, message, legacy=legacy, in_session=in_session)
+        return _Forward(self, method, body, headers, legacy, sent)
+
+    def refuse(
+        self, failure: UpstreamFailure, status: int | None = None, headers: dict[str, str] | None = None
+    ) -> ProxyError:
+        """The client's error for a reply that is no answer, logged and counted like any failure."""
+        log.warning("upstream_failed", upstream=failure.upstream, error=failure.detail)
+        return self._failures.client_error(failure, status=status, headers=headers)
+
+    async def _reply(self, response: aiohttp.ClientResponse, sent: Sent, legacy: bool) -> ByteReply:
+        upstream = self._upstream
+        headers = response.headers
+        returned = {name: headers[name] for name in (_RETURNED_LEGACY if legacy else _RETURNED) if name in headers}
+        content_type = headers.get("Content-Type", "").split(";")[0].strip().lower()
+        if relayed_reply.streams(response.status, content_type):
+            check = EventCheck(sent, upstream.name, upstream.max_reply_bytes)
+            return ByteReply(response.status, returned, None, _Events(self, response.content, check), check)
+        body = await upstream.read_body(response)
+        refusal = relayed_reply.check_body(sent, response.status, content_type, body, upstream.name)
+        if refusal is not None:
+            kept = {name: value for name, value in returned.items() if name in _KEPT_ON_REFUSAL}
+            raise self.refuse(refusal.failure, refusal.status, kept)
+        return ByteReply(response.status, returned, body)
+
+
+class _Events:
+    """The bytes of an SSE reply's whole events as they arrive, each event checked; a failure (the
+    stream broke, an event is invalid or too large) is raised as the client's ProxyError once the
+    events before it are out. A plain iterator: no async generator to finalize per request."""
+
+    __slots__ = ("_check", "_content", "_failed", "_relay")
+
+    def __init__(self, relay: ByteRelay, content: aiohttp.StreamReader, check: EventCheck) -> None:
+        self._relay = relay
+        self._content = content
+        self._check = check
+        self._failed: ProxyError | None = None
+
+    def __aiter__(self) -> _Events:
+        return self
+
+    async def __anext__(self) -> bytes:
+        while True:
+            if self._failed is not None:
+                raise self._failed
+            try:
+                chunk = await self._content.readany()
+            except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError) as exc:
+                name = self._relay._upstream.name
+                raise self._relay.refuse(
+                    UpstreamUnavailable(name, f"dropped the stream ({exc.__class__.__name__})").failure
+                ) from None
+            if not chunk:
+                ended = self._check.ended()
+                if ended is not None:
+                    raise self._relay.refuse(ended)
+                raise StopAsyncIteration
+            data, failure = self._check.feed(chunk)
+            if failure is not None:
+                self._failed = self._relay.refuse(failure)
+            if data:
+                return data
 
 
 class _Forward:
     """One relayed request (a class, not a generator: it runs once per request)."""
 
-    __slots__ = ("_body", "_deadline", "_headers", "_legacy", "_method", "_relay", "_response")
+    __slots__ = ("_body", "_deadline", "_headers", "_legacy", "_method", "_relay", "_response", "_sent")
 
-    def __init__(self, relay: ByteRelay, method: str, body: bytes | None, headers: Mapping[str, str], legacy: bool):
+    def __init__(
+        self, relay: ByteRelay, method: str, body: bytes | None, headers: Mapping[str, str], legacy: bool, sent: Sent
+    ):
         self._relay = relay
         self._method = method
         self._body = body
         self._headers = headers
         self._legacy = legacy
+        self._sent = sent
         self._deadline: Deadline | None = None
         self._response: aiohttp.ClientResponse | None = None
 
@@ -66,17 +155,12 @@ class _Forward:
             self._deadline.__enter__()
         try:
             response = self._response = await self._relay._upstream.forward(self._method, self._body, self._headers)
+            return await self._relay._reply(response, self._sent, self._legacy)
         except BaseException as exc:
+            if self._response is not None:
+                self._response.close()
             self._end(exc)
             raise
-        returned = _RETURNED_LEGACY if self._legacy else _RETURNED
-        headers = response.headers
-        return ByteReply(
-            response.status,
-            {name: headers[name] for name in returned if name in headers},
-            response.content_length,
-            response.content.iter_any(),
-        )
 
     async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
         if self._response is not None:

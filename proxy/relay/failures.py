@@ -18,14 +18,21 @@ class UpstreamFailures:
     def __init__(self, metrics: Metrics) -> None:
         self._metrics = metrics
 
-    def client_error(self, failure: UpstreamFailure | UpstreamError) -> ProxyError:
+    def client_error(
+        self,
+        failure: UpstreamFailure | UpstreamError,
+        *,
+        status: int | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> ProxyError:
         """Count the failure (`upstream_errors_total`) and say it to the client: a 401/403 with
         its status and `WWW-Authenticate` as it came (so the client can authenticate), anything
-        else as the JSON-RPC error of its kind (-32010 unavailable, -32011 timeout, -32012 invalid)."""
+        else as the JSON-RPC error of its kind (-32010 unavailable, -32011 timeout, -32012 invalid),
+        with `status` and `headers` when the upstream's status must stay (a relayed session 404)."""
         if isinstance(failure, UpstreamError):
             failure = failure.failure
         self._metrics.upstream_errors.labels(failure.upstream, failure.kind).inc()
-        return to_client_error(failure)
+        return to_client_error(failure, status=status, headers=headers)
 
     def timeout(self, upstream: str) -> ProxyError:
         return self.client_error(timed_out(upstream))
@@ -38,9 +45,12 @@ class UpstreamFailures:
             raise self.client_error(exc) from None
 
 
-def to_client_error(failure: UpstreamFailure) -> ProxyError:
+def to_client_error(
+    failure: UpstreamFailure, *, status: int | None = None, headers: dict[str, str] | None = None
+) -> ProxyError:
     if failure.is_auth:
-        headers = {"WWW-Authenticate": failure.www_authenticate} if failure.www_authenticate else {}
+        if failure.www_authenticate:
+            headers = {**(headers or {}), "WWW-Authenticate": failure.www_authenticate}
         return ProxyError(
             jsonrpc.INVALID_REQUEST,
             f"upstream refused the credentials (HTTP {failure.http_status})",
@@ -48,4 +58,4 @@ def to_client_error(failure: UpstreamFailure) -> ProxyError:
             headers=headers,
             outcome="upstream_error",
         )
-    return ProxyError(failure.code, failure.message, outcome="upstream_error")
+    return ProxyError(failure.code, failure.message, status=status, headers=headers, outcome="upstream_error")

@@ -25,7 +25,7 @@ from ..protocol.outcome import Outcome
 from ..protocol.status import status_of
 from ..protocol.versions import Era
 from ..upstream.base import Upstream
-from ..upstream.errors import UpstreamError, UpstreamUnavailable
+from ..upstream.errors import UpstreamError, UpstreamProtocolError, UpstreamUnavailable
 from .channel import Caller, ReplyChannel
 from .failures import UpstreamFailures
 from .tasks import Deadline
@@ -74,6 +74,13 @@ class ModernPassThrough:
             params = meta.with_meta(params, "progressToken", f"{upstream_id}-progress")
         return {**message, "id": upstream_id, "params": params}, message["id"], downstream_token
 
+    def _check_answer(self, response: JSONDict, upstream_id: str) -> None:
+        """A response on the request's own reply must answer it: under its id, or an error without
+        one (the server could not read it). Over stdio the channel routes by id already."""
+        request_id = response.get("id")
+        if request_id != upstream_id and not (request_id is None and "error" in response):
+            raise UpstreamProtocolError(self._upstream.name, f"answered another request (id {request_id!r})")
+
     def _downstream(self, incoming: JSONDict, downstream_id: Any, downstream_token: Any) -> JSONDict:
         if "method" not in incoming:
             return _with_id(incoming, downstream_id)
@@ -106,6 +113,8 @@ class ModernPassThrough:
             with Deadline(self._settings.upstream.request_timeout_s):
                 async with self._upstream.exchange(outgoing, headers) as reply:
                     async for incoming in reply:
+                        if "method" not in incoming:
+                            self._check_answer(incoming, outgoing["id"])
                         out = self._downstream(incoming, downstream_id, downstream_token)
                         if "method" not in incoming:
                             return Outcome(out)
@@ -127,6 +136,8 @@ class ModernPassThrough:
                     if incoming is None:  # the proxy is shutting down: end it gracefully
                         yield listen_closed(downstream_id)
                         return
+                    if "method" not in incoming:
+                        self._check_answer(incoming, outgoing["id"])
                     self._cache.invalidate_for(incoming)
                     out = self._downstream(incoming, downstream_id, None)
                     if "method" not in incoming and isinstance(out.get("result"), dict):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from ..protocol import jsonrpc
 from ..protocol.outcome import UpstreamFailure
+from ..protocol.relayed_reply import excerpt
 
 
 class UpstreamError(Exception):
@@ -45,10 +46,11 @@ class UpstreamHTTPError(UpstreamError):
 
     kind = "http"
 
-    def __init__(self, upstream: str, status: int, body: str, www_authenticate: str | None) -> None:
-        super().__init__(upstream, f"answered HTTP {status}: {body[:200]}")
+    def __init__(self, upstream: str, status: int, body: bytes | str, www_authenticate: str | None) -> None:
+        quoted = excerpt(body)  # a page's title, not the page
+        super().__init__(upstream, f"answered HTTP {status}: {quoted}" if quoted else f"answered HTTP {status}")
         self.status = status
-        self.body = body
+        self.body = quoted
         self.www_authenticate = www_authenticate
 
     @property

@@ -7,6 +7,9 @@ is how a 2026-07-28 server learns that a request was cancelled.
 
 from __future__ import annotations
 
+import os
+import socket
+import ssl
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from typing import Any
@@ -17,6 +20,7 @@ from .. import __version__
 from ..config import UpstreamConfig
 from ..protocol import jsonrpc
 from ..protocol.headers import SESSION_HEADER
+from ..protocol.relayed_reply import excerpt
 from ..protocol.sse import Decoder
 from .errors import (
     UpstreamError,
@@ -60,6 +64,7 @@ class HttpUpstream:
         self.url = config.url
         self._session = session
         self._static_headers = {**_BASE_HEADERS, **config.headers}
+        self.max_reply_bytes = config.max_reply_bytes
         self._clock = clock
         self.last_ok: float | None = None  # when the upstream last answered sanely
 
@@ -84,6 +89,8 @@ class HttpUpstream:
             )
         except TimeoutError:
             raise UpstreamTimeout(self.name, "did not accept the connection in time") from None
+        except aiohttp.ClientConnectorError as exc:
+            raise UpstreamUnavailable(self.name, _unreachable(exc)) from None
         except aiohttp.ClientError as exc:
             raise UpstreamUnavailable(self.name, f"is unreachable ({exc.__class__.__name__}: {exc})") from None
 
@@ -112,9 +119,14 @@ class HttpUpstream:
     async def _stream_messages(self, response: aiohttp.ClientResponse) -> AsyncGenerator[JSONDict, None]:
         self.last_ok = self._clock()
         decoder = Decoder()
+        pending = 0  # bytes since the last whole event (to within a chunk): bounds one event
         try:
             async for chunk in response.content.iter_any():
-                for event in decoder.feed(chunk):
+                events = decoder.feed(chunk)
+                pending = len(chunk) if events else pending + len(chunk)
+                if pending > self.max_reply_bytes:
+                    raise UpstreamProtocolError(self.name, f"sent an SSE event {self._over_limit}")
+                for event in events:
                     if event.data.strip():
                         for message in self._decode(event.data):
                             yield message
@@ -130,46 +142,69 @@ class HttpUpstream:
         if status in (202, 204):
             self.last_ok = self._clock()
             return []
-        raw = await self._read_raw(response)
+        raw = await self.read_body(response)
         if status < 300 and not raw.strip():
             self.last_ok = self._clock()
             return []  # e.g. 200 to a DELETE
         looks_json = raw.lstrip()[:1] in (b"{", b"[")
         if status < 300 and content_type != "application/json" and not looks_json:
             raise UpstreamProtocolError(
-                self.name, f"sent a {content_type or 'untyped'} body that is not JSON-RPC: {_text(raw)[:120]!r}"
+                self.name, f"sent a {content_type or 'untyped'} body that is not JSON-RPC: {excerpt(raw)!r}"
             )
         if content_type == "application/json" or looks_json:
             try:
                 messages = self._decode(raw)
             except UpstreamProtocolError:
                 if status >= 300:
-                    raise UpstreamHTTPError(self.name, status, _text(raw), None) from None
+                    raise UpstreamHTTPError(self.name, status, raw, None) from None
                 raise
             if status < 500:
                 self.last_ok = self._clock()
             return messages
-        raise UpstreamHTTPError(self.name, status, _text(raw), None)
+        raise UpstreamHTTPError(self.name, status, raw, None)
 
-    async def _read_limited(self, response: aiohttp.ClientResponse) -> str:
-        return _text(await self._read_raw(response))
-
-    async def _read_raw(self, response: aiohttp.ClientResponse) -> bytes:
+    async def _read_limited(self, response: aiohttp.ClientResponse) -> bytes:
+        """The start of an error body (only quoted: the rest is not read)."""
         try:
             return await response.content.read(_ERROR_BODY_LIMIT)
         except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError) as exc:
             raise UpstreamUnavailable(self.name, f"dropped the response ({exc.__class__.__name__})") from None
 
+    async def read_body(self, response: aiohttp.ClientResponse) -> bytes:
+        """The whole body, as many reads as it takes (one read returns what has arrived so far),
+        up to `upstream.max_reply_bytes`."""
+        limit = self.max_reply_bytes
+        length = response.content_length
+        if length is not None and length > limit:
+            raise UpstreamProtocolError(self.name, f"sent a reply {self._over_limit}")
+        content = response.content
+        try:
+            raw = await content.read(limit + 1)
+            if not content.at_eof():  # the usual: a small body is one read
+                parts, size = [raw], len(raw)
+                while size <= limit and (part := await content.read(limit + 1 - size)):
+                    parts.append(part)
+                    size += len(part)
+                raw = b"".join(parts)
+        except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError) as exc:
+            raise UpstreamUnavailable(self.name, f"dropped the response ({exc.__class__.__name__})") from None
+        if len(raw) > limit:
+            raise UpstreamProtocolError(self.name, f"sent a reply {self._over_limit}")
+        return raw
+
+    @property
+    def _over_limit(self) -> str:
+        return f"over upstream.max_reply_bytes ({self.max_reply_bytes} bytes)"
+
     def _decode(self, text: str | bytes) -> list[JSONDict]:
         try:
             value = jsonrpc.decode(text)
         except jsonrpc.DecodeError:
-            shown = _text(text) if isinstance(text, bytes) else text
-            raise UpstreamProtocolError(self.name, f"sent a body that is not JSON: {shown[:120]!r}") from None
+            raise UpstreamProtocolError(self.name, f"sent a body that is not JSON: {excerpt(text)!r}") from None
         values = value if isinstance(value, list) else [value]
         for item in values:
             if jsonrpc.kind(item) == "invalid":
-                raise UpstreamProtocolError(self.name, f"sent a message that is not JSON-RPC: {str(item)[:120]}")
+                raise UpstreamProtocolError(self.name, f"sent a message that is not JSON-RPC: {excerpt(str(item))}")
         return values
 
     async def forward(self, method: str, body: bytes | None, headers: Mapping[str, str]) -> aiohttp.ClientResponse:
@@ -207,8 +242,15 @@ class _BodyMessages:
         return messages.pop()
 
 
-def _text(raw: bytes) -> str:
-    return raw.decode("utf-8", errors="replace")
+def _unreachable(exc: aiohttp.ClientConnectorError) -> str:
+    """Where the connection failed and why: aiohttp's own text names the TLS context instead
+    ("Cannot connect to host h:p ssl:default [Connect call failed ...]"), even for http URLs."""
+    error = exc.os_error
+    if isinstance(error, ssl.SSLError | socket.gaierror) or not error.errno or error.errno < 0:
+        reason = error.strerror or str(error) or error.__class__.__name__
+    else:
+        reason = os.strerror(error.errno)  # "Connection refused", not asyncio's "Connect call failed"
+    return f"is unreachable at {exc.host}:{exc.port} ({reason})"
 
 
 class _Exchange:

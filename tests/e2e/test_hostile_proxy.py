@@ -230,11 +230,11 @@ def _with_state(body: bytes, token: str) -> bytes:
     return body
 
 
-def send(target: Target, hostile: Hostile) -> Reply:
+def send(target: Target, hostile: Hostile) -> Reply | None:
     headers = list(hostile.headers)
     if hostile.session == "valid" and target.session:
         if hostile.http_method == "GET":
-            return Reply(200, "skipped: a GET stream is open by design", [], b"")  # never ends by itself
+            return None  # a session's GET stream stays open by design: nothing to wait for
         headers.append(("Mcp-Session-Id", target.session))
     elif hostile.session == "garbage":
         headers.append(("Mcp-Session-Id", "forged-" + "A" * 40))
@@ -264,7 +264,8 @@ def test_every_hostile_request_gets_a_correct_answer_and_the_proxy_keeps_serving
         tally.count("hostile.proxy")
         tally.count(f"hostile.proxy.{name}")
         reply = send(target, hostile)
-        assert_holds(reply, f"{name}: {hostile}")
+        if reply is not None:
+            assert_holds(reply, f"{name}: {hostile}")
 
     probe()
     healthy(target)
