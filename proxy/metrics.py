@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 PREFIX = "mcp_era_proxy_"
 
@@ -141,9 +141,7 @@ class Metrics:
         )
         self.cache_entries = Gauge(PREFIX + "cache_entries", "Entries in the response cache.", registry=r)
         self.cache_bytes = Gauge(PREFIX + "cache_bytes", "Serialized size of the response cache.", registry=r)
-        # What leaks show up in first: the process's memory and descriptors (process_* series, read
-        # from /proc where it exists) and the tasks on the event loop, read at scrape time.
-        ProcessCollector(registry=r)
+        # Where a leak of the proxy's own shows first: the tasks on its event loop, read at scrape time.
         self.event_loop_tasks = Gauge(PREFIX + "event_loop_tasks", "Tasks alive on the event loop.", registry=r)
         self.event_loop_tasks.set_function(_loop_tasks)
         for kind in ("downstream_get", "downstream_listen", "upstream_get", "upstream_listen"):
