@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
+import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
@@ -330,6 +331,7 @@ def load_settings(config_file: str | Path | None = None, **overrides: Any) -> Se
         path = Path(config_file)
         if not path.is_file():
             raise ConfigError(f"config file not found: {path}")
+        _check_yaml(path)
 
         class FileSettings(Settings):
             model_config = SettingsConfigDict(yaml_file=path)
@@ -353,6 +355,48 @@ def load_settings(config_file: str | Path | None = None, **overrides: Any) -> Se
             where = ".".join(str(p) for p in error["loc"]) or "config"
             lines.append(f"  {where}: {error['msg']}")
         raise ConfigError("invalid configuration:\n" + "\n".join(lines)) from None
+
+
+def _check_yaml(path: Path) -> None:
+    """The file is YAML with a mapping at the top. pydantic-settings reads it again, but would answer
+    a syntax error or a list with a traceback instead of the file's name and line."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"invalid configuration: cannot read {path}: {exc}") from None
+    loader = yaml.SafeLoader(text)
+    try:
+        node = loader.get_single_node()
+        if node is not None:
+            loader.construct_document(node)
+    except yaml.MarkedYAMLError as exc:
+        raise ConfigError(f"invalid configuration: {_yaml_problem(path, exc)}") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"invalid configuration: {path}: {exc}") from None
+    finally:
+        loader.dispose()
+    if node is not None and not isinstance(node, yaml.MappingNode):
+        kind = "a list" if isinstance(node, yaml.SequenceNode) else "a single value"
+        raise ConfigError(
+            f"invalid configuration: {path}, line {node.start_mark.line + 1}: the top level must be a mapping "
+            f"of settings (such as `upstream:`), not {kind}"
+        )
+
+
+def _yaml_problem(path: Path, exc: yaml.MarkedYAMLError) -> str:
+    """Where the construct that failed starts (the context), then what went wrong and where."""
+
+    def at(mark: yaml.Mark) -> str:
+        return f"line {mark.line + 1}, column {mark.column + 1}"
+
+    start = exc.context_mark or exc.problem_mark
+    where = f"{path}, {at(start)}" if start is not None else str(path)
+    problem = exc.problem or "not valid YAML"
+    if exc.context and exc.context_mark is not None and exc.problem_mark is not None:
+        problem += f" ({exc.context}; found at {at(exc.problem_mark)})"
+    elif exc.context:
+        problem += f" ({exc.context})"
+    return f"{where}: {problem}"
 
 
 def _check_environment() -> None:
