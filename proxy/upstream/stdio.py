@@ -59,16 +59,22 @@ class StdioProcess:
         return self._process is not None and self._process.returncode is None and not self.exited.is_set()
 
     async def start(self) -> None:
-        self._process = await asyncio.create_subprocess_exec(
-            *self.argv,
-            stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-            env=self._env,
-            cwd=self._cwd,
-            limit=_LINE_LIMIT,
-            start_new_session=True,  # its own process group: stop() reaches its children too
-        )
+        """Start the process; UpstreamUnavailable naming the program and the OS's reason if it cannot be."""
+        try:
+            self._process = await asyncio.create_subprocess_exec(
+                *self.argv,
+                stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+                env=self._env,
+                cwd=self._cwd,
+                limit=_LINE_LIMIT,
+                start_new_session=True,  # its own process group: stop() reaches its children too
+            )
+        except (OSError, ValueError) as exc:  # ValueError: a NUL byte in an argument
+            # The name is said here: uvloop's OSError carries no file name.
+            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+            raise UpstreamUnavailable(self.name, f"could not start {self.argv[0]!r}: {reason}") from None
         self._tasks = [
             asyncio.create_task(self._read_stdout(), name=f"stdio-out-{self.pid}"),
             asyncio.create_task(self._read_stderr(), name=f"stdio-err-{self.pid}"),
@@ -359,9 +365,9 @@ class StdioModernUpstream:
             channel = StdioChannel(self._make_process, self.name, self._unsolicited, self._exited)
             try:
                 await channel.start()
-            except OSError as exc:
-                self._exited(None)
-                raise UpstreamUnavailable(self.name, f"could not be started: {exc}") from None
+            except UpstreamUnavailable:
+                self._exited(None)  # a failed start backs off like a crash
+                raise
             self._channel = channel
             return channel
 

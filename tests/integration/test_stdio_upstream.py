@@ -360,6 +360,25 @@ async def test_stop_ends_the_childs_own_children_too():
             await process.stop(GRACE)
 
 
+@pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
+def test_a_program_that_cannot_be_started_is_unavailable_naming_it_with_the_os_reason(tmp_path: Path, loop: str):
+    # The proxy runs on uvloop where it is installed, whose OSError carries no file name.
+    missing = tmp_path / "no-such-server"
+    process = StdioProcess([str(missing), "--stdio"], name=NAME, on_message=lambda message: None)
+
+    async def start() -> None:
+        async with asyncio.timeout(WAIT):
+            await process.start()
+
+    run = asyncio.run if loop == "asyncio" else pytest.importorskip("uvloop").run
+    with pytest.raises(UpstreamUnavailable) as failed:
+        run(start())
+    assert (
+        failed.value.failure.message == f"upstream {NAME!r} could not start {str(missing)!r}: No such file or directory"
+    )
+    assert not process.running
+
+
 # ---------------------------------------------------------------- StdioChannel routing
 
 
