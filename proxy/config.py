@@ -68,6 +68,22 @@ class PoolConfig(_Section):
     ping_interval_s: float = Field(60.0, gt=0, description="Idle upstream sessions are pinged this often.")
 
 
+class StdioConfig(_Section):
+    max_processes: int = Field(
+        32,
+        gt=0,
+        description="Server processes legacy client sessions hold at most, in front of a legacy stdio server "
+        "(a session is a process). At the bound, a new session stops the least recently used idle one; "
+        "with none idle it gets 503.",
+    )
+    process_idle_s: float = Field(
+        600.0,
+        gt=0,
+        description="A session's server process idle this long is stopped, ending the session (sooner than "
+        "sessions.idle_timeout_s: a process costs far more than a session record).",
+    )
+
+
 class UpstreamConfig(_Section):
     url: str | None = Field(None, description="Streamable HTTP endpoint of the MCP server behind the proxy.")
     command: list[str] | None = Field(
@@ -108,6 +124,9 @@ class UpstreamConfig(_Section):
         default_factory=dict, description="Per-method cache hints (server/discover, tools/list, ...)."
     )
     pool: PoolConfig = Field(default_factory=PoolConfig, description="Sessions held with a legacy upstream.")
+    stdio: StdioConfig = Field(
+        default_factory=StdioConfig, description="Server processes of legacy clients' sessions (legacy stdio server)."
+    )
     declare_capabilities: Literal["all", "client"] = Field(
         "all",
         description="Client capabilities declared to a legacy upstream. `all`: every input capability, so "

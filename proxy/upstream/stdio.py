@@ -14,7 +14,7 @@ import signal
 import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, Protocol
 
 import structlog
 
@@ -28,6 +28,13 @@ _LINE_LIMIT = 64 * 1024 * 1024  # one JSON-RPC message per line; results can be 
 _STDERR_LINE_LIMIT = 4096
 
 
+class Tally(Protocol):
+    """What counts the processes running (a gauge)."""
+
+    def inc(self) -> None: ...
+    def dec(self) -> None: ...
+
+
 class StdioProcess:
     def __init__(
         self,
@@ -38,9 +45,11 @@ class StdioProcess:
         cwd: str | None = None,
         on_message: Callable[[JSONDict], None],
         on_exit: Callable[[int | None], None] = lambda code: None,
+        tally: Tally | None = None,
     ) -> None:
         self.argv = list(argv)
         self.name = name
+        self._tally = tally  # of the processes running
         self._env = {**os.environ, **(env or {})}
         self._cwd = cwd
         self._on_message = on_message
@@ -75,6 +84,8 @@ class StdioProcess:
             # The name is said here: uvloop's OSError carries no file name.
             reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
             raise UpstreamUnavailable(self.name, f"could not start {self.argv[0]!r}: {reason}") from None
+        if self._tally is not None:
+            self._tally.inc()  # down again once it is reaped (_read_stdout)
         self._tasks = [
             asyncio.create_task(self._read_stdout(), name=f"stdio-out-{self.pid}"),
             asyncio.create_task(self._read_stderr(), name=f"stdio-err-{self.pid}"),
@@ -115,6 +126,8 @@ class StdioProcess:
                 self._on_message(message)
         finally:
             code = await self._process.wait()
+            if self._tally is not None:
+                self._tally.dec()
             self.exited.set()
             log.info("upstream_process_exited", upstream=self.name, pid=self.pid, code=code)
             self._on_exit(code)
@@ -304,10 +317,10 @@ class StdioChannel:
 
 
 def process_factory(
-    argv: Sequence[str], name: str, env: Mapping[str, str] | None, cwd: str | None
+    argv: Sequence[str], name: str, env: Mapping[str, str] | None, cwd: str | None, tally: Tally | None = None
 ) -> Callable[..., StdioProcess]:
     def make(*, on_message: Callable[[JSONDict], None], on_exit: Callable[[int | None], None]) -> StdioProcess:
-        return StdioProcess(argv, name=name, env=env, cwd=cwd, on_message=on_message, on_exit=on_exit)
+        return StdioProcess(argv, name=name, env=env, cwd=cwd, on_message=on_message, on_exit=on_exit, tally=tally)
 
     return make
 

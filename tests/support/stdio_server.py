@@ -6,7 +6,8 @@ with -32601 as a legacy server does) or `modern` (answers `server/discover`, ref
 `initialize`). Either way it answers `ping`, and `tools/call` by tool name:
 
   pid    {"content": [{"type": "text", "text": "<its pid>"}]}
-  hold   nothing until a `notifications/cancelled` for it arrives (a call in flight)
+  hold   a progress notification when it has a progressToken, then nothing (a call in flight
+         until the client cancels it)
 
 Each process appends its pid to $STDIO_SERVER_STARTS (a file) when that is set, and exits 0 at
 the end of its input.
@@ -77,7 +78,15 @@ def main() -> None:
         elif method == "tools/call" and params.get("name") == "pid":
             result(message, text(str(os.getpid())))
         elif method == "tools/call" and params.get("name") == "hold":
-            pass
+            token = (params.get("_meta") or {}).get("progressToken")
+            if token is not None:
+                send(
+                    {
+                        "jsonrpc": "2.0",
+                        "method": "notifications/progress",
+                        "params": {"progressToken": token, "progress": 0},
+                    }
+                )
         else:
             error(message, -32601, f"Method not found: {method}")
 
