@@ -264,6 +264,26 @@ class CacheConfig(_Section):
     watched_resources_max: int = Field(256, ge=0, description="Cached resources/read URIs watched for updates.")
 
 
+class DownstreamConfig(_Section):
+    idle_timeout_s: float = Field(
+        75.0,
+        gt=0,
+        description="A client connection with no request under way (before its first, between two) is closed "
+        "after this. Keep it longer than the idle timeout of a load balancer in front (some use 600 s).",
+    )
+    header_timeout_s: float = Field(
+        10.0,
+        gt=0,
+        description="A request's headers must arrive within this from its first byte; then 408, connection closed.",
+    )
+    body_timeout_s: float = Field(
+        60.0,
+        gt=0,
+        description="A request's body must arrive within this from the end of its headers; then 408, connection "
+        "closed. Only reading the request is bounded: replies (SSE streams, long calls) are not.",
+    )
+
+
 class ShutdownConfig(_Section):
     grace_s: float = Field(
         20.0,
@@ -297,6 +317,7 @@ class Settings(BaseSettings):
         None, description="Separate address for /metrics, /healthz, /readyz (default: same)."
     )
     upstream: UpstreamConfig
+    downstream: DownstreamConfig = DownstreamConfig()
     security: SecurityConfig = SecurityConfig()
     sessions: SessionsConfig = SessionsConfig()
     input: InputConfig = InputConfig()
