@@ -352,6 +352,7 @@ class StdioModernUpstream:
         self._lock = asyncio.Lock()
         self._failures = 0
         self._next_start = 0.0
+        self._cannot_start: str | None = None  # why the last start failed, until one succeeds
         self._closed = False
         self.last_ok: float | None = None
         self.restarts = 0
@@ -370,6 +371,10 @@ class StdioModernUpstream:
             if self._closed:
                 raise UpstreamUnavailable(self.name, "is shut down")
             wait = self._next_start - self._clock()
+            if wait > 0 and self._cannot_start is not None:
+                # It could not even be started (not installed?): waiting here would only hold the
+                # request (and those queued behind it) for the same answer. Tried again after the wait.
+                raise UpstreamUnavailable(self.name, self._cannot_start)
             if wait > 0:  # crash loop: back off before starting it again
                 await asyncio.sleep(wait)
             if self._channel is not None:
@@ -378,9 +383,11 @@ class StdioModernUpstream:
             channel = StdioChannel(self._make_process, self.name, self._unsolicited, self._exited)
             try:
                 await channel.start()
-            except UpstreamUnavailable:
+            except UpstreamUnavailable as exc:
                 self._exited(None)  # a failed start backs off like a crash
+                self._cannot_start = str(exc)
                 raise
+            self._cannot_start = None
             self._channel = channel
             return channel
 

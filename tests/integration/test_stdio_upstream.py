@@ -646,6 +646,35 @@ async def test_a_reply_resets_the_crash_backoff():
         await upstream.close()
 
 
+async def test_a_program_that_cannot_be_started_fails_at_once_until_its_backoff_ends_then_is_tried_again(
+    tmp_path: Path,
+):
+    # Waiting out the backoff in each request held it (and those queued behind it) up to
+    # restart_backoff_max_s, for the same answer.
+    program = tmp_path / "mcp-server"
+    starts: list[StdioProcess] = []
+
+    def make(**callbacks: Any) -> StdioProcess:
+        starts.append(StdioProcess([str(program)], name=NAME, **callbacks))
+        return starts[-1]
+
+    clock = FakeClock()
+    upstream = StdioModernUpstream(NAME, make, grace_s=GRACE, backoff_max_s=10.0, clock=clock)
+    try:
+        for _ in range(3):  # the clock stands still: within the backoff, however long each took
+            with pytest.raises(UpstreamUnavailable) as failed:
+                await final(upstream, jsonrpc.request(1, "echo"))
+            assert "No such file or directory" in str(failed.value)
+        assert len(starts) == 1  # tried once; the others were answered without waiting or trying
+        program.write_text(f"#!{sys.executable}\n{SERVER}")
+        program.chmod(0o755)
+        clock.now += 0.25  # the first backoff step
+        assert (await final(upstream, jsonrpc.request(2, "echo")))["result"]["echo"] == 2
+        assert len(starts) == 2
+    finally:
+        await upstream.close()
+
+
 async def test_a_closed_upstream_refuses_new_exchanges():
     upstream = modern_upstream()
     await final(upstream, jsonrpc.request(1, "echo"))
