@@ -50,6 +50,7 @@ class DeadlineHandler(RequestHandler):
         if self._expired:
             return  # the connection closes: nothing more is read
         heads = self._request_count
+        in_body = self._body is not None
         super().data_received(data)
         if self._request_count != heads:  # a request's headers are complete: theirs is met
             self._disarm()
@@ -58,8 +59,10 @@ class DeadlineHandler(RequestHandler):
                 self._body = body
                 self._arm(self._limits.body_timeout_s, self._body_too_slow)
                 body.on_eof(self._body_received)
-        elif data and self._deadline is None and self._body is None and not self._request_in_progress:
-            self._arm(self._limits.header_timeout_s, self._headers_too_slow)  # a request's first bytes
+        elif not in_body and data and self._deadline is None and not self._request_in_progress:
+            # A request's first bytes. (Bytes that ended a body are not: what follows them in the
+            # same packet, if anything, is timed from the next packet on.)
+            self._arm(self._limits.header_timeout_s, self._headers_too_slow)
 
     def connection_lost(self, exc: BaseException | None) -> None:
         self._disarm()

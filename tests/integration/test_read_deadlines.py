@@ -136,6 +136,27 @@ async def test_a_body_sent_too_slowly_gets_408_with_a_json_rpc_error_and_the_con
     assert raw.count(b"HTTP/1.1") == 1
 
 
+async def test_the_end_of_a_body_arms_no_header_deadline_on_a_connection_kept_alive(serve_proxy: Serve):
+    port = await serve_proxy(
+        **{"downstream.idle_timeout_s": LONG, "downstream.header_timeout_s": 0.3, "downstream.body_timeout_s": LONG}
+    )
+    async with connection(port) as (reader, writer):
+        # Answered without its body being read; aiohttp then reads the body, arriving late, to its end.
+        writer.write(b"POST /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 5\r\n\r\n")
+        async with asyncio.timeout(WAIT):
+            head = await reader.readuntil(b"\r\n\r\n")
+            length = int(next(line for line in head.split(b"\r\n") if line.lower().startswith(b"content-length:"))[15:])
+            await reader.readexactly(length)
+        writer.write(b"hello")  # the body's end, on an otherwise idle connection
+        async with connection(port) as (other, other_writer):  # outlasts a header deadline from now
+            other_writer.write(b"GET /healthz HTTP/1.1\r\n")
+            timeout_reply(await until_closed(other))
+        writer.write(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        async with asyncio.timeout(WAIT):
+            answer = await reader.readuntil(b"\r\n\r\n")
+    assert answer.startswith(b"HTTP/1.1 200 "), answer  # not a 408 for bytes that were a body
+
+
 @pytest.mark.parametrize("client_era", ["modern", "legacy"])
 async def test_a_reply_that_outlasts_every_read_deadline_is_not_cut(
     serve_proxy: Serve, fake: FakeModern, client_era: str
