@@ -41,6 +41,7 @@ log = structlog.get_logger(__name__)
 
 METRICS = web.AppKey("metrics", Metrics)
 LEGACY_TO_MODERN = web.AppKey("legacy_to_modern", LegacySessionHost[Any])  # legacy sessions, translated
+LEGACY_STDIO = web.AppKey("legacy_stdio", LegacySessionHost[Any])  # legacy sessions, a server process each
 MODERN_TO_LEGACY = web.AppKey("modern_to_legacy", ModernToLegacy)
 ADMIN = web.AppKey("admin", Admin)
 DETECTOR = web.AppKey("detector", EraDetector)
@@ -77,14 +78,24 @@ def create_app(
         probe: Callable[[], Awaitable[Detected]] = partial(probe_http, http, config.probe_timeout_s)
     else:
         assert config.command is not None
-        make = process_factory(config.command, config.name, config.env, config.cwd)
+        make = process_factory(
+            config.command, config.name, config.env, config.cwd, metrics.upstream_processes.labels(config.name)
+        )
         stdio = modern_upstream = StdioModernUpstream(
             config.name, make, grace_s=config.shutdown_grace_s, backoff_max_s=config.restart_backoff_max_s
         )
         legacy_sessions = stdio_sessions(make, config.name, config.shutdown_grace_s)
-        # A session that is a process cannot be shared with other replicas: it lives here only.
+        # A session that is a process cannot be shared with other replicas: it lives here only. Its
+        # process is bounded in number and stopped sooner when idle than a session record expires.
         process_sessions = LegacySessionHost(
-            ProcessBackend(settings, make, config.name, failures), settings, InMemorySessionStore(), ids, metrics, clock
+            ProcessBackend(settings, make, config.name, failures),
+            settings,
+            InMemorySessionStore(),
+            ids,
+            metrics,
+            clock,
+            max_live=config.stdio.max_processes,
+            idle_timeout_s=config.stdio.process_idle_s,
         )
 
         async def probe_channel() -> StdioChannel:
@@ -139,6 +150,8 @@ def create_app(
     app[METRICS] = metrics
     app[LEGACY_TO_MODERN] = legacy_to_modern
     app[MODERN_TO_LEGACY] = modern_to_legacy
+    if process_sessions is not None:
+        app[LEGACY_STDIO] = process_sessions
     app[DETECTOR] = detector
     app[CACHE] = cache
     app[ADMIN] = admin
@@ -159,7 +172,9 @@ def create_app(
     async def lifecycle(app: web.Application) -> AsyncIterator[None]:
         pool = settings.upstream.pool
         pool_interval = min(max(min(pool.idle_timeout_s, pool.ping_interval_s) / 4, 0.25), 30.0)
-        jobs: list[tuple[float, Callable[[], Awaitable[object]]]] = [(_reap_interval(settings), h.reap) for h in hosts]
+        jobs: list[tuple[float, Callable[[], Awaitable[object]]]] = [
+            (_reap_interval(h.idle_timeout_s, settings.sessions.max_lifetime_s), h.reap) for h in hosts
+        ]
         jobs.append((pool_interval, modern_to_legacy.maintain))
         tasks = [asyncio.create_task(_every(interval, job)) for interval, job in jobs]
         tasks.append(asyncio.create_task(_detect_early(detector)))
@@ -207,9 +222,8 @@ async def _detect_early(detector: EraDetector) -> None:
         log.warning("upstream_era_unknown", error=str(exc) or exc.__class__.__name__)
 
 
-def _reap_interval(settings: Settings) -> float:
-    sessions = settings.sessions
-    return max(min(sessions.idle_timeout_s / 4, sessions.max_lifetime_s / 4, 30.0), 0.25)
+def _reap_interval(idle_timeout_s: float, max_lifetime_s: float) -> float:
+    return max(min(idle_timeout_s / 4, max_lifetime_s / 4, 30.0), 0.25)
 
 
 async def _every(interval: float, job: Callable[[], Awaitable[object]]) -> None:

@@ -16,7 +16,7 @@ from aiohttp import web
 from . import __version__
 from .app import ADMIN, create_app
 from .config import ENV_PREFIX, ConfigError, Settings, load_settings, parse_listen
-from .downstream.guard import JsonErrorsRunner
+from .downstream.server import runner as make_runner
 from .logs import configure_logging
 
 log = structlog.get_logger(__name__)
@@ -78,13 +78,7 @@ async def serve(settings: Settings, stop: asyncio.Event | None = None) -> None:
         for application, address in ((app, settings.listen), (admin_app, settings.admin_listen)):
             if application is None or address is None:
                 continue
-            # handler_cancellation: a client that disconnects cancels its handler, which closes
-            # the upstream request too (for a 2026-07-28 upstream that is the cancellation).
-            # shutdown_timeout: calls in flight at SIGTERM get this long before they are cancelled.
-            # JsonErrorsRunner: even HTTP that aiohttp cannot parse is answered with a JSON-RPC error.
-            runner: web.AppRunner = JsonErrorsRunner(
-                application, handler_cancellation=True, access_log=None, shutdown_timeout=settings.shutdown.grace_s
-            )
+            runner = make_runner(application, settings)  # with deadlines on reading requests
             await runner.setup()
             runners.append(runner)
             host, port = parse_listen(address)
@@ -104,8 +98,8 @@ async def serve(settings: Settings, stop: asyncio.Event | None = None) -> None:
     finally:
         # The MCP listener first (stop accepting, end streams, let calls finish, close upstreams),
         # the separate admin listener last, so readiness can be seen failing meanwhile.
-        for runner in runners:
-            await runner.cleanup()
+        for started in runners:
+            await started.cleanup()
         log.info("stopped")
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
+import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
@@ -68,6 +69,22 @@ class PoolConfig(_Section):
     ping_interval_s: float = Field(60.0, gt=0, description="Idle upstream sessions are pinged this often.")
 
 
+class StdioConfig(_Section):
+    max_processes: int = Field(
+        32,
+        gt=0,
+        description="Server processes legacy client sessions hold at most, in front of a legacy stdio server "
+        "(a session is a process). At the bound, a new session stops the least recently used idle one; "
+        "with none idle it gets 503.",
+    )
+    process_idle_s: float = Field(
+        600.0,
+        gt=0,
+        description="A session's server process idle this long is stopped, ending the session (sooner than "
+        "sessions.idle_timeout_s: a process costs far more than a session record).",
+    )
+
+
 class UpstreamConfig(_Section):
     url: str | None = Field(None, description="Streamable HTTP endpoint of the MCP server behind the proxy.")
     command: list[str] | None = Field(
@@ -113,6 +130,9 @@ class UpstreamConfig(_Section):
         default_factory=dict, description="Per-method cache hints (server/discover, tools/list, ...)."
     )
     pool: PoolConfig = Field(default_factory=PoolConfig, description="Sessions held with a legacy upstream.")
+    stdio: StdioConfig = Field(
+        default_factory=StdioConfig, description="Server processes of legacy clients' sessions (legacy stdio server)."
+    )
     declare_capabilities: Literal["all", "client"] = Field(
         "all",
         description="Client capabilities declared to a legacy upstream. `all`: every input capability, so "
@@ -257,6 +277,26 @@ class CacheConfig(_Section):
     watched_resources_max: int = Field(256, ge=0, description="Cached resources/read URIs watched for updates.")
 
 
+class DownstreamConfig(_Section):
+    idle_timeout_s: float = Field(
+        75.0,
+        gt=0,
+        description="A client connection with no request under way (before its first, between two) is closed "
+        "after this. Keep it longer than the idle timeout of a load balancer in front (some use 600 s).",
+    )
+    header_timeout_s: float = Field(
+        10.0,
+        gt=0,
+        description="A request's headers must arrive within this from its first byte; then 408, connection closed.",
+    )
+    body_timeout_s: float = Field(
+        60.0,
+        gt=0,
+        description="A request's body must arrive within this from the end of its headers; then 408, connection "
+        "closed. Only reading the request is bounded: replies (SSE streams, long calls) are not.",
+    )
+
+
 class ShutdownConfig(_Section):
     grace_s: float = Field(
         20.0,
@@ -290,6 +330,7 @@ class Settings(BaseSettings):
         None, description="Separate address for /metrics, /healthz, /readyz (default: same)."
     )
     upstream: UpstreamConfig
+    downstream: DownstreamConfig = DownstreamConfig()
     security: SecurityConfig = SecurityConfig()
     sessions: SessionsConfig = SessionsConfig()
     input: InputConfig = InputConfig()
@@ -343,6 +384,7 @@ def load_settings(config_file: str | Path | None = None, **overrides: Any) -> Se
         path = Path(config_file)
         if not path.is_file():
             raise ConfigError(f"config file not found: {path}")
+        _check_yaml(path)
 
         class FileSettings(Settings):
             model_config = SettingsConfigDict(yaml_file=path)
@@ -366,6 +408,48 @@ def load_settings(config_file: str | Path | None = None, **overrides: Any) -> Se
             where = ".".join(str(p) for p in error["loc"]) or "config"
             lines.append(f"  {where}: {error['msg']}")
         raise ConfigError("invalid configuration:\n" + "\n".join(lines)) from None
+
+
+def _check_yaml(path: Path) -> None:
+    """The file is YAML with a mapping at the top. pydantic-settings reads it again, but would answer
+    a syntax error or a list with a traceback instead of the file's name and line."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"invalid configuration: cannot read {path}: {exc}") from None
+    loader = yaml.SafeLoader(text)
+    try:
+        node = loader.get_single_node()
+        if node is not None:
+            loader.construct_document(node)
+    except yaml.MarkedYAMLError as exc:
+        raise ConfigError(f"invalid configuration: {_yaml_problem(path, exc)}") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"invalid configuration: {path}: {exc}") from None
+    finally:
+        loader.dispose()
+    if node is not None and not isinstance(node, yaml.MappingNode):
+        kind = "a list" if isinstance(node, yaml.SequenceNode) else "a single value"
+        raise ConfigError(
+            f"invalid configuration: {path}, line {node.start_mark.line + 1}: the top level must be a mapping "
+            f"of settings (such as `upstream:`), not {kind}"
+        )
+
+
+def _yaml_problem(path: Path, exc: yaml.MarkedYAMLError) -> str:
+    """Where the construct that failed starts (the context), then what went wrong and where."""
+
+    def at(mark: yaml.Mark) -> str:
+        return f"line {mark.line + 1}, column {mark.column + 1}"
+
+    start = exc.context_mark or exc.problem_mark
+    where = f"{path}, {at(start)}" if start is not None else str(path)
+    problem = exc.problem or "not valid YAML"
+    if exc.context and exc.context_mark is not None and exc.problem_mark is not None:
+        problem += f" ({exc.context}; found at {at(exc.problem_mark)})"
+    elif exc.context:
+        problem += f" ({exc.context})"
+    return f"{where}: {problem}"
 
 
 def _check_environment() -> None:

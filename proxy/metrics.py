@@ -112,6 +112,12 @@ class Metrics:
             ["upstream"],
             registry=r,
         )
+        self.upstream_processes = Gauge(
+            PREFIX + "upstream_processes",
+            "stdio server processes running (sessions of legacy clients, pooled sessions, the shared one).",
+            ["upstream"],
+            registry=r,
+        )
         self.upstream_reinitialized = Counter(
             PREFIX + "upstream_sessions_reinitialized_total",
             "Upstream legacy sessions opened again after the upstream forgot them (HTTP 404).",

@@ -139,18 +139,3 @@ class JsonErrors(web.RequestHandler):
             log.info("request_body_unreadable", reason=str(exc).strip().splitlines()[-1].strip()[:200])
             return
         super().log_exception(*args, **kwargs)
-
-
-class _JsonErrorsServer(web.Server):
-    def __call__(self) -> web.RequestHandler:
-        return JsonErrors(self, loop=self._loop, **self._kwargs)
-
-
-class JsonErrorsRunner(web.AppRunner):
-    """An AppRunner whose connections are JsonErrors handlers. aiohttp has no setting for the
-    handler class, so the server the runner makes is given the subclass that makes them."""
-
-    async def _make_server(self) -> web.Server:
-        server = await super()._make_server()
-        server.__class__ = _JsonErrorsServer  # a subclass that adds nothing but its factory
-        return server

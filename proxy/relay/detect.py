@@ -80,7 +80,11 @@ async def probe_http(upstream: Any, timeout_s: float) -> Detected:
 
 
 async def probe_stdio(start: Callable[[], Awaitable[Any]], timeout_s: float) -> Detected:
-    """server/discover as the first line; silence past the timeout means legacy (docs/translation.md §1.4)."""
+    """server/discover as the first line; silence past the timeout means legacy (docs/translation.md §1.4).
+
+    A program that cannot be started says nothing of its era: its UpstreamUnavailable propagates,
+    nothing is cached, and the next request probes again, as for an HTTP upstream that is down.
+    """
     channel = await start()
     try:
         message = probe_request("era-probe")

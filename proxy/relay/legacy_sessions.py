@@ -99,7 +99,12 @@ class LegacySessionHost(Generic[L]):
         ids: SessionIds,
         metrics: Metrics,
         clock: Callable[[], float] = time.time,
+        *,
+        max_live: int | None = None,
+        idle_timeout_s: float | None = None,
     ) -> None:
+        """`max_live`: runtimes held at most, least recently used first out (a backend whose live
+        part is a process); `idle_timeout_s`: the idle expiry, when shorter than the sessions'."""
         self.backend = backend
         self._settings = settings
         self._limits = settings.sessions
@@ -107,7 +112,10 @@ class LegacySessionHost(Generic[L]):
         self._ids = ids
         self._metrics = metrics
         self._clock = clock
-        self._runtimes: dict[str, SessionRuntime[L]] = {}
+        self._runtimes: dict[str, SessionRuntime[L]] = {}  # least recently used first when bounded
+        self._max_live = max_live
+        self._opening = 0  # sessions being opened: their runtime counts against max_live already
+        self.idle_timeout_s = min(idle_timeout_s or self._limits.idle_timeout_s, self._limits.idle_timeout_s)
         self.tasks = TaskScope("legacy sessions")
 
     # ------------------------------------------------------------ sessions
@@ -119,6 +127,17 @@ class LegacySessionHost(Generic[L]):
             raise ProxyError(jsonrpc.INVALID_PARAMS, "initialize needs params")
         if await self._store.count() >= self._limits.max_sessions:
             raise ProxyError(jsonrpc.LIMIT_EXCEEDED, "too many sessions", status=503, outcome="rejected")
+        self._opening += 1
+        try:
+            if self._max_live is not None:
+                await self._make_room(self._max_live)
+            return await self._open(message, params, principal, auth_headers)
+        finally:
+            self._opening -= 1
+
+    async def _open(
+        self, message: JSONDict, params: JSONDict, principal: str, auth_headers: dict[str, str]
+    ) -> tuple[JSONDict, str]:
         opened = await self.backend.open(message, principal, auth_headers)
         now = self._clock()
         client_info = params.get("clientInfo")
@@ -148,6 +167,23 @@ class LegacySessionHost(Generic[L]):
         )
         return opened.result, session.id
 
+    async def _make_room(self, max_live: int) -> None:
+        """At the bound, the least recently used idle session gives its runtime up (a process: the
+        session ends, and its client gets 404 and starts a new one); with none idle, 503."""
+        while len(self._runtimes) + self._opening > max_live:
+            idle = next((sid for sid, runtime in self._runtimes.items() if not runtime.busy), None)
+            if idle is None:
+                raise ProxyError(
+                    jsonrpc.LIMIT_EXCEEDED,
+                    f"all {max_live} upstream processes are busy serving sessions; try again later",
+                    status=503,
+                    outcome="rejected",
+                )
+            if self.backend.durable:
+                await self._release(self._runtimes.pop(idle))  # made again on the session's next request
+            else:
+                await self.close(idle, reason="evicted")
+
     async def resolve(self, session_id: str, principal: str) -> LegacySession | None:
         """The live session for this id and caller, or None (→ HTTP 404)."""
         if not self._ids.check(session_id, principal):
@@ -156,11 +192,13 @@ class LegacySessionHost(Generic[L]):
         if session is None or session.principal != principal:
             return None
         now = self._clock()
-        if now - session.last_seen > self._limits.idle_timeout_s and not self._busy(session_id):
+        if now - session.last_seen > self.idle_timeout_s and not self._busy(session_id):
             await self.close(session_id, reason="expired")
             return None
         if self._runtime(session) is None:
             return None  # a session whose runtime cannot be rebuilt here (its process is gone)
+        if self._max_live is not None:  # the most recently used last
+            self._runtimes[session_id] = self._runtimes.pop(session_id)
         if now - session.last_seen >= _SEEN_RESOLUTION_S:  # not a store write per request
             session.last_seen = now
             await self._store.save(session)
@@ -217,7 +255,7 @@ class LegacySessionHost(Generic[L]):
         closed = 0
         for session_id in await self._store.created_before(now - self._limits.max_lifetime_s):
             closed += await self.close(session_id, reason="expired")
-        for session_id in await self._store.idle_since(now - self._limits.idle_timeout_s):
+        for session_id in await self._store.idle_since(now - self.idle_timeout_s):
             if self._busy(session_id):
                 session = await self._store.get(session_id)
                 if session is not None:

@@ -70,8 +70,8 @@ class ProcessBackend:
         channel = process.channel
         try:
             await channel.start()
-        except OSError as exc:
-            raise self._failures.client_error(UpstreamUnavailable(self._name, f"could not be started: {exc}")) from None
+        except UpstreamError as exc:
+            raise self._failures.client_error(exc) from None
         try:
             async with asyncio.timeout(_INITIALIZE_TIMEOUT_S):
                 reply = await self._exchange(process, message, None)

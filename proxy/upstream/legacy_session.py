@@ -366,10 +366,7 @@ class StdioSessionTransport:
             session.closed = True
 
         self._channel = StdioChannel(self._make_process, self._name, on_unsolicited=session.dispatch, on_exit=exited)
-        try:
-            await self._channel.start()
-        except OSError as exc:
-            raise UpstreamUnavailable(self._name, f"could not be started: {exc}") from None
+        await self._channel.start()  # UpstreamUnavailable naming the program if it cannot be started
 
     def headers(self, session: LegacyUpstreamSession) -> dict[str, str]:
         return {}  # stdio has no header layer

@@ -14,7 +14,7 @@ import signal
 import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, Protocol
 
 import structlog
 
@@ -28,6 +28,13 @@ _LINE_LIMIT = 64 * 1024 * 1024  # one JSON-RPC message per line; results can be 
 _STDERR_LINE_LIMIT = 4096
 
 
+class Tally(Protocol):
+    """What counts the processes running (a gauge)."""
+
+    def inc(self) -> None: ...
+    def dec(self) -> None: ...
+
+
 class StdioProcess:
     def __init__(
         self,
@@ -38,9 +45,11 @@ class StdioProcess:
         cwd: str | None = None,
         on_message: Callable[[JSONDict], None],
         on_exit: Callable[[int | None], None] = lambda code: None,
+        tally: Tally | None = None,
     ) -> None:
         self.argv = list(argv)
         self.name = name
+        self._tally = tally  # of the processes running
         self._env = {**os.environ, **(env or {})}
         self._cwd = cwd
         self._on_message = on_message
@@ -59,16 +68,24 @@ class StdioProcess:
         return self._process is not None and self._process.returncode is None and not self.exited.is_set()
 
     async def start(self) -> None:
-        self._process = await asyncio.create_subprocess_exec(
-            *self.argv,
-            stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-            env=self._env,
-            cwd=self._cwd,
-            limit=_LINE_LIMIT,
-            start_new_session=True,  # its own process group: stop() reaches its children too
-        )
+        """Start the process; UpstreamUnavailable naming the program and the OS's reason if it cannot be."""
+        try:
+            self._process = await asyncio.create_subprocess_exec(
+                *self.argv,
+                stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+                env=self._env,
+                cwd=self._cwd,
+                limit=_LINE_LIMIT,
+                start_new_session=True,  # its own process group: stop() reaches its children too
+            )
+        except (OSError, ValueError) as exc:  # ValueError: a NUL byte in an argument
+            # The name is said here: uvloop's OSError carries no file name.
+            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+            raise UpstreamUnavailable(self.name, f"could not start {self.argv[0]!r}: {reason}") from None
+        if self._tally is not None:
+            self._tally.inc()  # down again once it is reaped (_read_stdout)
         self._tasks = [
             asyncio.create_task(self._read_stdout(), name=f"stdio-out-{self.pid}"),
             asyncio.create_task(self._read_stderr(), name=f"stdio-err-{self.pid}"),
@@ -109,6 +126,8 @@ class StdioProcess:
                 self._on_message(message)
         finally:
             code = await self._process.wait()
+            if self._tally is not None:
+                self._tally.dec()
             self.exited.set()
             log.info("upstream_process_exited", upstream=self.name, pid=self.pid, code=code)
             self._on_exit(code)
@@ -298,10 +317,10 @@ class StdioChannel:
 
 
 def process_factory(
-    argv: Sequence[str], name: str, env: Mapping[str, str] | None, cwd: str | None
+    argv: Sequence[str], name: str, env: Mapping[str, str] | None, cwd: str | None, tally: Tally | None = None
 ) -> Callable[..., StdioProcess]:
     def make(*, on_message: Callable[[JSONDict], None], on_exit: Callable[[int | None], None]) -> StdioProcess:
-        return StdioProcess(argv, name=name, env=env, cwd=cwd, on_message=on_message, on_exit=on_exit)
+        return StdioProcess(argv, name=name, env=env, cwd=cwd, on_message=on_message, on_exit=on_exit, tally=tally)
 
     return make
 
@@ -333,6 +352,7 @@ class StdioModernUpstream:
         self._lock = asyncio.Lock()
         self._failures = 0
         self._next_start = 0.0
+        self._cannot_start: str | None = None  # why the last start failed, until one succeeds
         self._closed = False
         self.last_ok: float | None = None
         self.restarts = 0
@@ -351,6 +371,10 @@ class StdioModernUpstream:
             if self._closed:
                 raise UpstreamUnavailable(self.name, "is shut down")
             wait = self._next_start - self._clock()
+            if wait > 0 and self._cannot_start is not None:
+                # It could not even be started (not installed?): waiting here would only hold the
+                # request (and those queued behind it) for the same answer. Tried again after the wait.
+                raise UpstreamUnavailable(self.name, self._cannot_start)
             if wait > 0:  # crash loop: back off before starting it again
                 await asyncio.sleep(wait)
             if self._channel is not None:
@@ -359,9 +383,11 @@ class StdioModernUpstream:
             channel = StdioChannel(self._make_process, self.name, self._unsolicited, self._exited)
             try:
                 await channel.start()
-            except OSError as exc:
-                self._exited(None)
-                raise UpstreamUnavailable(self.name, f"could not be started: {exc}") from None
+            except UpstreamUnavailable as exc:
+                self._exited(None)  # a failed start backs off like a crash
+                self._cannot_start = str(exc)
+                raise
+            self._cannot_start = None
             self._channel = channel
             return channel
 

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import os
 import re
+import signal
 import socket
 from pathlib import Path
 
 import pytest
 
-from tests.support.procs import free_port, listening
+from tests.support.procs import Process, free_port, listening
 
 from .conftest import run_legacy_client
+from .test_stdio_supervision import alive, descendants
 
 pytestmark = pytest.mark.e2e
 REPO = Path(__file__).resolve().parents[2]
@@ -42,3 +45,53 @@ def test_the_demo_command_serves_a_legacy_client_through_the_proxy(logs_dir: Pat
     for port in (proxy_port, upstream_port):  # both processes are gone with the demo
         with socket.socket() as sock:
             assert sock.connect_ex(("127.0.0.1", port)) != 0
+
+
+def demo_argv() -> list[str]:
+    return ["bash", readme_commands()[0].split()[1]]
+
+
+def test_the_demo_refuses_an_upstream_port_something_else_listens_on(logs_dir: Path) -> None:
+    # Before, the example upstream failed to bind (in its log only) and the proxy started in front of
+    # whatever listened there.
+    proxy_port = free_port()
+    with socket.socket() as foreign:
+        foreign.bind(("127.0.0.1", 0))
+        foreign.listen()
+        taken = foreign.getsockname()[1]
+        env = {"PROXY_LISTEN": f"127.0.0.1:{proxy_port}", "UPSTREAM_PORT": str(taken)}
+        demo = Process(demo_argv(), logs_dir / "demo-port-taken.log", env, REPO)
+        try:
+            code = demo.proc.wait(timeout=100)
+        finally:
+            demo.stop()  # its whole process group, whatever it started
+    output = demo.output()
+    assert code == 1, output
+    assert f"127.0.0.1:{taken} is already in use" in output
+    assert "listening" not in output  # the proxy was never started
+    with socket.socket() as sock:
+        assert sock.connect_ex(("127.0.0.1", proxy_port)) != 0
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_a_signal_to_the_demo_script_stops_the_proxy_and_the_example_upstream(
+    logs_dir: Path, signum: signal.Signals
+) -> None:
+    proxy_port, upstream_port = free_port(), free_port()
+    env = {"PROXY_LISTEN": f"127.0.0.1:{proxy_port}", "UPSTREAM_PORT": str(upstream_port)}
+    log = logs_dir / f"demo-{signum.name}.log"
+    children: set[int] = set()
+    try:
+        with listening(demo_argv(), proxy_port, log, env=env, cwd=REPO, timeout=240) as demo:
+            children = descendants(demo.proc.pid)
+            assert len(children) >= 2, children  # the example upstream and the proxy
+            demo.proc.send_signal(signum)  # the script alone, as a supervisor or `kill PID` does
+            assert demo.proc.wait(timeout=60) == 128 + signum
+        assert not {pid for pid in children if alive(pid)}, demo.output()
+        for port in (proxy_port, upstream_port):
+            with socket.socket() as sock:
+                assert sock.connect_ex(("127.0.0.1", port)) != 0
+    finally:
+        for pid in children:  # failed: leave no orphan behind
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)

@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from proxy.config import ENV_PREFIX
 
 REPO = Path(__file__).resolve().parents[2]
@@ -72,7 +74,7 @@ def test_a_misspelt_environment_variable_is_refused() -> None:
 
 
 async def test_the_running_proxy_answers_http_it_cannot_parse_with_a_json_rpc_error() -> None:
-    """The command line serves on JsonErrorsRunner: what aiohttp cannot parse as HTTP (here a header
+    """The command line serves on downstream/server.py's runner: what aiohttp cannot parse as HTTP (here a header
     line without a colon) gets a JSON-RPC error body, not aiohttp's plain-text page."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -111,3 +113,34 @@ async def test_the_running_proxy_answers_http_it_cannot_parse_with_a_json_rpc_er
     assert b"content-type: application/json" in head.lower()
     message = json.loads(body)
     assert message["error"]["code"] == -32600 and "id" not in message
+
+
+def test_a_yaml_syntax_error_in_the_config_file_names_the_file_and_line(tmp_path: Path) -> None:
+    config = tmp_path / "proxy.yaml"
+    config.write_text("upstream:\n  url: http://127.0.0.1:1/mcp\nsessions:\n  idle_timeout_s: [7\n")
+    done = run_cli("--config", str(config), "--check-config")
+    assert done.returncode == 2
+    assert "Traceback" not in done.stderr
+    assert "invalid configuration" in done.stderr
+    assert f"{config}, line 4" in done.stderr, done.stderr
+
+
+@pytest.mark.parametrize("top", ["- upstream\n- sessions\n", "just a string\n", "# a comment\n\n42\n"])
+def test_a_config_file_whose_top_level_is_not_a_mapping_is_refused_with_its_line(tmp_path: Path, top: str) -> None:
+    config = tmp_path / "proxy.yaml"
+    config.write_text(top)
+    done = run_cli("--config", str(config), "--check-config")
+    assert done.returncode == 2
+    assert "Traceback" not in done.stderr
+    assert "invalid configuration" in done.stderr and "mapping" in done.stderr
+    line = next(n for n, text in enumerate(top.splitlines(), 1) if text and not text.startswith("#"))
+    assert f"{config}, line {line}" in done.stderr, done.stderr
+
+
+def test_an_unreadable_config_file_is_reported_not_a_traceback(tmp_path: Path) -> None:
+    config = tmp_path / "proxy.yaml"
+    config.write_bytes(b"upstream:\n  url: \xff\xfe\n")
+    done = run_cli("--config", str(config), "--check-config")
+    assert done.returncode == 2
+    assert "Traceback" not in done.stderr
+    assert "invalid configuration" in done.stderr and str(config) in done.stderr

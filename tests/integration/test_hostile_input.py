@@ -23,8 +23,8 @@ from aiohttp.test_utils import TestServer
 from structlog.testing import capture_logs
 
 from proxy.app import create_app
-from proxy.config import load_settings
-from proxy.downstream.guard import JsonErrorsRunner
+from proxy.config import DownstreamConfig, load_settings
+from proxy.downstream.server import Runner
 from proxy.protocol import jsonrpc
 from proxy.protocol.headers import PROTOCOL_VERSION_HEADER, SESSION_HEADER
 from proxy.protocol.versions import LATEST_LEGACY
@@ -144,7 +144,7 @@ class ProxyServer(TestServer):
     aiohttp cannot parse with a JSON-RPC error."""
 
     async def _make_runner(self, **kwargs: Any) -> web.BaseRunner:
-        return JsonErrorsRunner(self.app, **kwargs)
+        return Runner(self.app, DownstreamConfig(), **kwargs)
 
 
 @pytest.fixture(params=ROUTES)

@@ -360,6 +360,25 @@ async def test_stop_ends_the_childs_own_children_too():
             await process.stop(GRACE)
 
 
+@pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
+def test_a_program_that_cannot_be_started_is_unavailable_naming_it_with_the_os_reason(tmp_path: Path, loop: str):
+    # The proxy runs on uvloop where it is installed, whose OSError carries no file name.
+    missing = tmp_path / "no-such-server"
+    process = StdioProcess([str(missing), "--stdio"], name=NAME, on_message=lambda message: None)
+
+    async def start() -> None:
+        async with asyncio.timeout(WAIT):
+            await process.start()
+
+    run = asyncio.run if loop == "asyncio" else pytest.importorskip("uvloop").run
+    with pytest.raises(UpstreamUnavailable) as failed:
+        run(start())
+    assert (
+        failed.value.failure.message == f"upstream {NAME!r} could not start {str(missing)!r}: No such file or directory"
+    )
+    assert not process.running
+
+
 # ---------------------------------------------------------------- StdioChannel routing
 
 
@@ -623,6 +642,35 @@ async def test_a_reply_resets_the_crash_backoff():
         await timed_crash(upstream)
         clock.now += 0.25  # the first step again; without the reset the real wait would be 7.75 s
         assert await timed_crash(upstream) < 3.0
+    finally:
+        await upstream.close()
+
+
+async def test_a_program_that_cannot_be_started_fails_at_once_until_its_backoff_ends_then_is_tried_again(
+    tmp_path: Path,
+):
+    # Waiting out the backoff in each request held it (and those queued behind it) up to
+    # restart_backoff_max_s, for the same answer.
+    program = tmp_path / "mcp-server"
+    starts: list[StdioProcess] = []
+
+    def make(**callbacks: Any) -> StdioProcess:
+        starts.append(StdioProcess([str(program)], name=NAME, **callbacks))
+        return starts[-1]
+
+    clock = FakeClock()
+    upstream = StdioModernUpstream(NAME, make, grace_s=GRACE, backoff_max_s=10.0, clock=clock)
+    try:
+        for _ in range(3):  # the clock stands still: within the backoff, however long each took
+            with pytest.raises(UpstreamUnavailable) as failed:
+                await final(upstream, jsonrpc.request(1, "echo"))
+            assert "No such file or directory" in str(failed.value)
+        assert len(starts) == 1  # tried once; the others were answered without waiting or trying
+        program.write_text(f"#!{sys.executable}\n{SERVER}")
+        program.chmod(0o755)
+        clock.now += 0.25  # the first backoff step
+        assert (await final(upstream, jsonrpc.request(2, "echo")))["result"]["echo"] == 2
+        assert len(starts) == 2
     finally:
         await upstream.close()
 

@@ -75,11 +75,16 @@ class Backend:
         self.calls.append(("close", runtime.live))
 
 
-def make(*, durable: bool, **settings: Any) -> tuple[LegacySessionHost[str], Backend, Metrics, Clock]:
+def make(
+    *, durable: bool, max_live: int | None = None, idle_timeout_s: float | None = None, **settings: Any
+) -> tuple[LegacySessionHost[str], Backend, Metrics, Clock]:
     backend, metrics, clock = Backend(durable=durable), Metrics(), Clock()
     config = load_settings(None, **{"upstream.url": "http://127.0.0.1:9/mcp", **settings})
     ids = SessionIds(b"k" * 32, config.sessions.max_lifetime_s, clock)
-    return LegacySessionHost(backend, config, InMemorySessionStore(), ids, metrics, clock), backend, metrics, clock
+    host = LegacySessionHost(
+        backend, config, InMemorySessionStore(), ids, metrics, clock, max_live=max_live, idle_timeout_s=idle_timeout_s
+    )
+    return host, backend, metrics, clock
 
 
 def value(metrics: Metrics, name: str, **labels: str) -> float:
@@ -207,3 +212,81 @@ async def test_initialized_is_remembered_and_responses_go_to_the_backend() -> No
     assert session.initialized
     assert await host.handle_response(session, jsonrpc.result_response(3, {}))
     assert ("respond", 3) in backend.calls
+
+
+# ---------------------------------------------------------------- a bound on live runtimes (processes)
+
+
+@BOTH
+async def test_at_the_live_bound_the_least_recently_used_idle_runtime_makes_room(durable: bool) -> None:
+    host, backend, metrics, clock = make(durable=durable, max_live=2)
+    _, first = await host.initialize(INITIALIZE, ALICE, {})
+    _, second = await host.initialize(INITIALIZE, ALICE, {})
+    clock.now += 5
+    assert await host.resolve(first, ALICE) is not None  # the first is the most recently used now
+    with capture_logs() as logs:
+        _, third = await host.initialize(INITIALIZE, ALICE, {})
+    assert set(host._runtimes) == {first, third}
+    assert backend.calls.count(("close", "live-part")) == 1  # released before the third was opened
+    if durable:  # its record stays; its runtime is made again on its next request
+        assert await host.resolve(second, ALICE) is not None
+        assert not [e for e in logs if e["event"] == "session_closed"]
+    else:  # a process: the session ends with it
+        assert await host.resolve(second, ALICE) is None
+        assert [e["reason"] for e in logs if e["event"] == "session_closed"] == ["evicted"]
+        assert value(metrics, "sessions_open", downstream_era="legacy") == 2
+
+
+@BOTH
+async def test_at_the_live_bound_with_every_runtime_busy_a_new_session_gets_503(durable: bool) -> None:
+    host, backend, _, _ = make(durable=durable, max_live=1)
+    _, first = await host.initialize(INITIALIZE, ALICE, {})
+    session = await host.resolve(first, ALICE)
+    assert session is not None
+    stream = host.open_get_stream(session)
+    with pytest.raises(ProxyError) as refused:
+        await host.initialize(INITIALIZE, ALICE, {})
+    assert (refused.value.code, refused.value.status) == (jsonrpc.LIMIT_EXCEEDED, 503)
+    assert "busy" in refused.value.message
+    assert list(host._runtimes) == [first] and ("close", "live-part") not in backend.calls
+    host.close_get_stream(first, stream)  # idle again: it makes room for the next one
+    _, second = await host.initialize(INITIALIZE, ALICE, {})
+    assert list(host._runtimes) == [second]
+
+
+async def test_sessions_being_opened_count_against_the_live_bound() -> None:
+    host, backend, _, _ = make(durable=False, max_live=1)
+    opening = asyncio.Event()
+    release = asyncio.Event()
+    open_session = backend.open
+
+    async def slow_open(*args: Any) -> Opened[str]:
+        opening.set()
+        await release.wait()
+        return await open_session(*args)
+
+    backend.open = slow_open  # type: ignore[method-assign]
+    first = asyncio.create_task(host.initialize(INITIALIZE, ALICE, {}))
+    async with asyncio.timeout(WAIT):
+        await opening.wait()
+        with pytest.raises(ProxyError) as refused:  # nothing to evict: the one slot is being filled
+            await host.initialize(INITIALIZE, ALICE, {})
+        release.set()
+        await first
+    assert refused.value.status == 503
+    assert len(host._runtimes) == 1
+
+
+async def test_a_shorter_idle_timeout_of_the_host_expires_its_sessions_sooner() -> None:
+    host, _, metrics, clock = make(durable=False, idle_timeout_s=60, **{"sessions.idle_timeout_s": 1800})
+    assert host.idle_timeout_s == 60
+    _, idle = await host.initialize(INITIALIZE, ALICE, {})
+    _, used = await host.initialize(INITIALIZE, ALICE, {})
+    clock.now += 59
+    assert await host.resolve(used, ALICE) is not None
+    clock.now += 2
+    assert await host.reap() == 1
+    assert await host.resolve(idle, ALICE) is None and await host.resolve(used, ALICE) is not None
+    assert value(metrics, "sessions_expired_total") == 1
+    # never longer than the sessions' own
+    assert make(durable=False, idle_timeout_s=3600, **{"sessions.idle_timeout_s": 1800})[0].idle_timeout_s == 1800

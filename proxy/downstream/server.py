@@ -1,0 +1,157 @@
+"""The HTTP server the endpoints run on: aiohttp's, with deadlines on reading each request.
+
+aiohttp bounds only an idle connection (`keepalive_timeout`: no request under way, before the
+first or between two). A client that sends its headers or its body a byte at a time holds its
+connection, and then its handler, for as long as it likes (slowloris). So, per request:
+
+- headers (`downstream.header_timeout_s`, from the request's first byte): past it the client gets
+  408 with a JSON-RPC body and the connection is closed;
+- body (`downstream.body_timeout_s`, from the end of the headers to the end of the body): past it
+  reading the body fails with 408 (answered by the handler's guard, downstream/guard.py) and the
+  connection is closed once that is sent.
+
+Only reading the request is bounded: once it is in, its reply (an SSE stream, a long call) takes
+as long as it takes. A timer is armed only while a request is incomplete, so a request that
+arrives in one packet costs none.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import structlog
+from aiohttp import StreamReader, web
+from aiohttp.web_protocol import RequestHandler
+
+from ..config import DownstreamConfig, Settings
+from ..protocol import jsonrpc
+from .guard import JsonErrors
+
+log = structlog.get_logger(__name__)
+
+
+class DeadlineHandler(JsonErrors):
+    """aiohttp's connection handler, timing the reading of each request's headers and body (and,
+    as JsonErrors, answering HTTP it cannot parse with a JSON-RPC error body).
+
+    Reads two of aiohttp's own fields after it parsed what arrived: `_request_count` (a request's
+    headers are complete) and `_messages` (its body, as aiohttp queued it for the handler).
+    """
+
+    __slots__ = ("_body", "_deadline", "_expired", "_limits")
+
+    def __init__(self, manager: web.Server, limits: DownstreamConfig, **kwargs: Any) -> None:
+        super().__init__(manager, **kwargs)
+        self._limits = limits
+        self._deadline: asyncio.TimerHandle | None = None
+        self._body: StreamReader | None = None  # a body being received
+        self._expired = False
+
+    def data_received(self, data: bytes) -> None:
+        if self._expired:
+            return  # the connection closes: nothing more is read
+        heads = self._request_count
+        in_body = self._body is not None
+        super().data_received(data)
+        if self._request_count != heads:  # a request's headers are complete: theirs is met
+            self._disarm()
+            body = self._messages[-1][1] if self._messages else None
+            if body is not None and not body.is_eof():  # only the last request's body may be unfinished
+                self._body = body
+                self._arm(self._limits.body_timeout_s, self._body_too_slow)
+                body.on_eof(self._body_received)
+        elif not in_body and data and self._deadline is None and not self._request_in_progress:
+            # A request's first bytes. (Bytes that ended a body are not: what follows them in the
+            # same packet, if anything, is timed from the next packet on.)
+            self._arm(self._limits.header_timeout_s, self._headers_too_slow)
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        self._disarm()
+        super().connection_lost(exc)
+
+    def _arm(self, seconds: float, expired: Any) -> None:
+        self._deadline = self._loop.call_later(seconds, expired)
+
+    def _disarm(self) -> None:
+        if self._deadline is not None:
+            self._deadline.cancel()
+            self._deadline = None
+
+    def _body_received(self) -> None:
+        self._body = None
+        self._disarm()
+
+    def _headers_too_slow(self) -> None:
+        self._deadline = None
+        if self._request_in_progress or self.transport is None:
+            # Bytes behind a request being answered (pipelined): nothing may be written now, and
+            # the keep-alive timer bounds them once the reply is done.
+            return
+        self._expired = True
+        seconds = self._limits.header_timeout_s
+        log.warning("request_read_timeout", part="headers", timeout_s=seconds)
+        message = f"Request Timeout: the request's headers did not arrive within {seconds:g} s"
+        body = jsonrpc.encode(jsonrpc.error_response(None, jsonrpc.INVALID_REQUEST, message))
+        self.transport.write(
+            b"HTTP/1.1 408 Request Timeout\r\nContent-Type: application/json\r\nConnection: close\r\n"
+            b"Content-Length: %d\r\n\r\n%b" % (len(body), body)
+        )
+        self.force_close()  # the transport sends what it holds, then closes
+
+    def _body_too_slow(self) -> None:
+        self._deadline = None
+        body, self._body = self._body, None
+        if body is None or body.is_eof():
+            return
+        self._expired = True
+        seconds = self._limits.body_timeout_s
+        log.warning("request_read_timeout", part="body", timeout_s=seconds)
+        self.close()  # no further request on this connection: the rest of this body is never read
+        # The handler's read fails with 408; ended here, so aiohttp does not linger for the rest.
+        reason = f"Request Timeout: the request's body did not arrive within {seconds:g} s"
+        body.set_exception(web.HTTPRequestTimeout(reason=reason))
+        body.feed_eof()
+
+
+class DeadlineServer(web.Server):
+    """The server aiohttp makes for an application, its connections made as DeadlineHandlers."""
+
+    def __init__(self, made: web.Server, limits: DownstreamConfig) -> None:
+        super().__init__(
+            made.request_handler,
+            request_factory=made.request_factory,
+            handler_cancellation=made.handler_cancellation,
+            **made._kwargs,
+        )
+        self._limits = limits
+
+    def __call__(self) -> RequestHandler:
+        return DeadlineHandler(self, self._limits, loop=self._loop, **self._kwargs)
+
+
+class Runner(web.AppRunner):
+    def __init__(self, app: web.Application, limits: DownstreamConfig, **kwargs: Any) -> None:
+        super().__init__(app, **kwargs)
+        self._limits = limits
+
+    async def _make_server(self) -> web.Server:
+        return DeadlineServer(await super()._make_server(), self._limits)
+
+
+def runner(app: web.Application, settings: Settings) -> Runner:
+    """The runner of one listener (the MCP endpoint, or the admin endpoints on their own address).
+
+    handler_cancellation: a client that disconnects cancels its handler, which closes the
+    upstream request too (for a 2026-07-28 upstream that is the cancellation). shutdown_timeout:
+    calls in flight at SIGTERM get this long before they are cancelled. keepalive_timeout: an
+    idle connection is closed after this.
+    """
+    return Runner(
+        app,
+        settings.downstream,
+        handler_cancellation=True,
+        access_log=None,
+        shutdown_timeout=settings.shutdown.grace_s,
+        keepalive_timeout=settings.downstream.idle_timeout_s,
+    )
