@@ -32,14 +32,16 @@ from ..protocol.capabilities import modern_server_capabilities
 from ..protocol.headers import PROTOCOL_VERSION_HEADER, SESSION_HEADER
 from ..protocol.versions import legacy_at_least
 from .base import Reply
-from .errors import UpstreamError, UpstreamProtocolError, UpstreamSessionGone, UpstreamUnavailable
+from .errors import UpstreamError, UpstreamProtocolError, UpstreamSessionGone, UpstreamTimeout, UpstreamUnavailable
 from .http import HttpUpstream
 from .stdio import StdioChannel, StdioProcess, StdioReply
 
 JSONDict = dict[str, Any]
 log = structlog.get_logger(__name__)
 
-_INITIALIZE_TIMEOUT_S = 30.0
+# A server that says nothing to initialize is given this long (never longer than any request:
+# the factories cap it by upstream.request_timeout_s).
+INITIALIZE_TIMEOUT_S = 30.0
 _DELETE_TIMEOUT_S = 5.0
 _GET_RETRY_MAX_S = 10.0
 
@@ -89,8 +91,10 @@ class LegacyUpstreamSession:
         auth_headers: dict[str, str],
         owner: SessionOwner,
         clock: Callable[[], float] = time.monotonic,
+        initialize_timeout_s: float = INITIALIZE_TIMEOUT_S,
     ) -> None:
         self.transport = transport
+        self._initialize_timeout_s = initialize_timeout_s
         self.name = transport.name
         self.key = key
         self.capabilities = capabilities  # the modern clientCapabilities this session was opened for
@@ -174,19 +178,25 @@ class LegacyUpstreamSession:
         message = m2l.initialize_request(self.next_id(), self.capabilities, client_info or PROXY_INFO)
         result = None
         exchange = _Sending(self.name, self.transport.exchange(message, self.auth_headers))
-        async with asyncio.timeout(_INITIALIZE_TIMEOUT_S), exchange as reply:
-            self.transport.adopt(self, reply)
-            async for incoming in reply:
-                if "method" not in incoming:
-                    if "error" in incoming:
-                        error = jsonrpc.obj(incoming["error"])
-                        raise ProxyError(
-                            jsonrpc.INTERNAL_ERROR,
-                            f"upstream refused initialize: {error.get('message')}",
-                            data={"upstreamError": error},
-                        )
-                    result = incoming.get("result")
-                    break
+        try:
+            async with asyncio.timeout(self._initialize_timeout_s), exchange as reply:
+                self.transport.adopt(self, reply)
+                async for incoming in reply:
+                    if "method" not in incoming:
+                        if "error" in incoming:
+                            error = jsonrpc.obj(incoming["error"])
+                            raise ProxyError(
+                                jsonrpc.INTERNAL_ERROR,
+                                f"upstream refused initialize: {error.get('message')}",
+                                data={"upstreamError": error},
+                            )
+                        result = incoming.get("result")
+                        break
+        except TimeoutError:
+            # Silence (a server that hangs, or writes nothing but lines that are not JSON-RPC).
+            raise UpstreamTimeout(
+                self.name, f"did not answer initialize within {self._initialize_timeout_s:g} s"
+            ) from None
         try:
             self.initialize_result = m2l.check_initialize_result(result)
         except m2l.InitializeRejected as exc:
@@ -404,21 +414,33 @@ class SessionFactory(Protocol):
     ) -> LegacyUpstreamSession: ...
 
 
-def http_sessions(upstream: HttpUpstream, clock: Callable[[], float] = time.monotonic) -> SessionFactory:
+def http_sessions(
+    upstream: HttpUpstream,
+    clock: Callable[[], float] = time.monotonic,
+    initialize_timeout_s: float = INITIALIZE_TIMEOUT_S,
+) -> SessionFactory:
     def make(
         key: tuple[str, str], capabilities: JSONDict, auth_headers: dict[str, str], owner: SessionOwner
     ) -> LegacyUpstreamSession:
-        return LegacyUpstreamSession(HttpSessionTransport(upstream), key, capabilities, auth_headers, owner, clock)
+        transport = HttpSessionTransport(upstream)
+        return LegacyUpstreamSession(transport, key, capabilities, auth_headers, owner, clock, initialize_timeout_s)
 
     return make
 
 
-def stdio_sessions(make_process: Callable[..., StdioProcess], name: str, grace_s: float) -> SessionFactory:
+def stdio_sessions(
+    make_process: Callable[..., StdioProcess],
+    name: str,
+    grace_s: float,
+    initialize_timeout_s: float = INITIALIZE_TIMEOUT_S,
+) -> SessionFactory:
     def make(
         key: tuple[str, str], capabilities: JSONDict, auth_headers: dict[str, str], owner: SessionOwner
     ) -> LegacyUpstreamSession:
         transport = StdioSessionTransport(make_process, name, grace_s)
-        return LegacyUpstreamSession(transport, key, capabilities, auth_headers, owner)
+        return LegacyUpstreamSession(
+            transport, key, capabilities, auth_headers, owner, initialize_timeout_s=initialize_timeout_s
+        )
 
     return make
 
