@@ -3,7 +3,7 @@ stdio: generated requests across the envelope, `_meta`, headers, batch shapes, s
 `requestState`, `inputResponses`, encodings and raw bodies, sent byte by byte.
 
 Every answer must hold the invariant of tests/support/answers.py; afterwards the proxy is alive,
-serves a normal request, and its log holds no traceback. `HOSTILE_PROXY_EXAMPLES` (default 250)
+serves a normal request, and its log holds no traceback. `HOSTILE_PROXY_EXAMPLES` (default 500)
 sets how many requests each upstream gets.
 """
 
@@ -30,7 +30,7 @@ from tests.support import peers, tally
 from tests.support.answers import assert_holds
 from tests.support.rawhttp import Reply, build, exchange
 
-EXAMPLES = int(os.environ.get("HOSTILE_PROXY_EXAMPLES", "250"))
+EXAMPLES = int(os.environ.get("HOSTILE_PROXY_EXAMPLES", "500"))
 # Short bounds, so that a request the proxy rightly holds (an input round nobody answers) ends soon.
 BOUNDS = {"upstream__request_timeout_s": "8", "input__round_timeout_s": "3", "input__park_timeout_s": "5"}
 ACCEPT = "application/json, text/event-stream"
@@ -107,15 +107,27 @@ def input_required_state(target: Target) -> str | None:
 
 
 def healthy(target: Target) -> None:
-    """The proxy still serves: a modern tools/list and a fresh legacy session both work."""
+    """The proxy still serves: a modern tools/list and a fresh legacy session both work.
+
+    A server the hostile requests left broken may fail the first request that reaches it (the
+    mcp==1.30.0 stdio server exits on the first message after a cancelled call that was waiting
+    for an elicitation): that one gets -32010 and the next a new server process."""
     reply = target.post(modern_request(99, "tools/list"), modern_headers("tools/list"))
+    if b'"code":-32010' in reply.body and b"exited" in reply.body:
+        tally.note(f"hostile {target.name}: the upstream process exited; the proxy answered -32010 and started another")
+        reply = target.post(modern_request(100, "tools/list"), modern_headers("tools/list"))
     assert reply.status == 200 and b'"tools"' in reply.body, reply
     session = open_session(target)
     listed = target.post({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}, [("Mcp-Session-Id", session)])
     assert listed.status == 200 and b'"tools"' in listed.body, listed
-    log = PROXY_LOGS[target.url].read_text(errors="replace")
-    assert "Traceback" not in log, log[log.index("Traceback") - 2000 : log.index("Traceback") + 3000]
-    assert '"level": "critical"' not in log and '"level":"critical"' not in log
+    # The proxy's own lines (a stdio server's stderr, relayed as upstream_stderr, may hold its own).
+    own = [
+        line
+        for line in PROXY_LOGS[target.url].read_text(errors="replace").splitlines()
+        if "upstream_stderr" not in line
+    ]
+    broken = [line for line in own if "Traceback" in line or '"level":"critical"' in line]
+    assert not broken, "\n".join(broken[:3])
 
 
 @pytest.fixture(scope="module")
@@ -203,7 +215,7 @@ def hostile_requests(draw: st.DrawFn) -> Hostile:
             )
         )
     elif shape == "gzip":
-        body = gzip.compress(body)
+        body = gzip.compress(body, mtime=0)  # no timestamp: the same draw, the same bytes
         headers.append(("Content-Encoding", "gzip"))
     elif shape == "fake-gzip":
         headers.append(("Content-Encoding", "gzip"))
@@ -265,7 +277,9 @@ def test_every_hostile_request_gets_a_correct_answer_and_the_proxy_keeps_serving
         tally.count(f"hostile.proxy.{name}")
         reply = send(target, hostile)
         if reply is not None:
-            assert_holds(reply, f"{name}: {hostile}")
+            assert_holds(reply, f"{name}: {hostile}", hostile.http_method)
+            if hostile.http_method == "DELETE" and hostile.session == "valid" and reply.status == 200:
+                target.session = open_session(target)  # that ended it: the next ones get a live one
 
     probe()
     healthy(target)
