@@ -24,7 +24,7 @@ import pytest
 
 from proxy.protocol import jsonrpc
 from tests.e2e.conftest import PROXY_LOGS, ProxyFactory
-from tests.support import fault_upstream, tally
+from tests.support import fault_upstream, peers, tally
 from tests.support.answers import assert_holds
 from tests.support.mcp_http import Endpoint, answer_to, metric
 from tests.support.procs import Process, free_port, wait_for_port
@@ -112,13 +112,17 @@ class Client:
         self.session = endpoint.open_session() if era == "legacy" else None
         self._ids = iter(range(1, 1_000_000))
 
-    def call(self, tool: str, arguments: dict[str, Any] | None = None) -> tuple[Reply, dict[str, Any] | None]:
+    def call(
+        self, tool: str, arguments: dict[str, Any] | None = None, *, progress: bool = False, when: Any = None
+    ) -> tuple[Reply, dict[str, Any] | None]:
         request_id = next(self._ids)
-        params = {"name": tool, "arguments": arguments or {}}
+        params: dict[str, Any] = {"name": tool, "arguments": arguments or {}}
+        if progress:
+            params["_meta"] = {"progressToken": f"p{request_id}"}
         if self.session is not None:
-            reply = self.endpoint.legacy(self.session, request_id, "tools/call", params)
+            reply = self.endpoint.legacy(self.session, request_id, "tools/call", params, when=when)
         else:
-            reply = self.endpoint.modern(request_id, "tools/call", params)
+            reply = self.endpoint.modern(request_id, "tools/call", params, when=when)
         return reply, answer_to(reply, request_id)
 
 
@@ -126,7 +130,7 @@ def echo_works(client: Client, text: str = "still here") -> None:
     reply, answer = client.call("echo", {"text": text})
     assert_holds(reply, "echo")
     assert answer is not None and "result" in answer, f"echo failed: HTTP {reply.status} {reply.body[:400]!r}"
-    assert answer["result"]["content"][0]["text"] == text
+    assert answer["result"]["content"][0]["text"].endswith(text)  # real servers say "echo: <text>"
 
 
 def log_text(endpoint: Endpoint) -> str:
@@ -295,3 +299,86 @@ def test_a_stdio_server_that_crashes_mid_call_fails_that_call_and_is_started_aga
             assert listed.status == 200 and json.loads(listed.body).get("result", {}).get("tools"), listed.body[:300]
 
         eventually(lists_tools)  # the server is started again: it serves what does not crash it
+
+
+# ---------------------------------------------------------------- real upstreams killed mid-call
+
+
+class RealServer(Faulty):
+    """A real SDK server (mcp==1.30.0 legacy or mcp==2.3.0 modern) on a port of its own."""
+
+    def start(self) -> None:
+        self._runs += 1
+        python, script = (
+            (peers.mcp1_python(), "legacy_server.py")
+            if self.era == "legacy"
+            else (peers.mcp2_python(), "modern_server.py")
+        )
+        argv = [str(python), str(peers.PEER_SCRIPTS / script), "--port", str(self.port)]
+        self._process = Process(argv, self.logs / f"real-{self.era}-{self.port}-{self._runs}.log")
+        wait_for_port(self.port, self._process.proc, 60.0, self._process.log)
+
+
+@pytest.mark.parametrize("client_era", ["legacy", "modern"])
+@pytest.mark.parametrize("server_era", ["legacy", "modern"])
+def test_a_real_server_killed_mid_call_fails_that_call_promptly_and_serves_again_once_restarted(
+    start_proxy: ProxyFactory, logs_dir: Path, server_era: str, client_era: str
+) -> None:
+    tally.count("faults")
+    server = RealServer(server_era, logs_dir)
+    server.start()
+    try:
+        with start_proxy(server.url, **SETTINGS) as url:
+            proxy = Endpoint(url, timeout=BOUND_S)
+            client = Client(client_era, proxy)
+            echo_works(client)
+            # The call reports progress each 0.1 s: the server dies once the first report is relayed.
+            reply, answer = client.call(
+                "slow", {"seconds": 30}, progress=True, when=(b"notifications/progress", server.kill)
+            )
+            assert_holds(reply, "killed mid-call")
+            assert answer is not None and answer.get("error", {}).get("code") == jsonrpc.UPSTREAM_UNAVAILABLE, (
+                reply.status,
+                reply.body[:400],
+            )
+            assert "Traceback" not in log_text(proxy)
+            server.start()
+            if client_era == "legacy" and server_era == "legacy":
+                client = Client(client_era, proxy)  # its session was the server's own: gone with it
+            eventually(lambda: echo_works(client, "after the restart"))
+    finally:
+        server.stop()
+
+
+def _started_pids(endpoint: Endpoint) -> list[int]:
+    """The server processes the proxy says it started, in order (its upstream_process_started lines)."""
+    lines = log_text(endpoint).splitlines()
+    return [json.loads(line)["pid"] for line in lines if '"upstream_process_started"' in line]
+
+
+@pytest.mark.parametrize("client_era", ["legacy", "modern"])
+def test_a_real_stdio_server_killed_mid_call_fails_that_call_and_a_new_one_serves(
+    start_proxy: ProxyFactory, client_era: str
+) -> None:
+    tally.count("faults")
+    command = shlex.join([str(peers.mcp1_python()), str(peers.PEER_SCRIPTS / "legacy_server.py"), "--stdio"])
+    with start_proxy(command=command, upstream__era="legacy", **SETTINGS) as url:
+        proxy = Endpoint(url, timeout=BOUND_S)
+        client = Client(client_era, proxy)
+        echo_works(client)
+        victim = _started_pids(proxy)[-1]  # the process serving this client's calls
+        reply, answer = client.call(
+            "slow",
+            {"seconds": 30},
+            progress=True,
+            when=(b"notifications/progress", lambda: os.kill(victim, signal.SIGKILL)),
+        )
+        assert_holds(reply, "stdio server killed mid-call")
+        assert answer is not None and answer.get("error", {}).get("code") == jsonrpc.UPSTREAM_UNAVAILABLE, reply.body[
+            :400
+        ]
+        if client_era == "legacy":
+            client = Client(client_era, proxy)  # the session was that process: a new one gets a new process
+        echo_works(client, "a new process")
+        assert _started_pids(proxy)[-1] != victim
+        assert "Traceback" not in log_text(proxy)

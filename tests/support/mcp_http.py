@@ -49,10 +49,11 @@ class Endpoint:
     def path(self) -> str:
         return urlsplit(self.url).path
 
-    def post(self, body: Any, headers: list[tuple[str, bytes | str]] | None = None) -> Reply:
+    def post(self, body: Any, headers: list[tuple[str, bytes | str]] | None = None, when: Any = None) -> Reply:
         raw = json.dumps(body).encode()
         base: list[tuple[str, bytes | str]] = [("Content-Type", "application/json"), ("Accept", ACCEPT)]
-        return exchange(self.port, build("POST", self.path, [*base, *(headers or [])], raw), timeout=self.timeout)
+        request = build("POST", self.path, [*base, *(headers or [])], raw)
+        return exchange(self.port, request, timeout=self.timeout, when=when)
 
     def get(self, path: str) -> Reply:
         return exchange(self.port, build("GET", path, []), timeout=self.timeout)
@@ -65,13 +66,16 @@ class Endpoint:
         method: str,
         params: dict[str, Any] | None = None,
         capabilities: dict[str, Any] | None = None,
+        when: Any = None,
     ) -> Reply:
         envelope = {meta.PROTOCOL_VERSION: LATEST_MODERN, meta.CLIENT_CAPABILITIES: capabilities or {}}
-        body = {"jsonrpc": "2.0", "id": request_id, "method": method, "params": {**(params or {}), "_meta": envelope}}
+        params = dict(params or {})
+        envelope.update(params.pop("_meta", {}))
+        body = {"jsonrpc": "2.0", "id": request_id, "method": method, "params": {**params, "_meta": envelope}}
         headers: list[tuple[str, bytes | str]] = [("Mcp-Protocol-Version", LATEST_MODERN), ("Mcp-Method", method)]
         if params and isinstance(params.get("name"), str):
             headers.append(("Mcp-Name", params["name"]))
-        return self.post(body, headers)
+        return self.post(body, headers, when)
 
     # ---------------------------------------------------------------- legacy
 
@@ -87,11 +91,13 @@ class Endpoint:
         assert done.status == 202, done
         return session
 
-    def legacy(self, session: str, request_id: Any, method: str, params: dict[str, Any] | None = None) -> Reply:
+    def legacy(
+        self, session: str, request_id: Any, method: str, params: dict[str, Any] | None = None, when: Any = None
+    ) -> Reply:
         body: dict[str, Any] = {"jsonrpc": "2.0", "id": request_id, "method": method}
         if params is not None:
             body["params"] = params
-        return self.post(body, [("Mcp-Session-Id", session), ("Mcp-Protocol-Version", LATEST_LEGACY)])
+        return self.post(body, [("Mcp-Session-Id", session), ("Mcp-Protocol-Version", LATEST_LEGACY)], when)
 
     def delete(self, session: str) -> Reply:
         return exchange(self.port, build("DELETE", self.path, [("Mcp-Session-Id", session)]), timeout=self.timeout)

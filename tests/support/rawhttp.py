@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import socket
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 
@@ -54,15 +55,19 @@ def build(
     return b"\r\n".join(lines) + b"\r\n\r\n" + body
 
 
-def exchange(port: int, request: bytes, *, timeout: float = 20.0) -> Reply:
+def exchange(
+    port: int, request: bytes, *, timeout: float = 20.0, when: tuple[bytes, Callable[[], None]] | None = None
+) -> Reply:
     """Send `request` to 127.0.0.1:`port`; read one whole reply (to EOF or its framed end).
 
-    The write side stays open: aiohttp reads a half-closed connection as a client gone."""
+    The write side stays open: aiohttp reads a half-closed connection as a client gone. `when`:
+    (marker, action): run `action` once the bytes read so far hold `marker` (e.g. kill a server
+    once the reply shows the call under way)."""
     started = time.monotonic()
     deadline = started + timeout
     with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:
         sock.sendall(request)
-        reader = _Reader(sock, deadline)
+        reader = _Reader(sock, deadline, when)
         head = reader.until(b"\r\n\r\n")
         status_line, *header_lines = head.decode("latin-1").split("\r\n")
         parts = status_line.split(" ", 2)
@@ -83,11 +88,13 @@ def exchange(port: int, request: bytes, *, timeout: float = 20.0) -> Reply:
 
 
 class _Reader:
-    def __init__(self, sock: socket.socket, deadline: float) -> None:
+    def __init__(self, sock: socket.socket, deadline: float, when: tuple[bytes, Callable[[], None]] | None) -> None:
         self.sock = sock
         self.deadline = deadline
         self.buffer = b""
         self.eof = False
+        self._when = when
+        self._seen = b""
 
     def _more(self, deadline: float | None = None) -> bool:
         remaining = (deadline or self.deadline) - time.monotonic()
@@ -108,6 +115,12 @@ class _Reader:
             self.eof = True
             return False
         self.buffer += data
+        if self._when is not None:
+            self._seen += data
+            marker, action = self._when
+            if marker in self._seen:
+                self._when = None
+                action()
         return True
 
     def until(self, marker: bytes) -> bytes:
