@@ -61,7 +61,8 @@ def create_app(
     metrics = metrics or Metrics()
     config = settings.upstream
     secret = settings.security.secret.encode() if settings.security.secret else secrets.token_bytes(32)
-    ids = SessionIds(secret, settings.sessions.max_lifetime_s, clock)
+    previous = [old.encode() for old in settings.security.previous_secrets]
+    ids = SessionIds(secret, settings.sessions.max_lifetime_s, clock, previous)
     cache = ResponseCache(settings.cache, metrics, cache_clock)
     failures = UpstreamFailures(metrics)
     http: HttpUpstream | None = None

@@ -203,11 +203,24 @@ class SecurityConfig(_Section):
         description="HMAC key for session ids; random per process when unset. Set it (from a "
         "secret) to keep sessions valid across restarts of one replica.",
     )
+    previous_secrets: list[str] = Field(
+        default_factory=list,
+        description="Secrets replaced by `secret`, still accepted (never used to mint) while the new "
+        "one rolls out: session ids and requestState tokens minted with them stay valid.",
+    )
     identity_header: str | None = Field(
         None,
         description="Header naming the caller when an authenticating gateway sits in front; "
         "otherwise the Authorization header identifies the caller.",
     )
+
+    @model_validator(mode="after")
+    def _rotation(self) -> SecurityConfig:
+        if self.previous_secrets and self.secret is None:
+            raise ValueError("previous_secrets needs secret: the secret that replaces them")
+        if any(len(old) < 16 for old in self.previous_secrets):
+            raise ValueError("previous_secrets: each must be at least 16 characters")
+        return self
 
 
 class SessionsConfig(_Section):

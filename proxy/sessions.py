@@ -11,7 +11,7 @@ import hmac
 import secrets
 import struct
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -39,13 +39,22 @@ class SessionIds:
     """Mints and checks `Mcp-Session-Id` values: 128 random bits, issue time, HMAC.
 
     The HMAC covers the caller's principal, so an id presented by anyone else fails the
-    check exactly like an unknown id (404), and a forged id never reaches the store.
+    check exactly like an unknown id (404), and a forged id never reaches the store. Ids are
+    minted with `secret`; those minted with a `previous` secret still check, so a secret can be
+    replaced across replicas without ending the sessions it signed.
     """
 
     _MAC_BYTES = 16
 
-    def __init__(self, secret: bytes, max_lifetime_s: float, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        secret: bytes,
+        max_lifetime_s: float,
+        clock: Callable[[], float] = time.time,
+        previous: Sequence[bytes] = (),
+    ) -> None:
         self._secret = secret
+        self._secrets = (secret, *previous)
         self._max_lifetime_s = max_lifetime_s
         self._clock = clock
         # (id, principal) -> issue time of the ids already checked: a session's every request
@@ -54,7 +63,7 @@ class SessionIds:
 
     def mint(self, principal: str) -> str:
         payload = secrets.token_bytes(16) + struct.pack(">Q", int(self._clock()))
-        return b64url(payload) + "." + b64url(self._mac(payload, principal))
+        return b64url(payload) + "." + b64url(self._mac(payload, principal, self._secret))
 
     def check(self, session_id: str, principal: str) -> bool:
         issued = self._checked.get((session_id, principal))
@@ -77,13 +86,15 @@ class SessionIds:
             given = unb64url(mac)
         except ValueError:
             return None
-        if len(payload) != 24 or not hmac.compare_digest(given, self._mac(payload, principal)):
+        if len(payload) != 24 or not any(
+            hmac.compare_digest(given, self._mac(payload, principal, key)) for key in self._secrets
+        ):
             return None
         issued: int = struct.unpack(">Q", payload[16:])[0]
         return issued
 
-    def _mac(self, payload: bytes, principal: str) -> bytes:
-        digest = hmac.new(self._secret, payload + principal.encode(), hashlib.sha256).digest()
+    def _mac(self, payload: bytes, principal: str, secret: bytes) -> bytes:
+        digest = hmac.new(secret, payload + principal.encode(), hashlib.sha256).digest()
         return digest[: self._MAC_BYTES]
 
 

@@ -12,7 +12,7 @@ import base64
 import hashlib
 import hmac
 import secrets
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,9 +44,13 @@ class StateClaims:
 
 
 class RequestStateCodec:
-    def __init__(self, secret: bytes, instance: str, clock: Callable[[], float]) -> None:
+    def __init__(
+        self, secret: bytes, instance: str, clock: Callable[[], float], previous: Sequence[bytes] = ()
+    ) -> None:
         # A key of its own, so a session id can never pass for a requestState or the reverse.
-        self._key = hmac.new(secret, b"mcp-era-proxy/requestState/v1", hashlib.sha256).digest()
+        # Tokens are minted with `secret`; those of a `previous` secret still verify (rotation).
+        self._keys = tuple(_derive(key) for key in (secret, *previous))
+        self._key = self._keys[0]
         self.instance = instance
         self._clock = clock
 
@@ -62,7 +66,7 @@ class RequestStateCodec:
             "inst": self.instance,
         }
         payload = orjson.dumps(claims)
-        return b64url(payload) + "." + b64url(self._mac(payload))
+        return b64url(payload) + "." + b64url(self._mac(payload, self._key))
 
     def verify(self, token: object) -> StateClaims | None:
         """The token's claims if it is intact, ours and unexpired; None otherwise."""
@@ -73,7 +77,7 @@ class RequestStateCodec:
             return None
         try:
             payload, given = unb64url(body), unb64url(mac)
-            if not hmac.compare_digest(given, self._mac(payload)):
+            if not any(hmac.compare_digest(given, self._mac(payload, key)) for key in self._keys):
                 return None
             claims = orjson.loads(payload)
         except (ValueError, orjson.JSONDecodeError):
@@ -95,8 +99,12 @@ class RequestStateCodec:
         park_id, principal, method, digest, instance = strings
         return StateClaims(park_id, principal, method, digest, round_, float(expires), instance)
 
-    def _mac(self, payload: bytes) -> bytes:
-        return hmac.new(self._key, payload, hashlib.sha256).digest()[:_MAC_BYTES]
+    def _mac(self, payload: bytes, key: bytes) -> bytes:
+        return hmac.new(key, payload, hashlib.sha256).digest()[:_MAC_BYTES]
+
+
+def _derive(secret: bytes) -> bytes:
+    return hmac.new(secret, b"mcp-era-proxy/requestState/v1", hashlib.sha256).digest()
 
 
 def new_park_id() -> str:

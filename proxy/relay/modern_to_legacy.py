@@ -243,7 +243,8 @@ class ModernToLegacy:
         self.failures = failures if failures is not None else UpstreamFailures(metrics)
         self.pool = SessionPool(self.name, settings.upstream.pool, owner=self, factory=sessions)
         self.pool.on_change = lambda delta: metrics.upstream_sessions.labels(self.name).inc(delta)
-        self.codec = RequestStateCodec(secret, secrets.token_hex(4), clock)
+        previous = [old.encode() for old in settings.security.previous_secrets]
+        self.codec = RequestStateCodec(secret, secrets.token_hex(4), clock, previous)
         self._park_ids = ParkIds()
         self._parked: dict[str, LegacyCall] = {}
         self._calls: set[LegacyCall] = set()  # every call whose upstream side still runs

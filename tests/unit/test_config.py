@@ -257,3 +257,26 @@ def test_parse_listen_rejects_malformed_addresses_with_an_example(value):
 )
 def test_loopback_hosts_are_recognised(host, loopback):
     assert is_loopback_host(host) is loopback
+
+
+def test_previous_secrets_need_the_secret_that_replaces_them() -> None:
+    with pytest.raises(ConfigError, match="previous_secrets needs secret"):
+        load_settings(None, **{"upstream.url": "http://127.0.0.1:1/mcp", "security.previous_secrets": ["x" * 16]})
+    with pytest.raises(ConfigError, match="at least 16"):
+        load_settings(
+            None,
+            **{
+                "upstream.url": "http://127.0.0.1:1/mcp",
+                "security.secret": "s" * 16,
+                "security.previous_secrets": ["short"],
+            },
+        )
+    settings = load_settings(
+        None,
+        **{
+            "upstream.url": "http://127.0.0.1:1/mcp",
+            "security.secret": "s" * 16,
+            "security.previous_secrets": ["o" * 16],
+        },
+    )
+    assert settings.security.previous_secrets == ["o" * 16]

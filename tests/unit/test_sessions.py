@@ -190,3 +190,14 @@ async def test_the_store_lists_idle_and_old_sessions_by_cutoff():
     assert sorted(await store.idle_since(100)) == ["old-idle"]
     assert sorted(await store.created_before(100)) == ["old-busy", "old-idle"]
     assert await store.idle_since(0) == []
+
+
+def test_ids_of_a_previous_secret_still_check_while_a_new_one_rolls_out():
+    old = _ids(secret=b"old-secret-of-16-chars")
+    session_id = old.mint("alice")
+    rotated = SessionIds(SECRET, 3600.0, FakeClock(), previous=[b"old-secret-of-16-chars"])
+    assert rotated.check(session_id, "alice")
+    assert not rotated.check(session_id, "mallory")  # still bound to its caller
+    assert not _ids().check(session_id, "alice")  # once the old secret is dropped, so are its ids
+    # New ids are minted with the new secret only: a replica still on the old one refuses them.
+    assert not old.check(rotated.mint("alice"), "alice")

@@ -394,3 +394,14 @@ def test_park_ids_are_128_random_bits_in_base64url():
 
 def test_park_ids_do_not_repeat():
     assert len({new_park_id() for _ in range(1000)}) == 1000
+
+
+def test_tokens_of_a_previous_secret_still_verify_while_a_new_one_rolls_out() -> None:
+    clock = Clock()
+    old = RequestStateCodec(b"old-secret-of-16-chars", "inst-1", clock)
+    token = old.mint("park-1", "alice", "tools/call", params_digest(PARAMS), 0, TTL_S)
+    rotated = RequestStateCodec(SECRET, "inst-2", clock, previous=[b"old-secret-of-16-chars"])
+    claims = rotated.verify(token)
+    assert claims is not None and claims.park_id == "park-1" and claims.principal == "alice"
+    assert codec().verify(token) is None  # the old secret dropped: its tokens with it
+    assert old.verify(rotated.mint("park-2", "alice", "tools/call", "d", 0, TTL_S)) is None  # minted with the new one
