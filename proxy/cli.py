@@ -126,7 +126,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"mcp-era-proxy: {exc}", file=sys.stderr)
         return 2
     if args.check_config:
-        print(settings.model_dump_json(indent=2, exclude={"security": {"secret"}}))
+        print(settings.model_dump_json(indent=2, exclude={"security": {"secret", "previous_secrets"}}))
         return 0
     configure_logging(settings.logging.level, settings.logging.format)
     try:

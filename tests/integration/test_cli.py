@@ -144,3 +144,13 @@ def test_an_unreadable_config_file_is_reported_not_a_traceback(tmp_path: Path) -
     assert done.returncode == 2
     assert "Traceback" not in done.stderr
     assert "invalid configuration" in done.stderr and str(config) in done.stderr
+
+
+def test_check_config_never_prints_a_secret() -> None:
+    env = {
+        f"{ENV_PREFIX}SECURITY__SECRET": "current-secret-123456",
+        f"{ENV_PREFIX}SECURITY__PREVIOUS_SECRETS": '["old-secret-1234567"]',
+    }
+    done = run_cli("--upstream", "http://127.0.0.1:1/mcp", "--check-config", env=env)
+    assert done.returncode == 0, done.stderr
+    assert "current-secret" not in done.stdout and "old-secret" not in done.stdout
