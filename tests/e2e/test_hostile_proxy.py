@@ -15,91 +15,43 @@ import os
 from collections.abc import Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass
-from typing import Any
-from urllib.parse import urlsplit
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from proxy.protocol import meta
 from proxy.protocol.versions import LATEST_LEGACY, LATEST_MODERN
 from tests.e2e.conftest import PROXY_LOGS, ProxyFactory, stdio_command
 from tests.hostile import strategies as hs
 from tests.support import peers, tally
 from tests.support.answers import assert_holds
+from tests.support.mcp_http import Endpoint, modern_headers
 from tests.support.rawhttp import Reply, build, exchange
 
 EXAMPLES = int(os.environ.get("HOSTILE_PROXY_EXAMPLES", "500"))
 # Short bounds, so that a request the proxy rightly holds (an input round nobody answers) ends soon.
 BOUNDS = {"upstream__request_timeout_s": "8", "input__round_timeout_s": "3", "input__park_timeout_s": "5"}
 ACCEPT = "application/json, text/event-stream"
+ELICITING = {"elicitation": {"form": {}}}  # what the modern requests of the fixture declare
 
 
 @dataclass
 class Target:
     name: str
-    url: str
+    endpoint: Endpoint
     elicit_tool: str
     session: str | None = None
     request_state: str | None = None
 
-    @property
-    def port(self) -> int:
-        port = urlsplit(self.url).port
-        assert port is not None
-        return port
-
-    @property
-    def path(self) -> str:
-        return urlsplit(self.url).path
-
-    def post(self, body: Any, headers: list[tuple[str, bytes | str]]) -> Reply:
-        raw = body if isinstance(body, bytes) else json.dumps(body).encode()
-        return exchange(
-            self.port,
-            build("POST", self.path, [("Content-Type", "application/json"), ("Accept", ACCEPT), *headers], raw),
-        )
-
-
-def modern_headers(method: str, name: str | None = None) -> list[tuple[str, bytes | str]]:
-    headers: list[tuple[str, bytes | str]] = [("Mcp-Protocol-Version", LATEST_MODERN), ("Mcp-Method", method)]
-    if name is not None:
-        headers.append(("Mcp-Name", name))
-    return headers
-
-
-def modern_request(request_id: Any, method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
-    envelope = {meta.PROTOCOL_VERSION: LATEST_MODERN, meta.CLIENT_CAPABILITIES: {"elicitation": {"form": {}}}}
-    return {"jsonrpc": "2.0", "id": request_id, "method": method, "params": {**(params or {}), "_meta": envelope}}
-
 
 def open_session(target: Target) -> str:
-    reply = target.post(
-        {
-            "jsonrpc": "2.0",
-            "id": 0,
-            "method": "initialize",
-            "params": {
-                "protocolVersion": LATEST_LEGACY,
-                "capabilities": {"elicitation": {}},
-                "clientInfo": {"name": "h", "version": "1"},
-            },
-        },
-        [],
-    )
-    assert_holds(reply, "initialize")
-    session = reply.header("mcp-session-id")
-    assert session, f"no session from {target.name}: {reply.status} {reply.body[:300]!r}"
-    done = target.post({"jsonrpc": "2.0", "method": "notifications/initialized"}, [("Mcp-Session-Id", session)])
-    assert done.status == 202, done
-    return session
+    return target.endpoint.open_session({"elicitation": {}})
 
 
 def input_required_state(target: Target) -> str | None:
     """A live requestState from the upstream's eliciting tool (legacy upstreams only)."""
-    request = modern_request(1, "tools/call", {"name": target.elicit_tool, "arguments": {"message": "name?"}})
-    reply = target.post(request, modern_headers("tools/call", target.elicit_tool))
+    params = {"name": target.elicit_tool, "arguments": {"message": "name?"}}
+    reply = target.endpoint.modern(1, "tools/call", params, ELICITING)
     assert_holds(reply, "input_required")
     result = json.loads(reply.body).get("result", {}) if reply.content_type == "application/json" else {}
     state = result.get("requestState")
@@ -112,18 +64,18 @@ def healthy(target: Target) -> None:
     A server the hostile requests left broken may fail the first request that reaches it (the
     mcp==1.30.0 stdio server exits on the first message after a cancelled call that was waiting
     for an elicitation): that one gets -32010 and the next a new server process."""
-    reply = target.post(modern_request(99, "tools/list"), modern_headers("tools/list"))
+    reply = target.endpoint.modern(99, "tools/list", capabilities=ELICITING)
     if b'"code":-32010' in reply.body and b"exited" in reply.body:
         tally.note(f"hostile {target.name}: the upstream process exited; the proxy answered -32010 and started another")
-        reply = target.post(modern_request(100, "tools/list"), modern_headers("tools/list"))
+        reply = target.endpoint.modern(100, "tools/list", capabilities=ELICITING)
     assert reply.status == 200 and b'"tools"' in reply.body, reply
     session = open_session(target)
-    listed = target.post({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}, [("Mcp-Session-Id", session)])
+    listed = target.endpoint.legacy(session, 2, "tools/list")
     assert listed.status == 200 and b'"tools"' in listed.body, listed
     # The proxy's own lines (a stdio server's stderr, relayed as upstream_stderr, may hold its own).
     own = [
         line
-        for line in PROXY_LOGS[target.url].read_text(errors="replace").splitlines()
+        for line in PROXY_LOGS[target.endpoint.url].read_text(errors="replace").splitlines()
         if "upstream_stderr" not in line
     ]
     broken = [line for line in own if "Traceback" in line or '"level":"critical"' in line]
@@ -133,21 +85,13 @@ def healthy(target: Target) -> None:
 @pytest.fixture(scope="module")
 def targets(start_proxy: ProxyFactory, fixture_modern: str, fixture_legacy: str) -> Iterator[dict[str, Target]]:
     with ExitStack() as stack:
-        found = {
-            "modern-http": Target(
-                "modern-http", stack.enter_context(start_proxy(fixture_modern, **BOUNDS)), "test_elicitation"
-            ),
-            "legacy-http": Target(
-                "legacy-http", stack.enter_context(start_proxy(fixture_legacy, **BOUNDS)), "test_elicitation"
-            ),
-            "legacy-stdio": Target(
-                "legacy-stdio",
-                stack.enter_context(
-                    start_proxy(command=stdio_command(peers.mcp1_python(), "legacy_server.py"), **BOUNDS)
-                ),
-                "elicit",
-            ),
+        legacy_stdio = start_proxy(command=stdio_command(peers.mcp1_python(), "legacy_server.py"), **BOUNDS)
+        urls = {
+            "modern-http": (stack.enter_context(start_proxy(fixture_modern, **BOUNDS)), "test_elicitation"),
+            "legacy-http": (stack.enter_context(start_proxy(fixture_legacy, **BOUNDS)), "test_elicitation"),
+            "legacy-stdio": (stack.enter_context(legacy_stdio), "elicit"),
         }
+        found = {name: Target(name, Endpoint(url, timeout=20.0), tool) for name, (url, tool) in urls.items()}
         for target in found.values():
             target.session = open_session(target)
             if target.name != "modern-http":
@@ -256,7 +200,7 @@ def send(target: Target, hostile: Hostile) -> Reply | None:
         body = _with_state(body, token)
     if hostile.http_method != "POST":
         body = b""
-    return exchange(target.port, build(hostile.http_method, target.path, headers, body))
+    return exchange(target.endpoint.port, build(hostile.http_method, target.endpoint.path, headers, body))
 
 
 hostile_settings = settings(

@@ -11,9 +11,18 @@ from urllib.parse import urlsplit
 from proxy.protocol import meta
 from proxy.protocol.sse import Decoder
 from proxy.protocol.versions import LATEST_LEGACY, LATEST_MODERN
+from tests.support.answers import assert_holds
 from tests.support.rawhttp import Reply, build, exchange
 
 ACCEPT = "application/json, text/event-stream"
+
+
+def modern_headers(method: str, name: str | None = None) -> list[tuple[str, bytes | str]]:
+    """The headers a 2026-07-28 request carries beside its body."""
+    headers: list[tuple[str, bytes | str]] = [("Mcp-Protocol-Version", LATEST_MODERN), ("Mcp-Method", method)]
+    if name is not None:
+        headers.append(("Mcp-Name", name))
+    return headers
 
 
 def messages_of(reply: Reply) -> list[dict[str, Any]]:
@@ -72,19 +81,22 @@ class Endpoint:
         params = dict(params or {})
         envelope.update(params.pop("_meta", {}))
         body = {"jsonrpc": "2.0", "id": request_id, "method": method, "params": {**params, "_meta": envelope}}
-        headers: list[tuple[str, bytes | str]] = [("Mcp-Protocol-Version", LATEST_MODERN), ("Mcp-Method", method)]
-        if params and isinstance(params.get("name"), str):
-            headers.append(("Mcp-Name", params["name"]))
-        return self.post(body, headers, when)
+        name = params.get("name")
+        return self.post(body, modern_headers(method, name if isinstance(name, str) else None), when)
 
     # ---------------------------------------------------------------- legacy
 
-    def initialize(self) -> Reply:
-        params = {"protocolVersion": LATEST_LEGACY, "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}
+    def initialize(self, capabilities: dict[str, Any] | None = None) -> Reply:
+        params = {
+            "protocolVersion": LATEST_LEGACY,
+            "capabilities": capabilities or {},
+            "clientInfo": {"name": "t", "version": "1"},
+        }
         return self.post({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": params})
 
-    def open_session(self) -> str:
-        reply = self.initialize()
+    def open_session(self, capabilities: dict[str, Any] | None = None) -> str:
+        reply = self.initialize(capabilities)
+        assert_holds(reply, "initialize")
         session = reply.header("mcp-session-id")
         assert reply.status == 200 and session, f"initialize failed: HTTP {reply.status} {reply.body[:400]!r}"
         done = self.post({"jsonrpc": "2.0", "method": "notifications/initialized"}, [("Mcp-Session-Id", session)])
