@@ -356,17 +356,19 @@ def _started_pids(endpoint: Endpoint) -> list[int]:
     return [json.loads(line)["pid"] for line in lines if '"upstream_process_started"' in line]
 
 
-@pytest.mark.parametrize("client_era", ["legacy", "modern"])
-def test_a_real_stdio_server_killed_mid_call_fails_that_call_and_a_new_one_serves(
-    start_proxy: ProxyFactory, client_era: str
+def test_a_legacy_clients_own_stdio_server_killed_mid_call_fails_that_call_and_a_new_session_serves(
+    start_proxy: ProxyFactory,
 ) -> None:
+    """A legacy client's session is its own server process: killed mid-call, the call fails at
+    once and a new session gets a new process. (The shared and pooled processes of the other
+    pairings: tests/e2e/test_stdio_supervision.py.)"""
     tally.count("faults")
     command = shlex.join([str(peers.mcp1_python()), str(peers.PEER_SCRIPTS / "legacy_server.py"), "--stdio"])
     with start_proxy(command=command, upstream__era="legacy", **SETTINGS) as url:
         proxy = Endpoint(url, timeout=BOUND_S)
-        client = Client(client_era, proxy)
+        client = Client("legacy", proxy)
         echo_works(client)
-        victim = _started_pids(proxy)[-1]  # the process serving this client's calls
+        victim = _started_pids(proxy)[-1]  # the process of this client's session
         reply, answer = client.call(
             "slow",
             {"seconds": 30},
@@ -377,8 +379,6 @@ def test_a_real_stdio_server_killed_mid_call_fails_that_call_and_a_new_one_serve
         assert answer is not None and answer.get("error", {}).get("code") == jsonrpc.UPSTREAM_UNAVAILABLE, reply.body[
             :400
         ]
-        if client_era == "legacy":
-            client = Client(client_era, proxy)  # the session was that process: a new one gets a new process
-        echo_works(client, "a new process")
+        echo_works(Client("legacy", proxy), "a new process")  # the session was that process: a new one
         assert _started_pids(proxy)[-1] != victim
         assert "Traceback" not in log_text(proxy)
