@@ -34,7 +34,7 @@ from .relay.passthrough import ModernPassThrough
 from .relay.routes import routing_table
 from .sessions import InMemorySessionStore, SessionIds, SessionStore
 from .upstream.http import HttpUpstream
-from .upstream.legacy_session import INITIALIZE_TIMEOUT_S, SessionFactory, http_sessions, stdio_sessions
+from .upstream.legacy_session import SessionFactory, http_sessions, stdio_sessions
 from .upstream.stdio import StdioChannel, StdioModernUpstream, process_factory
 
 log = structlog.get_logger(__name__)
@@ -72,11 +72,10 @@ def create_app(
     legacy_sessions: SessionFactory
     owns_session = client_session is None
     modern_upstream: HttpUpstream | StdioModernUpstream
-    initialize_s = min(INITIALIZE_TIMEOUT_S, config.request_timeout_s)  # no wait outlasts a request's
     if config.transport == "http":
         http = modern_upstream = HttpUpstream(config, client_session or HttpUpstream.client_session(config))
         byte_relay = ByteRelay(http, failures, config.request_timeout_s)
-        legacy_sessions = http_sessions(http, initialize_timeout_s=initialize_s)
+        legacy_sessions = http_sessions(http, config.initialize_timeout_s)
         probe: Callable[[], Awaitable[Detected]] = partial(probe_http, http, config.probe_timeout_s)
     else:
         assert config.command is not None
@@ -86,7 +85,7 @@ def create_app(
         stdio = modern_upstream = StdioModernUpstream(
             config.name, make, grace_s=config.shutdown_grace_s, backoff_max_s=config.restart_backoff_max_s
         )
-        legacy_sessions = stdio_sessions(make, config.name, config.shutdown_grace_s, initialize_s)
+        legacy_sessions = stdio_sessions(make, config.name, config.shutdown_grace_s, config.initialize_timeout_s)
         # A session that is a process cannot be shared with other replicas: it lives here only. Its
         # process is bounded in number and stopped sooner when idle than a session record expires.
         process_sessions = LegacySessionHost(

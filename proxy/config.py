@@ -26,6 +26,7 @@ from .protocol.client_checks import DEFAULT_MAX_DEPTH, MAX_DEPTH_LIMIT
 from .protocol.meta import LOG_LEVELS
 
 ENV_PREFIX = "MCP_ERA_PROXY_"
+_INITIALIZE_TIMEOUT_S = 30.0
 
 
 class _Section(BaseModel):
@@ -165,6 +166,12 @@ class UpstreamConfig(_Section):
         if (self.url is None) == (self.command is None):
             raise ValueError("set exactly one of upstream.url (Streamable HTTP) and upstream.command (stdio)")
         return self
+
+    @property
+    def initialize_timeout_s(self) -> float:
+        """How long a legacy server has to answer `initialize`: at most 30 s, and never longer than
+        any request may take (a server silent past it is a timeout, -32011)."""
+        return min(_INITIALIZE_TIMEOUT_S, self.request_timeout_s)
 
     @property
     def transport(self) -> str:

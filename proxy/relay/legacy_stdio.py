@@ -21,7 +21,6 @@ from ..protocol import jsonrpc
 from ..protocol.versions import LEGACY_VERSIONS
 from ..sessions import LegacySession
 from ..upstream.errors import UpstreamError, UpstreamUnavailable
-from ..upstream.legacy_session import INITIALIZE_TIMEOUT_S
 from ..upstream.stdio import Route, StdioChannel, StdioProcess
 from .channel import ReplyChannel
 from .failures import UpstreamFailures
@@ -73,7 +72,7 @@ class ProcessBackend:
         except UpstreamError as exc:
             raise self._failures.client_error(exc) from None
         try:
-            async with asyncio.timeout(min(INITIALIZE_TIMEOUT_S, self._settings.upstream.request_timeout_s)):
+            async with asyncio.timeout(self._settings.upstream.initialize_timeout_s):
                 reply = await self._exchange(process, message, None)
         except UpstreamError as exc:
             await channel.stop(self._settings.upstream.shutdown_grace_s)

@@ -39,9 +39,6 @@ from .stdio import StdioChannel, StdioProcess, StdioReply
 JSONDict = dict[str, Any]
 log = structlog.get_logger(__name__)
 
-# A server that says nothing to initialize is given this long (never longer than any request:
-# the factories cap it by upstream.request_timeout_s).
-INITIALIZE_TIMEOUT_S = 30.0
 _DELETE_TIMEOUT_S = 5.0
 _GET_RETRY_MAX_S = 10.0
 
@@ -91,7 +88,8 @@ class LegacyUpstreamSession:
         auth_headers: dict[str, str],
         owner: SessionOwner,
         clock: Callable[[], float] = time.monotonic,
-        initialize_timeout_s: float = INITIALIZE_TIMEOUT_S,
+        *,
+        initialize_timeout_s: float,  # upstream.initialize_timeout_s
     ) -> None:
         self.transport = transport
         self._initialize_timeout_s = initialize_timeout_s
@@ -416,14 +414,16 @@ class SessionFactory(Protocol):
 
 def http_sessions(
     upstream: HttpUpstream,
+    initialize_timeout_s: float,
     clock: Callable[[], float] = time.monotonic,
-    initialize_timeout_s: float = INITIALIZE_TIMEOUT_S,
 ) -> SessionFactory:
     def make(
         key: tuple[str, str], capabilities: JSONDict, auth_headers: dict[str, str], owner: SessionOwner
     ) -> LegacyUpstreamSession:
         transport = HttpSessionTransport(upstream)
-        return LegacyUpstreamSession(transport, key, capabilities, auth_headers, owner, clock, initialize_timeout_s)
+        return LegacyUpstreamSession(
+            transport, key, capabilities, auth_headers, owner, clock, initialize_timeout_s=initialize_timeout_s
+        )
 
     return make
 
@@ -432,7 +432,7 @@ def stdio_sessions(
     make_process: Callable[..., StdioProcess],
     name: str,
     grace_s: float,
-    initialize_timeout_s: float = INITIALIZE_TIMEOUT_S,
+    initialize_timeout_s: float,
 ) -> SessionFactory:
     def make(
         key: tuple[str, str], capabilities: JSONDict, auth_headers: dict[str, str], owner: SessionOwner
