@@ -24,13 +24,14 @@ import pytest
 
 from proxy.protocol import jsonrpc
 from tests.e2e.conftest import PROXY_LOGS, ProxyFactory
-from tests.support import fault_upstream, peers, tally
+from tests.support import fault_upstream, peers, stdio_server, tally
 from tests.support.answers import assert_holds
 from tests.support.mcp_http import Endpoint, answer_to, metric
 from tests.support.procs import Process, free_port, wait_for_port
 from tests.support.rawhttp import Reply
 
 SCRIPT = Path(fault_upstream.__file__)
+STDIO_SERVER = Path(stdio_server.__file__)
 TIMEOUT_S = 4.0  # upstream.request_timeout_s of the proxies here
 BOUND_S = TIMEOUT_S + 10.0  # what any faulty call may take, end to end
 SETTINGS = {"upstream__request_timeout_s": str(TIMEOUT_S), "upstream__connect_timeout_s": "2"}
@@ -232,7 +233,9 @@ def test_sessions_the_upstream_forgot_are_opened_again(proxy: Endpoint, faulty: 
 
 
 def stdio_command(era: str, fault: str) -> str:
-    return shlex.join([sys.executable, str(SCRIPT), "--era", era, "--stdio", "--fault", fault])
+    """The scripted stdio server (tests/support/stdio_server.py) of `era`, misbehaving as `fault` says."""
+    settings = [f"STDIO_SERVER_ERA={era}", f"STDIO_SERVER_FAULT={fault}"]
+    return shlex.join(["env", *settings, sys.executable, str(STDIO_SERVER)])
 
 
 STDIO_EXPECTED = {
@@ -241,6 +244,7 @@ STDIO_EXPECTED = {
     "hang": frozenset({jsonrpc.UPSTREAM_TIMEOUT}),
     "missing": frozenset({jsonrpc.UPSTREAM_UNAVAILABLE}),
 }
+assert set(STDIO_EXPECTED) - {"missing"} | {"crash_on_call"} == set(stdio_server.FAULTS)
 
 
 @pytest.mark.parametrize("era", ["explicit", "auto"])

@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from proxy.protocol import jsonrpc
-from tests.support import fault_upstream, tally
+from tests.support import stdio_server, tally
 from tests.support.mcp_http import Endpoint, answer_to, metric
 from tests.support.procs import free_port, listening
 from tests.support.rawhttp import build
@@ -98,7 +98,7 @@ def children_of(pid: int) -> int:
 @pytest.fixture(scope="module")
 def soak_proxies(logs_dir: Path, fixture_modern: str, fixture_legacy: str) -> Iterator[dict[str, Running]]:
     """Proxies in front of an HTTP modern upstream, an HTTP legacy one, and a stdio legacy one."""
-    stdio = shlex.join([sys.executable, fault_upstream.__file__, "--era", "legacy", "--stdio"])
+    stdio = shlex.join([sys.executable, str(Path(stdio_server.__file__))])  # legacy by default
     targets = {
         "modern-http": ["--upstream", fixture_modern],
         "legacy-http": ["--upstream", fixture_legacy],

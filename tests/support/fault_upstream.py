@@ -1,12 +1,11 @@
 """A scripted MCP server that misbehaves on request, for fault injection: run it as a process.
 
-    python -m tests.support.fault_upstream --era modern --port 9000        # Streamable HTTP
-    python -m tests.support.fault_upstream --era legacy --stdio --fault garbage   # stdio
+    python -m tests.support.fault_upstream --era modern --port 9000
 
-Over HTTP the fault is chosen per call by the tool's name, so one server serves a faulty call and
-sound ones side by side: `echo` answers; `fault_<mode>` misbehaves (FAULTS lists them). `POST
+The fault is chosen per call by the tool's name, so one server serves a faulty call and sound
+ones side by side: `echo` answers; `fault_<mode>` misbehaves (FAULTS lists them). `POST
 /control/forget` drops every legacy session (the next request of each gets 404), `POST
-/control/health` answers 200. Over stdio the whole process misbehaves as `--fault` says.
+/control/health` answers 200. (Over stdio: tests/support/stdio_server.py, $STDIO_SERVER_FAULT.)
 """
 
 from __future__ import annotations
@@ -14,7 +13,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import sys
 import uuid
 from typing import Any
 
@@ -178,66 +176,11 @@ class Server:
         raise web.HTTPBadRequest(text=f"unknown fault {mode}")
 
 
-# ---------------------------------------------------------------- stdio
-
-STDIO_FAULTS = ("garbage", "exit", "hang", "crash_on_call", "sound")
-
-
-def stdio(era: str, fault: str) -> None:
-    """Speak MCP on stdin/stdout, misbehaving as `fault` says."""
-    if fault == "exit":
-        sys.exit(3)
-    out = sys.stdout
-    for line in sys.stdin:
-        if fault == "garbage":
-            out.write("this is not JSON\n\x00\xff{{{\n")
-            out.flush()
-            continue
-        try:
-            message = json.loads(line)
-        except ValueError:
-            continue
-        method, request_id = message.get("method"), message.get("id")
-        if request_id is None:
-            continue
-        if fault == "hang":
-            continue
-        if method == "initialize":
-            result: dict[str, Any] = {
-                "protocolVersion": LEGACY,
-                "capabilities": {"tools": {}},
-                "serverInfo": {"name": "fault-upstream", "version": "1"},
-            }
-        elif method == "server/discover" and era == "modern":
-            result = {"resultType": "complete", "supportedVersions": [MODERN], "capabilities": {"tools": {}}}
-        elif method == "tools/list":
-            result = {"tools": TOOLS[:1], **({"resultType": "complete"} if era == "modern" else {})}
-        elif method == "tools/call":
-            if fault == "crash_on_call":
-                sys.exit(4)
-            result = result_of(era, str(((message.get("params") or {}).get("arguments") or {}).get("text", "")))
-        elif method == "ping":
-            result = {}
-        else:
-            out.write(
-                json.dumps({"jsonrpc": "2.0", "id": request_id, "error": {"code": -32601, "message": "no"}}) + "\n"
-            )
-            out.flush()
-            continue
-        out.write(json.dumps({"jsonrpc": "2.0", "id": request_id, "result": result}) + "\n")
-        out.flush()
-
-
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--era", choices=["modern", "legacy"], required=True)
-    parser.add_argument("--port", type=int)
-    parser.add_argument("--stdio", action="store_true")
-    parser.add_argument("--fault", choices=STDIO_FAULTS, default="sound")
+    parser.add_argument("--port", type=int, required=True)
     args = parser.parse_args()
-    if args.stdio:
-        stdio(args.era, args.fault)
-        return
     web.run_app(Server(args.era).app(), host="127.0.0.1", port=args.port, print=None, access_log=None)
 
 

@@ -3,11 +3,16 @@
 Run as `python stdio_server.py`; it speaks newline-delimited JSON-RPC, no MCP SDK. The era comes
 from $STDIO_SERVER_ERA: `legacy` (the default: answers `initialize`, refuses `server/discover`
 with -32601 as a legacy server does) or `modern` (answers `server/discover`, refuses
-`initialize`). Either way it answers `ping`, and `tools/call` by tool name:
+`initialize`). Either way it answers `ping`, `tools/list`, and `tools/call` by tool name:
 
   pid    {"content": [{"type": "text", "text": "<its pid>"}]}
+  echo   its `text` argument
   hold   a progress notification when it has a progressToken, then nothing (a call in flight
          until the client cancels it)
+
+$STDIO_SERVER_FAULT makes the whole process misbehave, for fault injection: `garbage` (answers
+every line with lines that are not JSON-RPC), `exit` (exits 3 at once), `hang` (reads, never
+answers), `crash_on_call` (exits 4 on any tools/call).
 
 Each process appends its pid to $STDIO_SERVER_STARTS (a file) when that is set, and exits 0 at
 the end of its input.
@@ -22,6 +27,9 @@ import sys
 LEGACY = ("2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25")
 MODERN = "2026-07-28"
 ERA = os.environ.get("STDIO_SERVER_ERA", "legacy")
+FAULT = os.environ.get("STDIO_SERVER_FAULT", "")
+FAULTS = ("garbage", "exit", "hang", "crash_on_call")
+TOOLS = [{"name": name, "inputSchema": {"type": "object"}} for name in ("pid", "echo", "hold")]
 INFO = {"name": "scripted-stdio-server", "version": "1.0.0"}
 
 
@@ -48,7 +56,15 @@ def main() -> None:
     if starts:
         with open(starts, "a") as record:
             record.write(f"{os.getpid()}\n")
+    if FAULT == "exit":
+        sys.exit(3)
     for line in sys.stdin:
+        if FAULT == "garbage":
+            sys.stdout.write("this is not JSON\n\x00\xff{{{\n")
+            sys.stdout.flush()
+            continue
+        if FAULT == "hang":
+            continue
         message = json.loads(line)
         method, params = message.get("method"), message.get("params") or {}
         if method is None or "id" not in message:
@@ -75,6 +91,12 @@ def main() -> None:
             )
         elif method == "ping":
             result(message, {"resultType": "complete"} if ERA == "modern" else {})
+        elif method == "tools/list":
+            result(message, {"tools": TOOLS, **({"resultType": "complete"} if ERA == "modern" else {})})
+        elif method == "tools/call" and FAULT == "crash_on_call":
+            sys.exit(4)
+        elif method == "tools/call" and params.get("name") == "echo":
+            result(message, text(str((params.get("arguments") or {}).get("text", ""))))
         elif method == "tools/call" and params.get("name") == "pid":
             result(message, text(str(os.getpid())))
         elif method == "tools/call" and params.get("name") == "hold":
