@@ -317,6 +317,60 @@ class DownstreamConfig(_Section):
     )
 
 
+class StoreConfig(_Section):
+    """Where state that outlives one request lives (docs/design.md §Replicas)."""
+
+    url: str | None = Field(
+        None,
+        description="Shared store for legacy session state: redis://HOST:PORT/DB or rediss://... "
+        "Unset: in this process only (one replica). Needs the extra `mcp-era-proxy[redis]`.",
+    )
+    namespace: str = Field(
+        "mep", min_length=1, max_length=32, pattern=r"^[A-Za-z0-9_.-]+$", description="Prefix of every key."
+    )
+    timeout_ms: int = Field(
+        50, gt=0, le=5000, description="Deadline of one store call; past it the call counts as a failure."
+    )
+    breaker_failures: int = Field(5, gt=0, description="Consecutive store failures that open the breaker.")
+    breaker_open_s: float = Field(
+        2.0, gt=0, description="While open, store calls fail at once; then one call tries the store again."
+    )
+
+    @field_validator("url")
+    @classmethod
+    def _scheme(cls, value: str | None) -> str | None:
+        if value is not None and urlsplit(value).scheme not in ("redis", "rediss"):
+            raise ValueError("store.url must start with redis:// or rediss://")
+        return value
+
+
+class ReplicasConfig(_Section):
+    """How replicas reach the owner of a live object (an open call, a parked call, a stream)."""
+
+    internal_listen: str | None = Field(
+        None,
+        description="Address of the internal listener other replicas forward to (e.g. 0.0.0.0:8081); "
+        "keep it off the Service and behind a NetworkPolicy. Unset: no forwarding (one replica).",
+    )
+    advertise: str | None = Field(
+        None,
+        description="HOST:PORT other replicas use to reach internal_listen (the pod IP); "
+        "default: internal_listen itself.",
+    )
+    forward_connect_timeout_s: float = Field(0.5, gt=0, description="Connecting to another replica.")
+
+    @field_validator("internal_listen", "advertise")
+    @classmethod
+    def _address(cls, value: str | None) -> str | None:
+        if value is not None:
+            parse_listen(value)
+        return value
+
+    @property
+    def advertised(self) -> str | None:
+        return self.advertise or self.internal_listen
+
+
 class ShutdownConfig(_Section):
     grace_s: float = Field(
         20.0,
@@ -359,6 +413,15 @@ class Settings(BaseSettings):
     readiness: ReadinessConfig = ReadinessConfig()
     shutdown: ShutdownConfig = ShutdownConfig()
     logging: LoggingConfig = LoggingConfig()
+    store: StoreConfig = StoreConfig()
+    replicas: ReplicasConfig = ReplicasConfig()
+    workers: int = Field(
+        1,
+        ge=1,
+        le=64,
+        description="Processes serving the listening port together (SO_REUSEPORT); "
+        "more than one needs store.url and security.secret.",
+    )
 
     @field_validator("listen", "admin_listen")
     @classmethod
@@ -378,6 +441,19 @@ class Settings(BaseSettings):
     def _distinct_listeners(self) -> Settings:
         if self.admin_listen is not None and parse_listen(self.admin_listen) == parse_listen(self.listen):
             raise ValueError("admin_listen must differ from listen")
+        return self
+
+    @model_validator(mode="after")
+    def _shared_secret(self) -> Settings:
+        # Replicas must open each other's tokens: one secret for all, never a random one each.
+        shared = self.store.url is not None or self.workers > 1 or self.replicas.internal_listen is not None
+        if shared and self.security.secret is None:
+            raise ValueError(
+                "security.secret is required with store.url, replicas.internal_listen or workers > 1 "
+                "(one secret for every replica)"
+            )
+        if self.workers > 1 and self.store.url is None:
+            raise ValueError("workers > 1 needs store.url: each worker is a replica sharing the store")
         return self
 
     @property
