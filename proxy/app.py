@@ -20,6 +20,7 @@ from .downstream.guard import Guard, method_not_allowed, not_found, safe
 from .downstream.http import McpEndpoint
 from .metrics import Metrics
 from .protocol.detection import Detected
+from .protocol.request_state import RequestStateCodec
 from .protocol.versions import Era
 from .relay.bytes import ByteRelay
 from .relay.cache_watch import CacheWatcher
@@ -32,6 +33,8 @@ from .relay.modern_to_legacy import ModernToLegacy
 from .relay.modern_to_legacy import probe as probe_legacy
 from .relay.passthrough import ModernPassThrough
 from .relay.routes import routing_table
+from .replicas import Forwarder, Owner, ReplayEndpoint, ServerRequestIds, internal_app, new_boot_id
+from .sealing import Sealer
 from .sessions import InMemorySessionStore, SessionIds, SessionStore
 from .upstream.http import HttpUpstream
 from .upstream.legacy_session import SessionFactory, http_sessions, stdio_sessions
@@ -46,6 +49,8 @@ MODERN_TO_LEGACY = web.AppKey("modern_to_legacy", ModernToLegacy)
 ADMIN = web.AppKey("admin", Admin)
 DETECTOR = web.AppKey("detector", EraDetector)
 CACHE = web.AppKey("cache", ResponseCache)
+FORWARDER = web.AppKey("forwarder", Forwarder)
+INTERNAL = web.AppKey("internal", web.Application)  # the internal listener's application, when configured
 
 
 def create_app(
@@ -63,6 +68,13 @@ def create_app(
     secret = settings.security.secret.encode() if settings.security.secret else secrets.token_bytes(32)
     previous = [old.encode() for old in settings.security.previous_secrets]
     ids = SessionIds(secret, settings.sessions.max_lifetime_s, clock, previous)
+    sealer = Sealer(secret, previous, clock)
+    # This process, as the tokens it mints name it: a new boot id each start, so a successor at
+    # the same address is never taken for it.
+    owner = Owner(new_boot_id(), settings.replicas.advertised)
+    codec = RequestStateCodec(sealer, owner.boot, owner.address, clock)
+    server_ids = ServerRequestIds(sealer, owner)
+    forwarder = Forwarder(settings, sealer, owner, codec, server_ids, metrics, clock)
     cache = ResponseCache(settings.cache, metrics, cache_clock)
     failures = UpstreamFailures(metrics)
     http: HttpUpstream | None = None
@@ -108,11 +120,13 @@ def create_app(
     detector = EraDetector(config.era, probe)
 
     store = store or InMemorySessionStore()
-    translating_backend = TranslatingBackend(settings, modern_upstream, store, metrics, cache, failures)
+    translating_backend = TranslatingBackend(
+        settings, modern_upstream, store, metrics, cache, failures, server_ids=server_ids.mint
+    )
     translating_backend.on_era_mismatch = detector.suspect
     legacy_to_modern = LegacySessionHost(translating_backend, settings, store, ids, metrics, clock)
     same_era = ModernPassThrough(settings, modern_upstream, metrics, cache, failures)
-    modern_to_legacy = ModernToLegacy(settings, legacy_sessions, metrics, secret, clock, cache=cache, failures=failures)
+    modern_to_legacy = ModernToLegacy(settings, legacy_sessions, metrics, codec, clock, cache=cache, failures=failures)
     modern_to_legacy.on_era_mismatch = detector.suspect
     router = routing_table(
         config.transport,
@@ -130,7 +144,7 @@ def create_app(
         watcher.reset()
 
     detector.on_change = era_changed
-    endpoint = McpEndpoint(settings, metrics, detector, router, failures)
+    endpoint = McpEndpoint(settings, metrics, detector, router, failures, forwarder)
 
     async def ready() -> None:
         if await detector.current() is Era.MODERN:
@@ -156,6 +170,7 @@ def create_app(
     app[DETECTOR] = detector
     app[CACHE] = cache
     app[ADMIN] = admin
+    app[FORWARDER] = forwarder
     app.router.add_post(settings.path, safe(endpoint.post, guard))
     app.router.add_get(settings.path, safe(endpoint.get, guard))
     app.router.add_delete(settings.path, safe(endpoint.delete, guard))
@@ -167,6 +182,12 @@ def create_app(
     admin_app.router.add_get("/metrics", safe(admin.metrics))
     for application in {id(app): app, id(admin_app): admin_app}.values():
         application.router.add_route("*", "/{tail:.*}", safe(not_found))  # JSON, never aiohttp's text page
+    if settings.replicas.internal_listen is not None:
+        # Replays come from other replicas: Origin and Host were checked where the client connected.
+        replay = ReplayEndpoint(
+            sealer, owner, {"POST": safe(endpoint.post), "GET": safe(endpoint.get), "DELETE": safe(endpoint.delete)}
+        )
+        app[INTERNAL] = internal_app(replay, safe, settings.security.max_body_bytes)
 
     hosts = [host for host in (legacy_to_modern, process_sessions) if host is not None]
 
@@ -179,6 +200,7 @@ def create_app(
         jobs.append((pool_interval, modern_to_legacy.maintain))
         tasks = [asyncio.create_task(_every(interval, job)) for interval, job in jobs]
         tasks.append(asyncio.create_task(_detect_early(detector)))
+        await forwarder.start()
         yield
         for task in tasks:
             task.cancel()
@@ -191,6 +213,7 @@ def create_app(
             await stdio.close()
         if http is not None and owns_session:
             await http.close()
+        await forwarder.close()
 
     async def drain(app: web.Application) -> None:
         """Shutdown begins (sites stopped): not ready any more; streams end gracefully now, calls in

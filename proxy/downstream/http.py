@@ -32,6 +32,7 @@ from ..relay.detect import EraDetector
 from ..relay.failures import UpstreamFailures
 from ..relay.legacy_sessions import LegacySessionHost
 from ..relay.routes import Router
+from ..replicas import Forwarder, OwnerGone, call_lost
 from ..sessions import LegacySession, principal_of, short_hash
 from .sse import RequestReply, SseStream, json_response, relay_reply
 
@@ -57,8 +58,10 @@ class McpEndpoint:
         detector: EraDetector,
         router: Router,
         failures: UpstreamFailures,
+        forwarder: Forwarder | None = None,
     ) -> None:
         self._settings = settings
+        self._forwarder = forwarder
         self._metrics = metrics
         self._detector = detector
         self._router = router
@@ -211,12 +214,22 @@ class McpEndpoint:
             await host.handle_notification(session, body)
             return web.Response(status=202)
         if kind == "response":
-            if not await host.handle_response(session, body):
-                log.info("unexpected_response", session=short_hash(session.id), id=body.get("id"))
+            await self._answer(request, host, session, body)
             return web.Response(status=202)
         async with RequestReply(request, self._keepalive_s) as reply:
             message = await self._run(host, session, body, reply, caller, record)
             return await reply.finish(message)
+
+    async def _answer(self, request: web.Request, host: Host, session: LegacySession, message: dict[str, Any]) -> None:
+        """A legacy client's answer to a server-to-client request: to whoever awaits it, here or
+        on the replica that sent the request (its id names it). The client gets 202 either way:
+        an answer nobody awaits any more is dropped, as the spec has it."""
+        owner = self._forwarder.request_owner(message.get("id"), session.id) if self._forwarder else None
+        if owner is not None:
+            assert self._forwarder is not None
+            await self._forwarder.deliver(request, message, owner)
+        elif not await host.handle_response(session, message):
+            log.info("unexpected_response", session=short_hash(session.id), id=message.get("id"))
 
     async def _run(
         self,
@@ -267,7 +280,7 @@ class McpEndpoint:
             if kind == "notification":
                 await host.handle_notification(session, item)
             elif kind == "response":
-                await host.handle_response(session, item)
+                await self._answer(request, host, session, item)
             else:
                 requests.append(item)
         if not requests:
@@ -312,6 +325,16 @@ class McpEndpoint:
         if route.modern_bytes and checked.method not in CACHEABLE_METHODS and checked.method != "subscriptions/listen":
             return await self._bytes(request, "POST", raw, record, legacy=False, message=body)
         caller = self._caller(request, same_era=era is Era.MODERN)
+        state = jsonrpc.params_of(body).get("requestState") if era is Era.LEGACY else None
+        if state is not None and self._forwarder is not None:
+            # A retry of a call parked on a legacy upstream: served where the call is parked.
+            owner = self._forwarder.state_owner(state, caller.principal)
+            if owner is not None:
+                try:
+                    return await self._forwarder.replay(request, raw, owner, kind="resume")
+                except OwnerGone:
+                    lost = call_lost()
+                    raise ProxyError(lost["code"], lost["message"], data=lost["data"]) from None
         if checked.method == "subscriptions/listen":
             return await self._listen(request, route.modern.listen(checked, caller), body["id"])
         async with RequestReply(request, self._keepalive_s) as reply:
