@@ -316,9 +316,12 @@ class _Sent:
         self._response = response
         return response
 
-    async def __aexit__(self, *exc: object) -> None:
+    async def __aexit__(self, exc_type: object, *_: object) -> None:
         if self._response is not None:
-            self._response.release()
+            if exc_type is None:
+                self._response.release()
+            else:  # the client went (or the copy failed): the owner sees its client go too
+                self._response.close()
 
     def _gone(self, outcome: str, detail: str) -> OwnerGone:
         self._forwarder._count(self._kind, outcome)

@@ -238,6 +238,41 @@ async def test_a_forwarded_resume_whose_reply_streams_comes_back_as_the_same_sse
     assert final.result["content"] == [{"type": "text", "text": "deployed: accept"}]
 
 
+async def test_a_forwarded_reply_is_streamed_as_it_comes_and_a_client_leaving_cancels_the_call_on_its_owner(
+    make_replica: MakeReplica, legacy_upstream: FakeLegacy
+) -> None:
+    """The progress reaches the client through B while the owner's call still runs (nothing is
+    buffered); the client closing its stream on B closes the replay, which on A is the client
+    going away: the upstream call is cancelled."""
+    release = asyncio.Event()
+
+    async def confirm_report_wait(call: Call) -> Any:
+        await call.ask("elicitation/create", ELICIT_PARAMS)
+        await call.progress(1, 2, "halfway")
+        await release.wait()
+        return {"content": [{"type": "text", "text": "late"}]}
+
+    a = await make_replica(legacy_upstream.url, "legacy")
+    b = await make_replica(legacy_upstream.url, "legacy")
+    legacy_upstream.handlers["tools/call"] = confirm_report_wait
+    try:
+        async with asyncio.timeout(WAIT):
+            first = {**DEPLOY, "_meta": {"progressToken": "p-0"}}
+            state, key = parked_state(await a.modern().request("tools/call", first))
+            [upstream] = legacy_upstream.calls_of("tools/call")
+            peer = b.modern()
+            params = {**retry(state, {key: ACCEPTED}), "_meta": {"progressToken": "p-1"}}
+            message, response = await peer.send("tools/call", params)
+            stream = peer.stream(response, message)
+            progress = await stream.next()
+            assert progress is not None and progress["method"] == "notifications/progress"
+            assert not upstream.cancelled.is_set()
+            stream.close()
+            await upstream.cancelled.wait()  # A saw its client (B's replay) go
+    finally:
+        release.set()
+
+
 async def test_a_retry_of_another_caller_is_not_forwarded_and_is_refused_as_an_invalid_state(
     make_replica: MakeReplica, legacy_upstream: FakeLegacy
 ) -> None:
