@@ -32,7 +32,9 @@ from .relay.modern_to_legacy import ModernToLegacy
 from .relay.modern_to_legacy import probe as probe_legacy
 from .relay.passthrough import ModernPassThrough
 from .relay.routes import routing_table
+from .sealing import Sealer
 from .sessions import InMemorySessionStore, SessionIds, SessionStore
+from .store_redis import RedisSessionStore, redis_store
 from .upstream.http import HttpUpstream
 from .upstream.legacy_session import SessionFactory, http_sessions, stdio_sessions
 from .upstream.stdio import StdioChannel, StdioModernUpstream, process_factory
@@ -62,7 +64,8 @@ def create_app(
     config = settings.upstream
     secret = settings.security.secret.encode() if settings.security.secret else secrets.token_bytes(32)
     previous = [old.encode() for old in settings.security.previous_secrets]
-    ids = SessionIds(secret, settings.sessions.max_lifetime_s, clock, previous)
+    sealer = Sealer(secret, previous, clock)
+    ids = SessionIds(sealer, settings.sessions.max_lifetime_s, clock)
     cache = ResponseCache(settings.cache, metrics, cache_clock)
     failures = UpstreamFailures(metrics)
     http: HttpUpstream | None = None
@@ -107,6 +110,16 @@ def create_app(
         probe = partial(probe_stdio, probe_channel, config.probe_timeout_s)
     detector = EraDetector(config.era, probe)
 
+    owned_store: RedisSessionStore | None = None
+    if store is None and settings.store.url is not None:
+        store = owned_store = redis_store(
+            settings.store,
+            sealer,
+            idle_timeout_s=settings.sessions.idle_timeout_s,
+            max_lifetime_s=settings.sessions.max_lifetime_s,
+            metrics=metrics,
+            clock=clock,
+        )
     store = store or InMemorySessionStore()
     translating_backend = TranslatingBackend(settings, modern_upstream, store, metrics, cache, failures)
     translating_backend.on_era_mismatch = detector.suspect
@@ -191,6 +204,8 @@ def create_app(
             await stdio.close()
         if http is not None and owns_session:
             await http.close()
+        if owned_store is not None:
+            await owned_store.aclose()
 
     async def drain(app: web.Application) -> None:
         """Shutdown begins (sites stopped): not ready any more; streams end gracefully now, calls in

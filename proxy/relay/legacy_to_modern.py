@@ -50,7 +50,7 @@ from ..protocol.forwarded_call import (
 from ..protocol.headers import ParamHeader
 from ..protocol.outcome import Outcome, timed_out
 from ..protocol.versions import LATEST_MODERN, pick_modern
-from ..sessions import LegacySession, SessionStore
+from ..sessions import LegacySession, SessionStore, StoreUnavailable
 from ..upstream.base import Upstream
 from ..upstream.errors import UpstreamError, UpstreamProtocolError
 from .channel import ReplyChannel
@@ -309,7 +309,10 @@ class TranslatingBackend:
                 case Renegotiated(version=version):
                     self._cache.clear("version_renegotiated")
                     session.modern_version = version
-                    await self._store.save(session)
+                    try:
+                        await self._store.save(session)
+                    except StoreUnavailable:  # other replicas renegotiate for themselves
+                        log.warning("renegotiated_version_not_shared", version=version)
                 case SuspectEra(reason=reason):
                     self.on_era_mismatch(reason)
                 case InputRound():

@@ -18,6 +18,7 @@ from proxy.metrics import Metrics
 from proxy.protocol import jsonrpc
 from proxy.relay.legacy_sessions import LegacySessionHost, Opened
 from proxy.relay.runtime import SessionRuntime
+from proxy.sealing import Sealer
 from proxy.sessions import InMemorySessionStore, LegacySession, SessionIds, principal_of
 
 ALICE = principal_of("Bearer alice")
@@ -80,7 +81,7 @@ def make(
 ) -> tuple[LegacySessionHost[str], Backend, Metrics, Clock]:
     backend, metrics, clock = Backend(durable=durable), Metrics(), Clock()
     config = load_settings(None, **{"upstream.url": "http://127.0.0.1:9/mcp", **settings})
-    ids = SessionIds(b"k" * 32, config.sessions.max_lifetime_s, clock)
+    ids = SessionIds(Sealer(b"k" * 32, clock=clock), config.sessions.max_lifetime_s, clock)
     host = LegacySessionHost(
         backend, config, InMemorySessionStore(), ids, metrics, clock, max_live=max_live, idle_timeout_s=idle_timeout_s
     )
