@@ -353,8 +353,10 @@ def redis_store(
 ) -> RedisSessionStore:
     """The store for `store.url`; needs the `redis` extra."""
     try:
+        from redis import __version__ as redis_version
         from redis.asyncio import Redis
         from redis.backoff import NoBackoff
+        from redis.driver_info import DriverInfo
         from redis.retry import Retry
     except ImportError:  # pragma: no cover - depends on the installation
         raise RuntimeError("store.url needs redis-py: pip install 'mcp-era-proxy[redis]'") from None
@@ -368,6 +370,9 @@ def redis_store(
         # breaker here decide, and a failed call is simply made again by the next request.
         retry=Retry(NoBackoff(), 0),
         health_check_interval=30,
+        # Given, or redis-py looks its own version up in the installed metadata (file system
+        # reads) for every new connection, on the event loop.
+        driver_info=DriverInfo(name="redis-py", lib_version=redis_version),
     )
     return RedisSessionStore(
         client,
