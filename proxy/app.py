@@ -65,6 +65,7 @@ def create_app(
     secret = settings.security.secret.encode() if settings.security.secret else secrets.token_bytes(32)
     previous = [old.encode() for old in settings.security.previous_secrets]
     sealer = Sealer(secret, previous, clock)
+    boot = secrets.token_hex(8)  # this process, as the tokens it mints name it
     ids = SessionIds(sealer, settings.sessions.max_lifetime_s, clock)
     cache = ResponseCache(settings.cache, metrics, cache_clock)
     failures = UpstreamFailures(metrics)
@@ -143,7 +144,7 @@ def create_app(
         watcher.reset()
 
     detector.on_change = era_changed
-    endpoint = McpEndpoint(settings, metrics, detector, router, failures)
+    endpoint = McpEndpoint(settings, metrics, detector, router, failures, sealer=sealer, boot=boot)
 
     async def ready() -> None:
         if await detector.current() is Era.MODERN:

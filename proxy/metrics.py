@@ -158,6 +158,12 @@ class Metrics:
             ["op", "kind"],
             registry=r,
         )
+        self.streams_resumed = Counter(
+            PREFIX + "streams_resumed_total",
+            "Legacy POST streams a client resumed (GET + Last-Event-ID); lost: the request had ended.",
+            ["outcome"],
+            registry=r,
+        )
         self.sessions_resurrected = Counter(
             PREFIX + "sessions_resurrected_total",
             "Legacy sessions served again from their id after the shared store lost their record.",
