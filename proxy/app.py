@@ -124,7 +124,9 @@ def create_app(
     store = store or InMemorySessionStore()
     translating_backend = TranslatingBackend(settings, modern_upstream, store, metrics, cache, failures)
     translating_backend.on_era_mismatch = detector.suspect
-    legacy_to_modern = LegacySessionHost(translating_backend, settings, store, ids, metrics, clock)
+    legacy_to_modern = LegacySessionHost(
+        translating_backend, settings, store, ids, metrics, clock, owner=f"{boot}@{settings.replicas.advertised or ''}"
+    )
     same_era = ModernPassThrough(settings, modern_upstream, metrics, cache, failures)
     modern_to_legacy = ModernToLegacy(settings, legacy_sessions, metrics, secret, clock, cache=cache, failures=failures)
     modern_to_legacy.on_era_mismatch = detector.suspect

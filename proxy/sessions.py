@@ -161,6 +161,9 @@ class LegacySession:
     last_seen: float = 0.0
     recorded: bool = True  # see SessionCore.recorded
     core_in_store: bool = False  # the core was too large for the id: the store holds it
+    # The replica whose GET stream the session last opened ("boot@address"): where what the
+    # stream's upstream listen depends on (subscriptions) must be changed.
+    stream_owner: str = ""
 
     @property
     def core(self) -> SessionCore:

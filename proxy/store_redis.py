@@ -232,6 +232,7 @@ class RedisSessionStore:
             session.initialized = state["init"]
             session.modern_version = state["mv"]
             session.subscriptions = state["subs"]
+            session.stream_owner = state["own"]
         return session
 
     async def _lost_by_store(self, session: LegacySession) -> bool:
@@ -265,6 +266,7 @@ class RedisSessionStore:
             "init": "1" if session.initialized else "0",
             "mv": session.modern_version,
             "subs": subs,
+            "own": session.stream_owner,
         }
 
     def _apply(self, session: LegacySession, fields: dict[bytes, bytes], key: str) -> bool:
@@ -279,6 +281,7 @@ class RedisSessionStore:
             if subs is None:
                 return False
             session.subscriptions = frozenset(str(uri) for uri in orjson.loads(subs))
+            session.stream_owner = fields.get(b"own", b"").decode()
             if session.core_in_store:
                 core = self._sealer.open("sto", fields.get(b"core", b"").decode(), key.encode())
                 if core is None:
@@ -298,6 +301,7 @@ class RedisSessionStore:
             "init": session.initialized,
             "mv": session.modern_version,
             "subs": session.subscriptions,
+            "own": session.stream_owner,
         }
         if session.core_in_store:
             state["core"] = session.core

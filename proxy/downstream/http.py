@@ -412,7 +412,7 @@ class McpEndpoint:
             last_event_id = request.headers.get("Last-Event-ID")
             if last_event_id is not None:
                 return await self._resume(request, session, last_event_id)
-            stream_handle = host.open_get_stream(session)
+            stream_handle = await host.open_get_stream(session)
         except ProxyError as exc:
             return error_reply(exc, Era.LEGACY)
         sse = SseStream(request, self._keepalive_s)

@@ -91,8 +91,9 @@ class LegacyBackend(Protocol[L]):
     async def respond(self, session: LegacySession, runtime: SessionRuntime[L], message: JSONDict) -> bool:
         """A client's reply to a server-to-client request; False if nothing waited for it."""
 
-    def get_stream_opened(self, session: LegacySession, runtime: SessionRuntime[L]) -> None:
-        """The session opened a GET stream (it wants what the server says unasked)."""
+    def get_stream_opened(self, session: LegacySession, runtime: SessionRuntime[L], moved: bool) -> None:
+        """The session opened a GET stream (it wants what the server says unasked); `moved`: its
+        last one was on another replica, so what was said meanwhile may be lost."""
 
     async def close(self, runtime: SessionRuntime[L]) -> None:
         """The session ended here: release its live part."""
@@ -110,10 +111,12 @@ class LegacySessionHost(Generic[L]):
         *,
         max_live: int | None = None,
         idle_timeout_s: float | None = None,
+        owner: str = "",
     ) -> None:
         """`max_live`: runtimes held at most, least recently used first out (a backend whose live
         part is a process); `idle_timeout_s`: the idle expiry, when shorter than the sessions'."""
         self.backend = backend
+        self.owner = owner  # how this replica names itself in session.stream_owner
         self._settings = settings
         self._limits = settings.sessions
         self._store = store
@@ -229,6 +232,7 @@ class LegacySessionHost(Generic[L]):
         if runtime is None:
             return None  # a session whose runtime cannot be rebuilt here (its process is gone)
         runtime.last_used = now
+        runtime.session = session  # the latest state: what the live parts read
         if session.initialized and not runtime.initialized.is_set():
             runtime.initialized.set()  # the client said so to another replica
         if self._max_live is not None:  # the most recently used last
@@ -382,12 +386,19 @@ class LegacySessionHost(Generic[L]):
 
     # ------------------------------------------------------------ GET streams
 
-    def open_get_stream(self, session: LegacySession) -> GetStream:
+    async def open_get_stream(self, session: LegacySession) -> GetStream:
         runtime = self._runtime(session)
         if runtime is None:
             raise ProxyError(jsonrpc.INTERNAL_ERROR, "the session can no longer be served here")
         stream = runtime.open_stream(self._limits.max_get_streams)
-        self.backend.get_stream_opened(session, runtime)
+        previous = session.stream_owner
+        if self._store.shared and previous != self.owner:
+            session.stream_owner = self.owner
+            try:
+                await self._store.save(session)
+            except StoreUnavailable:
+                log.warning("stream_owner_not_shared", session=short_hash(session.id))
+        self.backend.get_stream_opened(session, runtime, moved=bool(previous) and previous != self.owner)
         return stream
 
     def close_get_stream(self, session_id: str, stream: GetStream) -> None:

@@ -17,7 +17,7 @@ from proxy.config import load_settings
 from proxy.relay.legacy_sessions import LegacySessionHost
 from tests.integration.conftest import UPSTREAM_NAME, serve
 from tests.support.fake_modern import FakeModern
-from tests.support.legacy_peer import LegacyPeer
+from tests.support.legacy_peer import LegacyPeer, SseReader
 from tests.support.redis_server import RedisServer
 
 SECRET = "replica-secret-0123456789"
@@ -144,3 +144,41 @@ async def test_ids_of_another_caller_or_altered_are_unknown_everywhere(replicas:
         assert tampered.status == 404
     peer.session_id = good
     assert (await peer.request("tools/list")).result is not None
+
+
+async def test_a_get_stream_moving_to_another_replica_is_told_to_refetch(replicas: Replicas, fake: FakeModern) -> None:
+    a, b = await replicas.start(), await replicas.start()
+    peer = await LegacyPeer.connect(a)
+    async with asyncio.timeout(10):
+        assert (await peer.request("resources/subscribe", {"uri": "file:///watched"})).result == {}
+        first = await peer.get_stream()
+        await fake.wait_listen(lambda listen: bool(listen.filter.get("toolsListChanged")))
+        first.close()  # the replica holding it died, or the connection was cut
+        peer.client = b
+        moved = await peer.get_stream()
+        reader = SseReader(moved)
+        hints = [await reader.message() for _ in range(4)]
+        moved.close()
+    methods = sorted(message["method"] for message in hints if message is not None)
+    assert methods == [
+        "notifications/prompts/list_changed",
+        "notifications/resources/list_changed",
+        "notifications/resources/updated",
+        "notifications/tools/list_changed",
+    ]
+    updated = next(m for m in hints if m is not None and m["method"] == "notifications/resources/updated")
+    assert updated["params"] == {"uri": "file:///watched"}  # the subscription made through a
+
+
+async def test_a_get_stream_reopened_on_the_same_replica_gets_no_hints(replicas: Replicas, fake: FakeModern) -> None:
+    a = await replicas.start()
+    peer = await LegacyPeer.connect(a)
+    async with asyncio.timeout(10):
+        first = await peer.get_stream()
+        await fake.wait_listen()
+        first.close()
+        again = await peer.get_stream()
+        fake.listens[-1].push("notifications/tools/list_changed")
+        message = await SseReader(again).message()
+        again.close()
+    assert message == {"jsonrpc": "2.0", "method": "notifications/tools/list_changed"}  # the real one, alone

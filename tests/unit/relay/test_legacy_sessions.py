@@ -69,7 +69,7 @@ class Backend:
         self.calls.append(("respond", message["id"]))
         return True
 
-    def get_stream_opened(self, session: LegacySession, runtime: Any) -> None:
+    def get_stream_opened(self, session: LegacySession, runtime: Any, moved: bool) -> None:
         self.calls.append(("get_stream", session.id))
 
     async def close(self, runtime: SessionRuntime[str]) -> None:
@@ -124,7 +124,7 @@ async def test_reaping_closes_sessions_past_their_lifetime_then_idle_ones_but_no
     _, busy = await host.initialize(INITIALIZE, ALICE, {})
     session = await host.resolve(busy, ALICE)
     assert session is not None
-    host.open_get_stream(session)
+    await host.open_get_stream(session)
     clock.now += 60  # old: past its lifetime; idle and busy: idle for 60 s
     assert await host.reap() == 2
     assert value(metrics, "sessions_expired_total") == 2
@@ -244,7 +244,7 @@ async def test_at_the_live_bound_with_every_runtime_busy_a_new_session_gets_503(
     _, first = await host.initialize(INITIALIZE, ALICE, {})
     session = await host.resolve(first, ALICE)
     assert session is not None
-    stream = host.open_get_stream(session)
+    stream = await host.open_get_stream(session)
     with pytest.raises(ProxyError) as refused:
         await host.initialize(INITIALIZE, ALICE, {})
     assert (refused.value.code, refused.value.status) == (jsonrpc.LIMIT_EXCEEDED, 503)
