@@ -36,6 +36,7 @@ from .relay.routes import routing_table
 from .replicas import Forwarder, Owner, ReplayEndpoint, ServerRequestIds, internal_app, new_boot_id
 from .sealing import Sealer
 from .sessions import InMemorySessionStore, SessionIds, SessionStore
+from .store_redis import RedisSessionStore, redis_store
 from .upstream.http import HttpUpstream
 from .upstream.legacy_session import SessionFactory, http_sessions, stdio_sessions
 from .upstream.stdio import StdioChannel, StdioModernUpstream, process_factory
@@ -67,11 +68,12 @@ def create_app(
     config = settings.upstream
     secret = settings.security.secret.encode() if settings.security.secret else secrets.token_bytes(32)
     previous = [old.encode() for old in settings.security.previous_secrets]
-    ids = SessionIds(secret, settings.sessions.max_lifetime_s, clock, previous)
     sealer = Sealer(secret, previous, clock)
+    ids = SessionIds(sealer, settings.sessions.max_lifetime_s, clock)
     # This process, as the tokens it mints name it: a new boot id each start, so a successor at
     # the same address is never taken for it.
     owner = Owner(new_boot_id(), settings.replicas.advertised)
+    boot = owner.boot
     codec = RequestStateCodec(sealer, owner.boot, owner.address, clock)
     server_ids = ServerRequestIds(sealer, owner)
     forwarder = Forwarder(settings, sealer, owner, codec, server_ids, metrics, clock)
@@ -119,12 +121,24 @@ def create_app(
         probe = partial(probe_stdio, probe_channel, config.probe_timeout_s)
     detector = EraDetector(config.era, probe)
 
+    owned_store: RedisSessionStore | None = None
+    if store is None and settings.store.url is not None:
+        store = owned_store = redis_store(
+            settings.store,
+            sealer,
+            idle_timeout_s=settings.sessions.idle_timeout_s,
+            max_lifetime_s=settings.sessions.max_lifetime_s,
+            metrics=metrics,
+            clock=clock,
+        )
     store = store or InMemorySessionStore()
     translating_backend = TranslatingBackend(
         settings, modern_upstream, store, metrics, cache, failures, server_ids=server_ids.mint
     )
     translating_backend.on_era_mismatch = detector.suspect
-    legacy_to_modern = LegacySessionHost(translating_backend, settings, store, ids, metrics, clock)
+    legacy_to_modern = LegacySessionHost(
+        translating_backend, settings, store, ids, metrics, clock, owner=f"{boot}@{settings.replicas.advertised or ''}"
+    )
     same_era = ModernPassThrough(settings, modern_upstream, metrics, cache, failures)
     modern_to_legacy = ModernToLegacy(settings, legacy_sessions, metrics, codec, clock, cache=cache, failures=failures)
     modern_to_legacy.on_era_mismatch = detector.suspect
@@ -144,7 +158,7 @@ def create_app(
         watcher.reset()
 
     detector.on_change = era_changed
-    endpoint = McpEndpoint(settings, metrics, detector, router, failures, forwarder)
+    endpoint = McpEndpoint(settings, metrics, detector, router, failures, forwarder, sealer=sealer, boot=boot)
 
     async def ready() -> None:
         if await detector.current() is Era.MODERN:
@@ -208,17 +222,25 @@ def create_app(
         await watcher.close()
         for host in hosts:
             await host.close_all()
+        left = await modern_to_legacy.settle(max(0.0, drain_deadline[0] - time.monotonic()))
+        if left:
+            log.warning("calls_cut_at_shutdown", calls=left)
         await modern_to_legacy.close_all()
         if stdio is not None:
             await stdio.close()
         if http is not None and owns_session:
             await http.close()
         await forwarder.close()
+        if owned_store is not None:
+            await owned_store.aclose()
+
+    drain_deadline = [0.0]  # when parked calls must be given up (set as shutdown begins)
 
     async def drain(app: web.Application) -> None:
         """Shutdown begins (sites stopped): not ready any more; streams end gracefully now, calls in
         flight get `shutdown.grace_s` (aiohttp's shutdown timeout) before the cleanup below."""
         admin.draining = True
+        drain_deadline[0] = time.monotonic() + settings.shutdown.grace_s
         for host in hosts:
             host.end_streams()
         modern_to_legacy.end_streams()

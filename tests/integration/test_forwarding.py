@@ -129,6 +129,8 @@ async def make_replica(aiohttp_server: Any, aiohttp_client: Any) -> AsyncIterato
                 "security.secret": SECRET,
                 "replicas.internal_listen": f"127.0.0.1:{port}",
                 "replicas.forward_connect_timeout_s": CONNECT_TIMEOUT_S,
+                # A replica stopped here stands for one that died: nothing waits for its calls.
+                "shutdown.grace_s": 0,
                 **overrides,
             },
         )
