@@ -76,6 +76,12 @@ def worker_settings(settings: Settings, index: int) -> Settings:
     return settings.model_copy(update={"admin_listen": admin, "replicas": moved})
 
 
+def restart_delay(failures: int) -> float:
+    """Seconds before a worker that died is started again, after `failures` deaths in a row."""
+    doublings = min(max(failures - 1, 0), 32)  # past the ceiling long before; 2.0 ** n must stay finite
+    return min(RESTART_FIRST_S * 2.0**doublings, RESTART_MAX_S)
+
+
 def parse_control(value: str) -> tuple[int, int]:
     """`INDEX:FD` of the hidden worker flag."""
     index, _, fd = value.partition(":")
@@ -201,7 +207,7 @@ class Supervisor:
                 self._stop.set()
                 return
             worker.failures = 1 if lived >= HEALTHY_AFTER_S else worker.failures + 1
-            delay = min(RESTART_FIRST_S * 2 ** (worker.failures - 1), RESTART_MAX_S)
+            delay = restart_delay(worker.failures)
             log.error("worker_exited", worker=worker.index, code=code, lived_s=round(lived, 1), restart_in_s=delay)
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(delay):

@@ -12,7 +12,7 @@ import structlog
 
 from proxy.config import ConfigError, Settings, load_settings
 from proxy.logs import configure_logging
-from proxy.workers import shifted, worker_settings
+from proxy.workers import restart_delay, shifted, worker_settings
 
 SECRET = "0123456789abcdef0123"
 STORE = "redis://127.0.0.1:6379/0"
@@ -96,3 +96,8 @@ def test_every_log_line_of_a_worker_carries_its_index(monkeypatch: pytest.Monkey
     first, second = (json.loads(line) for line in err.getvalue().splitlines())
     assert first["worker"] == 1 and first["address"] == "x"
     assert "worker" not in second
+
+
+def test_a_worker_that_keeps_dying_is_restarted_ever_later_up_to_a_ceiling() -> None:
+    assert [restart_delay(n) for n in range(1, 9)] == [0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 30.0, 30.0]
+    assert restart_delay(10_000) == 30.0  # no overflow however long it goes on
