@@ -8,7 +8,6 @@ import asyncio
 import contextlib
 import json
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -24,6 +23,7 @@ import pytest
 
 from proxy.config import ENV_PREFIX
 from tests.support.procs import Process, free_port, wait_for_port
+from tests.support.redis_server import redis_server
 
 REPO = Path(__file__).resolve().parents[2]
 SECRET = "workers-test-secret-0123456789"
@@ -72,18 +72,8 @@ def poll(what: str, check: Callable[[], T | None], timeout: float = 20.0) -> T:
 
 @pytest.fixture(scope="module")
 def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    server = shutil.which("redis-server")
-    assert server, "redis-server is not installed (scripts/setup-services.sh installs it)"
-    port = free_port()
-    directory = tmp_path_factory.mktemp("redis")
-    argv = [server, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
-    argv += ["--dir", str(directory)]
-    redis = Process(argv, directory / "redis.log")
-    try:
-        wait_for_port(port, redis.proc, 20, redis.log)
-        yield f"redis://127.0.0.1:{port}/0"
-    finally:
-        redis.stop()
+    with redis_server(tmp_path_factory.mktemp("redis")) as server:
+        yield server.url
 
 
 @pytest.fixture(scope="module")
@@ -229,6 +219,39 @@ async def test_two_workers_share_the_port_a_killed_one_is_replaced_and_sigterm_e
         stopped = {(e["worker"], e["pid"], e["code"]) for e in proxy.events("worker_stopped")}
         assert stopped == {(0, second[0], 0), (1, second[1], 0)}, stopped
         assert proxy.events("stopped")[-1].get("ok") is True
+
+
+async def test_a_legacy_session_opened_on_one_worker_is_served_by_both(
+    tmp_path: Path, redis_url: str, upstream: str
+) -> None:
+    """The workers are replicas of the store: the session lives in Redis, not in the worker that
+    answered `initialize`, so every call of it succeeds whichever worker takes its connection."""
+    legacy = "2025-11-25"
+    accept = {"Accept": "application/json, text/event-stream"}
+    with running(tmp_path, redis_url, upstream) as proxy:
+        url = f"http://127.0.0.1:{proxy.port}/mcp"
+        connector = aiohttp.TCPConnector(force_close=True, limit=16)  # a new connection, a worker drawn, per request
+        async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=20)) as session:
+            params = {"protocolVersion": legacy, "capabilities": {}, "clientInfo": {"name": "test", "version": "1"}}
+            initialize = {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": params}
+            async with session.post(url, json=initialize, headers=accept) as reply:
+                assert reply.status == 200, await reply.text()
+                session_id = reply.headers["Mcp-Session-Id"]
+            headers = {**accept, "Mcp-Session-Id": session_id, "MCP-Protocol-Version": legacy}
+            initialized = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+            async with session.post(url, json=initialized, headers=headers) as reply:
+                assert reply.status == 202, await reply.text()
+
+            async def call(request_id: int) -> None:
+                message = {"jsonrpc": "2.0", "id": request_id, "method": "tools/call"}
+                message["params"] = {"name": "echo", "arguments": {"text": "hi"}}
+                async with session.post(url, json=message, headers=headers) as reply:
+                    assert reply.status == 200, await reply.text()
+                    assert (await reply.json())["result"]["content"][0]["text"] == "hi"
+
+            await asyncio.gather(*(call(i) for i in range(1, 49)))
+        calls = [line for line in proxy.events("request") if line.get("method") == "tools/call"]
+        assert len(calls) == 48 and {line["worker"] for line in calls} == {0, 1}, calls
 
 
 def test_workers_drain_and_exit_when_their_supervisor_is_killed(tmp_path: Path, redis_url: str, upstream: str) -> None:
