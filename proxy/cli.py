@@ -50,7 +50,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         metavar="N",
         help="processes sharing the listening port (default 1; more needs store.url and security.secret)",
     )
-    parser.add_argument(WORKER_FLAG, metavar="INDEX:FD", help=argparse.SUPPRESS)  # set by the supervisor
+    # Set by the supervisor of --workers on the workers it starts (proxy/workers.py).
+    parser.add_argument(WORKER_FLAG, dest="worker_control", metavar="INDEX:FD", help=argparse.SUPPRESS)
     parser.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
     parser.add_argument("--log-format", choices=["json", "console"])
     parser.add_argument("--check-config", action="store_true", help="validate, print the effective config, exit")
@@ -144,17 +145,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.check_config:
         print(settings.model_dump_json(indent=2, exclude={"security": {"secret", "previous_secrets"}}))
         return 0
-    control = getattr(args, WORKER_FLAG.lstrip("-").replace("-", "_"))
-    if control is None and settings.workers > 1:
+    if args.worker_control is None and settings.workers > 1:
         configure_logging(settings.logging.level, settings.logging.format)
         # The supervisor serves nothing: the workers run these same arguments.
         return asyncio.run(Supervisor(settings, sys.argv[1:] if argv is None else list(argv)).run())
     link: SupervisorLink | None = None
-    if control is not None:
-        index, fd = parse_control(control)
+    if args.worker_control is not None:
+        try:
+            index, fd = parse_control(args.worker_control)
+            link = SupervisorLink(fd)
+        except (ValueError, OSError):
+            print(f"mcp-era-proxy: {WORKER_FLAG} is set by the supervisor of --workers only", file=sys.stderr)
+            return 2
         configure_logging(settings.logging.level, settings.logging.format, worker=index)
         settings = worker_settings(settings, index)
-        link = SupervisorLink(fd)
     else:
         configure_logging(settings.logging.level, settings.logging.format)
     try:

@@ -83,8 +83,10 @@ def restart_delay(failures: int) -> float:
 
 
 def parse_control(value: str) -> tuple[int, int]:
-    """`INDEX:FD` of the hidden worker flag."""
-    index, _, fd = value.partition(":")
+    """`INDEX:FD` of the hidden worker flag (ValueError if it is not that)."""
+    index, sep, fd = value.partition(":")
+    if not sep or int(index) < 0 or int(fd) < 0:
+        raise ValueError(f"expected INDEX:FD, got {value!r}")
     return int(index), int(fd)
 
 

@@ -304,3 +304,10 @@ def test_more_workers_without_the_store_or_the_secret_are_refused_at_start(env: 
     done = run_cli("--workers", "2", env=env)
     assert done.returncode == 2
     assert message in done.stderr and "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize("control", ["nonsense", "0:999", "0:-3"])
+def test_the_hidden_worker_flag_given_by_hand_is_refused_without_a_traceback(control: str) -> None:
+    done = run_cli("--worker-control", control, env={})
+    assert done.returncode == 2
+    assert "set by the supervisor of --workers" in done.stderr and "Traceback" not in done.stderr
