@@ -43,6 +43,12 @@ class Broken:
     def pipeline(self, transaction: bool = False) -> Broken:
         return self
 
+    def register_script(self, script: str) -> Any:
+        async def run(keys: Any = None, args: Any = None) -> Any:
+            return await self.execute()
+
+        return run
+
     def __getattr__(self, name: str) -> Any:
         def command(*args: Any, **kwargs: Any) -> Any:
             return None
@@ -58,6 +64,7 @@ class Slow(Broken):
     async def execute(self) -> Any:
         self.calls += 1
         await asyncio.sleep(10)
+        raise AssertionError("never reached: the deadline cuts it")
 
 
 def _store(client: Any, clock: Clock, metrics: Metrics | None = None, **config: Any) -> RedisSessionStore:
@@ -207,7 +214,8 @@ async def test_down_store_calls_keep_working_and_changes_are_refused(clock: Cloc
     session.log_level = "warning"
     await store.add(session)
     await store.save(session)
-    store.client = Broken(ConnectionError("refused"))  # type: ignore[assignment]
+    broken = Broken(ConnectionError("refused"))  # Redis goes down
+    store.client, store._load = broken, broken.register_script("")  # type: ignore[assignment]
     served = await store.load(_described(ids, session.id, clock))
     assert served is not None and served.log_level == "warning"  # as last seen here
     unknown = await store.load(_new(ids, clock))
