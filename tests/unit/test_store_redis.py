@@ -292,3 +292,34 @@ async def test_count_is_the_sessions_served_here_lately(clock: Clock, ids: Sessi
     assert store.count() == 3
     clock.now += IDLE + 1
     assert store.count() == 0
+
+
+async def test_a_read_cache_serves_recent_state_without_a_round_trip(clock: Clock, ids: SessionIds) -> None:
+    redis = fakeredis.FakeAsyncRedis()
+    here, there = _store(redis, clock, read_cache_ms=500), _store(redis, clock)
+    session = _new(ids, clock)
+    session.initialized = True
+    await here.add(session)
+    assert await here.load(_described(ids, session.id, clock)) is not None
+    changed = await there.load(_described(ids, session.id, clock))
+    assert changed is not None
+    changed.log_level = "debug"
+    await there.save(changed)
+    cached = await here.load(_described(ids, session.id, clock))
+    assert cached is not None and cached.log_level is None  # within the window: as read here
+    clock.now += 0.5
+    fresh = await here.load(_described(ids, session.id, clock))
+    assert fresh is not None and fresh.log_level == "debug"  # past it: read again
+
+
+async def test_a_read_cache_never_serves_a_session_not_yet_initialized(clock: Clock, ids: SessionIds) -> None:
+    redis = fakeredis.FakeAsyncRedis()
+    here, there = _store(redis, clock, read_cache_ms=5000), _store(redis, clock)
+    session = _new(ids, clock)
+    await here.add(session)
+    elsewhere = await there.load(_described(ids, session.id, clock))
+    assert elsewhere is not None
+    elsewhere.initialized = True  # notifications/initialized reached another replica
+    await there.save(elsewhere)
+    seen = await here.load(_described(ids, session.id, clock))
+    assert seen is not None and seen.initialized
