@@ -1,7 +1,11 @@
-"""Three replicas of the proxy CLI in front of the real mcp==1.30.0 legacy server, the real
-mcp==2.3.0 modern client spread across them: each request goes to the next replica in turn (a
-round-robin tap), so each MRTR retry (the next request, or the one after) lands on a replica that
-does not hold the parked call and is forwarded to the one that does (proxy/replicas.py).
+"""Three replicas of the proxy CLI, real SDK clients spread across them: each request goes to the
+next replica in turn (a round-robin tap), so an echo (the next request, or the one after) lands on
+a replica that does not hold what it names and is forwarded to the one that does
+(proxy/replicas.py):
+
+- the mcp==2.3.0 modern client against the mcp==1.30.0 legacy server: each MRTR retry;
+- the mcp==1.30.0 legacy client against the mcp==2.3.0 modern server, sessions in a real
+  redis-server: each answer to an elicitation, sampling or roots request.
 
 Every message the replicas sent the client is validated against the 2026-07-28 schema, and the
 replicas' metrics show the forwarding happened (not lucky placement).
@@ -19,9 +23,10 @@ from typing import Any
 import pytest
 
 from tests.support.procs import free_port
+from tests.support.redis_server import redis_server
 from tests.support.tap import schema_violations
 
-from .conftest import ProxyFactory, run_modern_client
+from .conftest import ProxyFactory, run_legacy_client, run_modern_client
 
 pytestmark = pytest.mark.e2e
 
@@ -44,6 +49,32 @@ def replicas(start_proxy: ProxyFactory, legacy_server: str) -> Iterator[list[str
                     security__secret=SECRET,
                     replicas__internal_listen=f"127.0.0.1:{free_port()}",
                     upstream__era="legacy",
+                )
+            )
+            for _ in range(3)
+        ]
+        yield urls
+
+
+LEGACY_SCENARIOS: dict[str, dict[str, Any]] = {
+    "elicitation": {"tool": "elicit", "arguments": {"message": "who?"}},
+    "sampling": {"tool": "sample", "arguments": {"prompt": "hello"}},
+    "roots": {"tool": "roots", "arguments": {}},
+    "multi": {"tool": "multi", "arguments": {}},
+}
+
+
+@pytest.fixture(scope="module")
+def legacy_replicas(start_proxy: ProxyFactory, modern_server: str, logs_dir: Path) -> Iterator[list[str]]:
+    with redis_server(logs_dir) as redis, ExitStack() as stack:
+        urls = [
+            stack.enter_context(
+                start_proxy(
+                    modern_server,
+                    security__secret=SECRET,
+                    store__url=redis.url,
+                    replicas__internal_listen=f"127.0.0.1:{free_port()}",
+                    upstream__era="modern",
                 )
             )
             for _ in range(3)
@@ -100,3 +131,25 @@ def test_every_input_round_completes_with_its_retry_sent_to_the_other_replica(
     elif scenario == "multi":
         assert observed["callbackTypes"] == ["elicitation", "sampling"]
         assert texts(observed["result"])[0] == "multi: name=Ada sample=sampled-by-client"
+
+
+def test_legacy_answers_reach_the_replica_that_asked_wherever_they_land(
+    legacy_replicas: list[str], tap_factory: Callable[..., AbstractContextManager[tuple[str, Path]]]
+) -> None:
+    """A session's requests spread over the replicas: the one running a tool asks the client on
+    that request's stream; the client's answer (a POST of its own) lands elsewhere and is
+    delivered to it. Over these scenarios some answers must have been forwarded."""
+    before = sum(forwards(url, "deliver") for url in legacy_replicas)
+    with tap_factory(*legacy_replicas) as (tap_url, record):
+        for scenario, args in LEGACY_SCENARIOS.items():
+            observed = run_legacy_client(tap_url, scenario, args)
+            assert "error" not in observed, (scenario, observed)
+            if scenario == "elicitation":
+                assert len(observed["elicitations"]) == 1  # asked once
+            if scenario == "multi":
+                assert observed["callbackTypes"] == ["elicitation", "sampling"]
+    checked, problems = schema_violations(record)
+    assert problems == [] and checked > 0
+    delivered = sum(forwards(url, "deliver") for url in legacy_replicas) - before
+    assert delivered >= 1
+    assert sum(forwards(url, "deliver", "owner_gone") for url in legacy_replicas) == 0
