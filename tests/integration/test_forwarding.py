@@ -417,6 +417,35 @@ async def test_a_legacy_clients_answer_landing_on_another_replica_resolves_the_r
     assert b.forwards("deliver", "ok") == 1
 
 
+async def test_an_answer_inside_a_batch_landing_on_another_replica_is_delivered_to_its_owner(
+    make_replica: MakeReplica, modern_upstream: FakeModern
+) -> None:
+    """2025-03-26 batches: each response in one is delivered where it is awaited."""
+    a, b = await _legacy_pair(make_replica, modern_upstream)
+    sample = {"method": "sampling/createMessage", "params": {"messages": [], "maxTokens": 8}}
+    scripted = [input_required({"draft": sample}, "state-1"), complete(content=[{"type": "text", "text": "done"}])]
+
+    async def handler(call: Any) -> Any:
+        return scripted.pop(0)
+
+    modern_upstream.handlers["tools/call"] = handler
+    async with asyncio.timeout(WAIT):
+        peer = await LegacyPeer.connect(a.http, "2025-03-26", capabilities={"sampling": {}})
+        request_id, response = await peer.send("tools/call", DEPLOY)
+        reader = SseReader(response)
+        asked = await reader.message()
+        assert asked is not None and asked["method"] == "sampling/createMessage", asked
+        sampled = {"role": "assistant", "content": {"type": "text", "text": "hi"}, "model": "m"}
+        batch = [{"jsonrpc": "2.0", "id": asked["id"], "result": sampled}]
+        answered = await on(b, peer).post(batch)
+        assert answered.status == 202
+        final = await reader.message()
+    assert final is not None and final["id"] == request_id and "result" in final, final
+    [_, resumed] = modern_upstream.calls_of("tools/call")
+    assert resumed.params["inputResponses"] == {"draft": sampled}
+    assert b.forwards("deliver", "ok") == 1
+
+
 async def test_a_legacy_clients_answer_for_a_replica_that_is_gone_is_accepted_and_counted(
     make_replica: MakeReplica, modern_upstream: FakeModern
 ) -> None:
