@@ -363,6 +363,24 @@ async def test_a_retry_whose_owner_does_not_accept_connections_is_told_to_reissu
     assert b.forwards("resume", "owner_gone") == 1
 
 
+async def test_a_replay_its_owner_cannot_open_is_refused_and_the_client_told_to_reissue(
+    make_replica: MakeReplica, legacy_upstream: FakeLegacy
+) -> None:
+    """Mid-rotation, B minting with a secret A does not know yet: A refuses B's envelope (401),
+    which B counts as refused, and the client still gets a clear answer at once."""
+    old = "the-old-secret-of-the-replicas-0123"
+    a = await make_replica(legacy_upstream.url, "legacy", **{"security.secret": old})
+    b = await make_replica(
+        legacy_upstream.url, "legacy", **{"security.secret": SECRET, "security.previous_secrets": [old]}
+    )
+    async with asyncio.timeout(WAIT):
+        state, key, upstream = await park_on(a, legacy_upstream)
+        reply = await _lost(b, state, key)
+    assert_call_lost(reply)
+    assert b.forwards("resume", "refused") == 1
+    assert not upstream.asked[0].response.done()
+
+
 async def test_a_retry_on_its_owner_is_served_there_without_forwarding(
     make_replica: MakeReplica, legacy_upstream: FakeLegacy
 ) -> None:
