@@ -15,6 +15,7 @@ so the forwarder can never be made to reach anywhere else.
 
 from __future__ import annotations
 
+import hashlib
 import secrets
 import struct
 import time
@@ -42,6 +43,7 @@ TARGET_HEADER = "Mep-Target-Boot"  # whom a replay is for: the envelope's associ
 REPLAYED_HEADER = "Mep-Replayed-By"  # on every reply of the internal listener: the boot that served it
 REFUSED_HEADER = "Mep-Replay-Refused"  # on the internal listener's own refusals: why
 ENVELOPE_TTL_S = 30.0
+_SERVED_MAX = 65_536  # envelopes remembered as served (about 2,000 replays a second for 30 s)
 _SERVER_REQUEST = "srq"
 _FORWARD = "fwd"
 # What a replay carries of the client's request, beside the MCP headers (Mcp-*, which include the
@@ -128,6 +130,7 @@ class Envelope:
     method: str
     headers: list[tuple[str, str]]
     body: bytes
+    expires: float = 0.0  # set when opened (sealing sets it from the clock)
 
 
 def seal_envelope(sealer: Sealer, target: str, envelope: Envelope, now: float) -> str:
@@ -154,7 +157,7 @@ def open_envelope(sealer: Sealer, target: str, token: object, now: float) -> Env
         isinstance(pair, list) and len(pair) == 2 and all(isinstance(part, str) for part in pair) for pair in headers
     ):
         return None
-    return Envelope(method, [(name, value) for name, value in headers], plaintext[4 + size :])
+    return Envelope(method, [(name, value) for name, value in headers], plaintext[4 + size :], float(expires))
 
 
 def replayed_headers(headers: Mapping[str, str], identity_header: str | None) -> list[tuple[str, str]]:
@@ -344,6 +347,9 @@ class ReplayEndpoint:
         self._owner = owner
         self._handlers = dict(handlers)
         self._clock = clock
+        # Envelopes served, until they expire: each is served once (a forwarder never sends one
+        # twice; a copy of one sent again is someone replaying it). Insertion order is expiry order.
+        self._served: dict[bytes, float] = {}
 
     async def on_prepare(self, request: web.Request, response: web.StreamResponse) -> None:
         response.headers[REPLAYED_HEADER] = self._owner.boot
@@ -360,6 +366,9 @@ class ReplayEndpoint:
             return _refusal(401, "unopenable", "the replay is not one this proxy sealed, or it expired")
         if target != self._owner.boot:
             return _refusal(410, "other_boot", "the replay is for a process that no longer serves here")
+        if not self._first_use(hashlib.sha256(raw).digest()[:16], envelope.expires):
+            log.warning("replay_refused", reason="replayed")
+            return _refusal(401, "replayed", "the replay was served already")
         handler = self._handlers.get(envelope.method)
         if handler is None:
             return _refusal(401, "unopenable", "the replay's method is not served")
@@ -367,6 +376,19 @@ class ReplayEndpoint:
         replayed = request.clone(method=envelope.method, headers=CIMultiDictProxy(CIMultiDict(envelope.headers)))
         replayed._read_bytes = envelope.body
         return await handler(replayed)
+
+    def _first_use(self, digest: bytes, expires: float) -> bool:
+        now = self._clock()
+        served = self._served
+        while served:  # forget what expired (the oldest first), and the oldest past the bound
+            oldest = next(iter(served))
+            if served[oldest] > now and len(served) < _SERVED_MAX:
+                break
+            del served[oldest]
+        if served.get(digest, 0.0) > now:
+            return False
+        served[digest] = expires
+        return True
 
 
 async def _read_body(request: web.Request) -> bytes | None:

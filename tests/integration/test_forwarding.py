@@ -552,8 +552,10 @@ async def test_the_internal_listener_refuses_whatever_it_did_not_seal_for_this_p
         wrong_header = await _replay(a, good, target=new_boot_id())  # the boot is the envelope's aad
         assert wrong_header.status == 401
         served, body = await _replay_read(a, good)
+        again = await _replay(a, good)  # a copy of an envelope served is someone replaying it
     assert served.status == 200 and REFUSED_HEADER not in served.headers
     assert json.loads(body)["result"]["tools"] == legacy_upstream.tools  # served as if sent to the endpoint
+    assert again.status == 401 and again.headers[REFUSED_HEADER] == "replayed"
 
 
 async def test_the_replay_endpoint_is_not_on_the_public_listener(

@@ -3,6 +3,7 @@ headers a replay carries, and when a token names another replica to forward to."
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from typing import Any
 
@@ -12,10 +13,12 @@ from proxy.config import load_settings
 from proxy.metrics import Metrics
 from proxy.protocol.request_state import RequestStateCodec
 from proxy.replicas import (
+    _SERVED_MAX,
     ENVELOPE_TTL_S,
     Envelope,
     Forwarder,
     Owner,
+    ReplayEndpoint,
     ServerRequestIds,
     new_boot_id,
     open_envelope,
@@ -105,10 +108,13 @@ def test_a_replica_without_an_address_names_only_its_boot() -> None:
 ENVELOPE = Envelope("POST", [("Content-Type", "application/json"), ("Mcp-Session-Id", "s-1")], b'{"jsonrpc":"2.0"}')
 
 
+OPENED = dataclasses.replace(ENVELOPE, expires=NOW + ENVELOPE_TTL_S)
+
+
 def test_an_envelope_opens_for_its_target_until_it_expires() -> None:
     token = seal_envelope(sealer(), A.boot, ENVELOPE, NOW)
-    assert open_envelope(sealer(), A.boot, token, NOW) == ENVELOPE
-    assert open_envelope(sealer(), A.boot, token, NOW + ENVELOPE_TTL_S - 0.01) == ENVELOPE
+    assert open_envelope(sealer(), A.boot, token, NOW) == OPENED
+    assert open_envelope(sealer(), A.boot, token, NOW + ENVELOPE_TTL_S - 0.01) == OPENED
     assert open_envelope(sealer(), A.boot, token, NOW + ENVELOPE_TTL_S) is None
 
 
@@ -120,7 +126,8 @@ def test_an_envelope_opens_for_no_other_boot() -> None:
 def test_an_envelope_holds_any_body_bytes() -> None:
     body = bytes(range(256)) * 4
     envelope = Envelope("GET", [], body)
-    assert open_envelope(sealer(), A.boot, seal_envelope(sealer(), A.boot, envelope, NOW), NOW) == envelope
+    opened = open_envelope(sealer(), A.boot, seal_envelope(sealer(), A.boot, envelope, NOW), NOW)
+    assert opened is not None and (opened.method, opened.headers, opened.body) == ("GET", [], body)
 
 
 def test_a_tampered_or_foreign_envelope_is_refused() -> None:
@@ -234,3 +241,22 @@ def test_an_answer_to_another_replicas_request_is_forwarded_to_it() -> None:
     assert b.request_owner(ServerRequestIds(sealer(), A).mint("s", 1), "other-session") is None
     assert b.request_owner(b.server_ids.mint("s", 1), "s") is None  # its own
     assert b.request_owner(7, "s") is None
+
+
+def test_the_replay_endpoint_serves_each_envelope_once_until_it_expires() -> None:
+    clock = Clock()
+    endpoint = ReplayEndpoint(sealer(), A, {}, clock)
+    assert endpoint._first_use(b"one", NOW + 30)
+    assert not endpoint._first_use(b"one", NOW + 30)
+    assert endpoint._first_use(b"two", NOW + 30)
+    clock.now = NOW + 30  # expired: forgotten (an expired envelope never opens anyway)
+    assert endpoint._first_use(b"one", NOW + 60)
+    assert endpoint._served == {b"one": NOW + 60}
+
+
+def test_the_replay_endpoint_remembers_a_bounded_number_of_envelopes() -> None:
+    endpoint = ReplayEndpoint(sealer(), A, {}, Clock())
+    for n in range(_SERVED_MAX + 10):
+        assert endpoint._first_use(n.to_bytes(4, "big"), NOW + 30)
+    assert len(endpoint._served) <= _SERVED_MAX
+    assert not endpoint._first_use((_SERVED_MAX + 9).to_bytes(4, "big"), NOW + 30)  # the newest still known
