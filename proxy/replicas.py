@@ -32,6 +32,7 @@ from .config import Settings
 from .metrics import Metrics
 from .protocol import jsonrpc, meta
 from .protocol.request_state import RequestStateCodec
+from .protocol.sse import encode_event
 from .sealing import Sealer
 from .sessions import short_hash
 
@@ -241,22 +242,35 @@ class Forwarder:
 
     # ------------------------------------------------------------ replays
 
-    async def replay(self, request: web.Request, body: bytes, owner: Owner, *, kind: str) -> web.StreamResponse:
+    async def replay(
+        self, request: web.Request, body: bytes, owner: Owner, *, kind: str, request_id: jsonrpc.RequestId | None = None
+    ) -> web.StreamResponse:
         """Serve `request` (with `body`) at `owner`, its reply copied to the client as it comes;
-        raises OwnerGone, before anything is sent, when the owner cannot serve it."""
+        raises OwnerGone, before anything is sent, when the owner cannot serve it. Should the owner
+        die once its SSE reply began, the stream ends with `request_id`'s error (the call is lost)."""
         async with self._send(request, body, owner, kind) as upstream:
             response = web.StreamResponse(status=upstream.status, reason=upstream.reason)
             for name, value in upstream.headers.items():
                 if name.lower() not in _HOP_BY_HOP:
                     response.headers.add(name, value)
             await response.prepare(request)
+            sse = upstream.headers.get("Content-Type", "").startswith("text/event-stream")
+            tail = b"\n\n"  # the last bytes copied: whether they end an event
             try:
                 async for chunk in upstream.content.iter_any():
                     await response.write(chunk)
+                    tail = (tail + chunk)[-4:]
             except (aiohttp.ClientError, TimeoutError) as exc:
-                # The owner died mid-reply: the client's reply is broken off, never ended as if whole.
+                self._count(kind, "owner_gone")
                 log.warning("forward_broken", kind=kind, owner=owner.boot, error=str(exc) or type(exc).__name__)
-                if request.transport is not None:
+                if sse and request_id is not None and tail.endswith((b"\n\n", b"\r\n\r\n", b"\r\r")):
+                    # After the last whole event, the request's own end: the call is lost.
+                    lost = call_lost()
+                    error = jsonrpc.error_response(request_id, lost["code"], lost["message"], lost["data"])
+                    await response.write(encode_event(jsonrpc.encode(error), event="message"))
+                    await response.write_eof()
+                elif request.transport is not None:
+                    # Midway through a message: the reply is broken off, never ended as if whole.
                     request.transport.close()
                 return response
             await response.write_eof()

@@ -343,7 +343,7 @@ class McpEndpoint:
             owner = self._forwarder.state_owner(state, caller.principal)
             if owner is not None:
                 try:
-                    return await self._forwarder.replay(request, raw, owner, kind="resume")
+                    return await self._forwarder.replay(request, raw, owner, kind="resume", request_id=body["id"])
                 except OwnerGone:
                     lost = call_lost()
                     raise ProxyError(lost["code"], lost["message"], data=lost["data"]) from None

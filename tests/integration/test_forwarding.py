@@ -130,7 +130,7 @@ async def make_replica(aiohttp_server: Any, aiohttp_client: Any) -> AsyncIterato
                 "replicas.internal_listen": f"127.0.0.1:{port}",
                 "replicas.forward_connect_timeout_s": CONNECT_TIMEOUT_S,
                 # A replica stopped here stands for one that died: nothing waits for its calls.
-                "shutdown.grace_s": 0,
+                "shutdown.grace_s": 0.1,
                 **overrides,
             },
         )
@@ -273,6 +273,44 @@ async def test_a_forwarded_reply_is_streamed_as_it_comes_and_a_client_leaving_ca
             await upstream.cancelled.wait()  # A saw its client (B's replay) go
     finally:
         release.set()
+
+
+async def test_an_owner_dying_midway_through_a_forwarded_stream_ends_it_with_the_calls_error(
+    make_replica: MakeReplica, legacy_upstream: FakeLegacy
+) -> None:
+    """The forwarded reply is an SSE stream under way when A's internal listener goes (its handlers
+    cut): B ends the stream after the last whole event with the request's -32603 call-lost error."""
+    release = asyncio.Event()
+
+    async def confirm_report_wait(call: Call) -> Any:
+        await call.ask("elicitation/create", ELICIT_PARAMS)
+        await call.progress(1, 2, "halfway")
+        await release.wait()
+        return {"content": [{"type": "text", "text": "late"}]}
+
+    a = await make_replica(legacy_upstream.url, "legacy")
+    b = await make_replica(legacy_upstream.url, "legacy")
+    legacy_upstream.handlers["tools/call"] = confirm_report_wait
+    try:
+        async with asyncio.timeout(WAIT):
+            first = {**DEPLOY, "_meta": {"progressToken": "p-0"}}
+            state, key = parked_state(await a.modern().request("tools/call", first))
+            peer = b.modern()
+            params = {**retry(state, {key: ACCEPTED}), "_meta": {"progressToken": "p-1"}}
+            message, response = await peer.send("tools/call", params)
+            stream = peer.stream(response, message)
+            progress = await stream.next()
+            assert progress is not None and progress["method"] == "notifications/progress"
+            assert a.internal is not None
+            await a.internal.cleanup()  # A's replays are cut, as when its process dies
+            a.internal = None
+            final = await stream.next()
+            end = await stream.next()
+    finally:
+        release.set()
+    assert final == {"jsonrpc": "2.0", "id": message["id"], "error": LOST}
+    assert end is None
+    assert b.forwards("resume", "owner_gone") == 1
 
 
 async def test_a_retry_of_another_caller_is_not_forwarded_and_is_refused_as_an_invalid_state(
