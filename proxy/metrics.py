@@ -109,7 +109,8 @@ class Metrics:
         self.forwards = Counter(
             PREFIX + "forwards_total",
             "Echoes forwarded to the replica holding what they name: kind resume (a requestState "
-            "retry) or deliver (a legacy client's answer); outcome ok, owner_gone or refused.",
+            "retry), deliver (a legacy client's answer) or subscribe (to the GET stream's replica); "
+            "outcome ok, owner_gone or refused.",
             ["kind", "outcome"],
             registry=r,
         )

@@ -240,6 +240,14 @@ class Forwarder:
             return None
         return owner
 
+    def stream_owner(self, holder: str) -> Owner | None:
+        """The other replica holding a legacy session's GET stream, from the session's record
+        (`boot@address`, written by that replica); None: this one, or nobody reachable."""
+        boot, at, address = holder.partition("@")
+        if not self.enabled or not at or not address or boot == self.owner.boot:
+            return None
+        return Owner(boot, address)
+
     # ------------------------------------------------------------ replays
 
     async def replay(

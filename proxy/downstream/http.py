@@ -45,6 +45,7 @@ Host = LegacySessionHost[Any]
 # context (meta.TRACE_KEYS) and these.
 _PASSTHROUGH_PREFIXES = ("mcp-",)
 _SESSION_HEADER_LOWER = SESSION_HEADER.lower()
+_STREAM_SCOPED = frozenset({"resources/subscribe", "resources/unsubscribe"})
 _LOGGED_METHOD_MAX = 200  # characters of a client's method name the access log keeps
 
 
@@ -174,7 +175,7 @@ class McpEndpoint:
         record.session = session.id
         if route is Route.LEGACY_BATCH:
             return await self._batch(request, host, session, body, caller, record)
-        return await self._legacy_message(request, host, session, body, caller, record)
+        return await self._legacy_message(request, host, session, body, caller, record, raw)
 
     # ------------------------------------------------------------ legacy clients
 
@@ -211,6 +212,7 @@ class McpEndpoint:
         body: dict[str, Any],
         caller: Caller,
         record: _Record,
+        raw: bytes,
     ) -> web.StreamResponse:
         kind = jsonrpc.kind(body)
         record.method = body.get("method") if kind != "response" else "response"
@@ -222,6 +224,15 @@ class McpEndpoint:
         if kind == "response":
             await self._answer(request, host, session, body)
             return web.Response(status=202)
+        if body["method"] in _STREAM_SCOPED and self._forwarder is not None:
+            owner = self._forwarder.stream_owner(session.stream_owner)
+            if owner is not None:
+                # What the session's GET stream is fed from (its upstream listen) lives on the
+                # replica holding the stream: the subscription changes there.
+                try:
+                    return await self._forwarder.replay(request, raw, owner, kind="subscribe")
+                except OwnerGone:
+                    pass  # that replica is gone: the change is made here, for the stream's next home
         async with RequestReply(request, self._keepalive_s, self._event_ids(session, body["id"])) as reply:
             message = await self._run(host, session, body, reply, caller, record)
             return await reply.finish(message)

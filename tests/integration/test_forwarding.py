@@ -618,3 +618,58 @@ async def test_a_single_replica_without_an_internal_listener_never_forwards(
         state, key, _ = await park_on(replica, legacy_upstream)
         final = await replica.modern().request("tools/call", retry(state, {key: ACCEPTED}))
     assert final.result["resultType"] == "complete"
+
+
+# ---------------------------------------------------------------------------- subscriptions and the GET stream
+
+
+@pytest.fixture
+def redis(tmp_path: Any) -> Any:
+    from tests.support.redis_server import RedisServer
+
+    server = RedisServer(tmp_path)
+    server.start()
+    yield server
+    server.stop()
+
+
+async def test_a_subscription_made_through_another_replica_changes_the_listen_of_the_stream_holder(
+    make_replica: MakeReplica, modern_upstream: FakeModern, redis: Any
+) -> None:
+    a = await make_replica(modern_upstream.url, "modern", **{"store.url": redis.url})
+    b = await make_replica(modern_upstream.url, "modern", **{"store.url": redis.url})
+    async with asyncio.timeout(WAIT):
+        peer = await LegacyPeer.connect(a.http)
+        stream = await peer.get_stream()  # held by a
+        await modern_upstream.wait_listen()
+        reply = await on(b, peer).request("resources/subscribe", {"uri": "file:///watched"})
+        assert reply.result == {}
+        listen = await modern_upstream.wait_listen(
+            lambda listen: "file:///watched" in (listen.filter.get("resourceSubscriptions") or ())
+        )
+        listen.push("notifications/resources/updated", {"uri": "file:///watched"})
+        note = await SseReader(stream).message()
+        stream.close()
+    assert note == {"jsonrpc": "2.0", "method": "notifications/resources/updated", "params": {"uri": "file:///watched"}}
+    assert b.forwards("subscribe", "ok") == 1
+
+
+async def test_a_subscription_for_a_stream_holder_that_is_gone_is_made_where_it_lands(
+    make_replica: MakeReplica, modern_upstream: FakeModern, redis: Any
+) -> None:
+    a = await make_replica(modern_upstream.url, "modern", **{"store.url": redis.url})
+    b = await make_replica(modern_upstream.url, "modern", **{"store.url": redis.url})
+    async with asyncio.timeout(WAIT):
+        peer = await LegacyPeer.connect(a.http)
+        stream = await peer.get_stream()
+        await modern_upstream.wait_listen()
+        stream.close()
+        await a.stop()
+        reply = await on(b, peer).request("resources/subscribe", {"uri": "file:///watched"})
+        assert reply.result == {}
+        moved = await on(b, peer).get_stream()  # the stream's next home listens for it
+        await modern_upstream.wait_listen(
+            lambda listen: "file:///watched" in (listen.filter.get("resourceSubscriptions") or ())
+        )
+        moved.close()
+    assert b.forwards("subscribe", "owner_gone") == 1
