@@ -142,6 +142,7 @@ def create_app(
     same_era = ModernPassThrough(settings, modern_upstream, metrics, cache, failures)
     modern_to_legacy = ModernToLegacy(settings, legacy_sessions, metrics, codec, clock, cache=cache, failures=failures)
     modern_to_legacy.on_era_mismatch = detector.suspect
+    translating_backend.claimant = legacy_to_modern.owner
     router = routing_table(
         config.transport,
         translating=legacy_to_modern,

@@ -241,6 +241,25 @@ class SessionStore(Protocol):
     def count(self) -> int:
         """Sessions held: all of them here, or for a shared store those this replica served lately."""
 
+    # An input round a legacy client is in the middle of, kept so another replica can take it over
+    # when this one dies (docs/design.md §Replicas). Only a shared store keeps them.
+
+    async def put_round(self, session_id: str, request_key: str, record: bytes, ttl_s: float) -> None:
+        """Keep (or replace) the record of the open input round of one request."""
+
+    async def drop_round(self, session_id: str, request_key: str) -> None:
+        """The round ended here: nobody is to take it over."""
+
+    async def claim_round(
+        self, session_id: str, request_key: str, claimant: str, server_ids: Callable[[bytes], list[str]], ttl_s: float
+    ) -> tuple[bytes, dict[str, bytes]] | None:
+        """Take the round over, once: its record, and the answers already left for its requests
+        (`server_ids(record)` names them); answers arriving later are for `claimant`."""
+
+    async def offer_answer(self, session_id: str, server_id: str, answer: bytes, ttl_s: float) -> str | None:
+        """An answer nobody here awaited: the replica that took its round over, or None (it is
+        kept for the replica that will)."""
+
     async def idle_since(self, cutoff: float) -> list[str]:
         """Sessions not used since `cutoff` (a shared store: none, its TTL ends them)."""
 
@@ -276,6 +295,20 @@ class InMemorySessionStore:
 
     def count(self) -> int:
         return len(self._sessions)
+
+    async def put_round(self, session_id: str, request_key: str, record: bytes, ttl_s: float) -> None:
+        return None  # one replica: a round dies with it
+
+    async def drop_round(self, session_id: str, request_key: str) -> None:
+        return None
+
+    async def claim_round(
+        self, session_id: str, request_key: str, claimant: str, server_ids: Callable[[bytes], list[str]], ttl_s: float
+    ) -> tuple[bytes, dict[str, bytes]] | None:
+        return None
+
+    async def offer_answer(self, session_id: str, server_id: str, answer: bytes, ttl_s: float) -> str | None:
+        return None
 
     async def idle_since(self, cutoff: float) -> list[str]:
         return [sid for sid, s in self._sessions.items() if s.last_seen < cutoff]

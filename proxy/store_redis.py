@@ -107,6 +107,8 @@ class RedisSessionStore:
         # One round trip and one command per legacy request (a pipeline of three costs about twice
         # the CPU in redis-py); the script object reloads itself after a Redis restart (NOSCRIPT).
         self._load = client.register_script(_LOAD)
+        self._claim = client.register_script(_CLAIM)
+        self._offer = client.register_script(_OFFER)
         metrics.store_up.set(1)
 
     # ------------------------------------------------------------ the store interface
@@ -184,6 +186,60 @@ class RedisSessionStore:
 
     async def created_before(self, cutoff: float) -> list[str]:
         return []  # the id carries its issue time; SessionIds refuses it past the lifetime
+
+    # ------------------------------------------------------------ input rounds (taken over)
+
+    async def put_round(self, session_id: str, request_key: str, record: bytes, ttl_s: float) -> None:
+        key = self._round(session_id, request_key)
+        sealed = self._sealer.seal("sto", record, key.encode())
+        await self._call("round", self.client.set(key, sealed, px=max(int(ttl_s * 1000), 1)))
+
+    async def drop_round(self, session_id: str, request_key: str) -> None:
+        await self._call("round", self.client.delete(self._round(session_id, request_key)))
+
+    async def claim_round(
+        self, session_id: str, request_key: str, claimant: str, server_ids: Callable[[bytes], list[str]], ttl_s: float
+    ) -> tuple[bytes, dict[str, bytes]] | None:
+        key = self._round(session_id, request_key)
+        sealed = await self._call("round", self.client.getdel(key))  # one claimant, whoever is first
+        record = self._sealer.open("sto", _text(sealed), key.encode()) if sealed else None
+        if record is None:
+            return None
+        ids = server_ids(record)
+        ttl_ms = max(int(ttl_s * 1000), 1)
+        keys = [
+            k for server_id in ids for k in (self._claimant(session_id, server_id), self._answer(session_id, server_id))
+        ]
+        owner = self._sealer.seal("sto", claimant.encode(), b"claimant")
+        found = await self._call("round", self._claim(keys=keys, args=[owner, ttl_ms])) if ids else []
+        answers: dict[str, bytes] = {}
+        for server_id, stored in zip(ids, found, strict=True):
+            if stored:
+                opened = self._sealer.open("sto", _text(stored), self._answer(session_id, server_id).encode())
+                if opened is not None:
+                    answers[server_id] = opened
+        return record, answers
+
+    async def offer_answer(self, session_id: str, server_id: str, answer: bytes, ttl_s: float) -> str | None:
+        target = self._answer(session_id, server_id)
+        sealed = self._sealer.seal("sto", answer, target.encode())
+        claimant = await self._call(
+            "round",
+            self._offer(keys=[self._claimant(session_id, server_id), target], args=[sealed, max(int(ttl_s * 1000), 1)]),
+        )
+        if not claimant:
+            return None
+        opened = self._sealer.open("sto", _text(claimant), b"claimant")
+        return opened.decode() if opened is not None else None
+
+    def _round(self, session_id: str, request_key: str) -> str:
+        return f"{self._prefix}{{{self._hash(session_id)}}}:c:{request_key}"
+
+    def _claimant(self, session_id: str, server_id: str) -> str:
+        return f"{self._prefix}{{{self._hash(session_id)}}}:k:{self._hash(server_id)}"
+
+    def _answer(self, session_id: str, server_id: str) -> str:
+        return f"{self._prefix}{{{self._hash(session_id)}}}:r:{self._hash(server_id)}"
 
     # ------------------------------------------------------------ health
 
@@ -365,7 +421,28 @@ end
 return redis.call('EXISTS', KEYS[2])
 """
 
+# Claim the answers of a round taken over: for each (claimant key, answer key) pair, name the
+# claimant and take the answer left meanwhile, if any, atomically with the offers below.
+_CLAIM = """
+local found = {}
+for i = 1, #KEYS, 2 do
+  redis.call('SET', KEYS[i], ARGV[1], 'PX', ARGV[2])
+  found[#found + 1] = redis.call('GET', KEYS[i + 1]) or false
+  redis.call('DEL', KEYS[i + 1])
+end
+return found
+"""
+
+# An answer for a round: to its claimant, if there is one, else kept for the one to come.
+_OFFER = """
+local claimant = redis.call('GET', KEYS[1])
+if claimant then return claimant end
+redis.call('SET', KEYS[2], ARGV[1], 'PX', ARGV[2])
+return false
+"""
+
 _OPERATIONS = {
+    "round": "taking an input round over",
     "save": "this change to the session",
     "add": "recording the session",
     "remove": "ending the session everywhere",
@@ -373,6 +450,10 @@ _OPERATIONS = {
     "load": "reading the session",
     "ping": "a health check",
 }
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
 
 
 def _set_core(session: LegacySession, core: SessionCore) -> None:

@@ -241,11 +241,19 @@ class McpEndpoint:
         """A legacy client's answer to a server-to-client request: to whoever awaits it, here or
         on the replica that sent the request (its id names it). The client gets 202 either way:
         an answer nobody awaits any more is dropped, as the spec has it."""
-        owner = self._forwarder.request_owner(message.get("id"), session.id) if self._forwarder else None
-        if owner is not None:
-            assert self._forwarder is not None
-            await self._forwarder.deliver(request, message, owner)
-        elif not await host.handle_response(session, message):
+        forwarder = self._forwarder
+        owner = forwarder.request_owner(message.get("id"), session.id) if forwarder else None
+        if owner is not None and forwarder is not None and await forwarder.deliver(request, message, owner):
+            return
+        if await host.handle_response(session, message):
+            return
+        # Nothing awaits it here: its round may have been taken over after its replica died (or
+        # will be, and the answer is kept for it).
+        claimant = await host.offer_answer(session, message)
+        target = forwarder.stream_owner(claimant) if forwarder is not None and claimant else None
+        if target is not None and forwarder is not None:
+            await forwarder.deliver(request, message, target)
+        elif not (claimant and await host.handle_response(session, message)) and claimant is None:
             log.info("unexpected_response", session=short_hash(session.id), id=message.get("id"))
 
     def _event_ids(self, session: LegacySession, request_id: Any) -> EventIds | None:
@@ -445,7 +453,7 @@ class McpEndpoint:
             session = await self._session(request, host, session_id, self._caller(request))
             last_event_id = request.headers.get("Last-Event-ID")
             if last_event_id is not None:
-                return await self._resume(request, session, last_event_id)
+                return await self._resume(request, host, session, last_event_id)
             stream_handle = await host.open_get_stream(session)
         except ProxyError as exc:
             return error_reply(exc, Era.LEGACY)
@@ -469,8 +477,11 @@ class McpEndpoint:
             await sse.close()
         return sse.response or web.Response(status=204)
 
-    async def _resume(self, request: web.Request, session: LegacySession, last_event_id: str) -> web.StreamResponse:
-        """A client whose POST stream broke resumes it (downstream/resume.py)."""
+    async def _resume(
+        self, request: web.Request, host: Host, session: LegacySession, last_event_id: str
+    ) -> web.StreamResponse:
+        """A client whose POST stream broke resumes it (downstream/resume.py): the request's input
+        round carried on here if one was open, else its error."""
         resumed = open_event_id(self._sealer, session.id, last_event_id) if self._sealer is not None else None
         if resumed is None:
             raise ProxyError(
@@ -479,14 +490,23 @@ class McpEndpoint:
                 status=400,
                 outcome="rejected",
             )
-        self._metrics.streams_resumed.labels("lost").inc()
-        log.info("stream_resumed", session=short_hash(session.id), outcome="lost", seq=resumed.seq)
-        sse = SseStream(request, self._keepalive_s)
-        with contextlib.suppress(ConnectionError, RuntimeError):
-            await sse.write(lost_stream_events(resumed, self._boot))
-        with contextlib.suppress(ConnectionError, RuntimeError):
-            await sse.close()
-        return sse.response or web.Response(status=204)
+        caller = self._caller(request)
+        async with RequestReply(request, self._keepalive_s, self._event_ids(session, resumed.request_id)) as reply:
+            stream = reply.stream
+            await stream.start()  # an SSE stream whatever comes: the client resumes one
+            try:
+                message = await host.resume(session, resumed.request_id, resumed.seq, reply, caller.credentials)
+            except ProxyError as exc:
+                message = exc.reply(resumed.request_id)
+            outcome = "continued" if message is not None else "lost"
+            self._metrics.streams_resumed.labels(outcome).inc()
+            log.info("stream_resumed", session=short_hash(session.id), outcome=outcome, seq=resumed.seq)
+            with contextlib.suppress(ConnectionError, RuntimeError):
+                if message is not None:
+                    await stream.send(message)
+                else:
+                    await stream.write(lost_stream_events(resumed, self._boot))
+            return await stream.close()
 
     async def delete(self, request: web.Request) -> web.StreamResponse:
         session_id = request.headers.get(SESSION_HEADER)

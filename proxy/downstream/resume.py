@@ -11,9 +11,10 @@ An id is a sealed head naming the stream (purpose "evt", bound to the session id
 that wrote it, the request's JSON-RPC id, then `.n`, the event's sequence number in clear. The
 head is sealed once per stream, on its first event; a reply sent as plain JSON costs nothing.
 
-A call whose stream broke is not continued (the proxy cancels it upstream when its client's
-connection goes, as 2026-07-28 upstreams do): the resuming client gets the JSON-RPC error for its
-request at once instead of waiting for a response that will never come.
+An upstream exchange whose stream broke is not continued (the proxy cancels it upstream when its
+client's connection goes, as 2026-07-28 upstreams do): the resuming client gets the JSON-RPC
+error for its request at once instead of waiting for a response that will never come. A request
+in the middle of an input round is carried on instead (relay/legacy_to_modern.py `resume`).
 """
 
 from __future__ import annotations
@@ -51,6 +52,11 @@ class EventIds:
             self._head = self._sealer.seal(_PURPOSE, plaintext, self._session_id.encode())
         self._seq += 1
         return f"{self._head}.{self._seq}"
+
+    @property
+    def seq(self) -> int:
+        """The sequence number of the last event written."""
+        return self._seq
 
     def priming_event(self) -> bytes:
         return b"id: " + self.next().encode() + b"\ndata: \n\n"

@@ -161,6 +161,9 @@ class SseStream:
             self._keepalive.cancel()
 
 
+_PRIME_AFTER_S = 1.0  # a reply not done by then becomes a stream, its priming event first
+
+
 class ReplyClosed(ConnectionError):
     """The handler of this reply has ended: nothing more can be written to it. A relay reads it
     like a client that went away."""
@@ -197,7 +200,12 @@ class RequestReply:
     async def __aenter__(self) -> RequestReply:
         if self.can_stream:
             # A timer, not a task: most replies finish first, and cancelling a timer costs nothing.
-            self._slow = asyncio.get_running_loop().call_later(self._keepalive_s, self._open_slow)
+            # A stream with a priming event opens sooner: a client can resume only a stream that
+            # showed it an id, and a quiet call cut after this (its replica died) is not left
+            # as a bare disconnect.
+            primed = self._event_ids is not None and self._event_ids.prime
+            delay = min(self._keepalive_s, _PRIME_AFTER_S) if primed else self._keepalive_s
+            self._slow = asyncio.get_running_loop().call_later(delay, self._open_slow)
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
@@ -223,6 +231,11 @@ class RequestReply:
     @property
     def started(self) -> bool:
         return self._stream is not None and self._stream.started
+
+    @property
+    def event_seq(self) -> int:
+        """The sequence number of the last event sent (0: none, or no event ids)."""
+        return self._event_ids.seq if self._event_ids is not None else 0
 
     async def streaming(self) -> bool:
         """Whether the reply is an SSE stream. From now on no keep-alive opens one (only a message

@@ -85,6 +85,18 @@ class LegacyBackend(Protocol[L]):
     ) -> JSONDict:
         """Run one client request to its final message."""
 
+    async def resume(
+        self,
+        session: LegacySession,
+        runtime: SessionRuntime[L],
+        request_id: Any,
+        seen_seq: int,
+        channel: ReplyChannel,
+        auth_headers: dict[str, str],
+    ) -> JSONDict | None:
+        """Carry on a request whose stream broke on another replica, if its state allows; None: it
+        cannot be carried on (the client gets its error)."""
+
     async def notify(self, session: LegacySession, runtime: SessionRuntime[L], message: JSONDict) -> None:
         """A client notification (the host has already done its own part)."""
 
@@ -383,6 +395,41 @@ class LegacySessionHost(Generic[L]):
                 if runtime.inflight.get(request_id) is scope:
                     del runtime.inflight[request_id]
         return None  # cancelled by the client
+
+    async def resume(
+        self,
+        session: LegacySession,
+        request_id: Any,
+        seen_seq: int,
+        channel: ReplyChannel,
+        auth_headers: dict[str, str],
+    ) -> JSONDict | None:
+        """A client resumed the broken stream of `request_id` here: its final message, when the
+        request could be carried on; None when it cannot (or the client cancelled it)."""
+        runtime = self._runtime(session)
+        if runtime is None or request_id in runtime.inflight:
+            return None
+        with CancelScope() as scope:
+            runtime.inflight[request_id] = scope
+            try:
+                return await self.backend.resume(session, runtime, request_id, seen_seq, channel, auth_headers)
+            finally:
+                if runtime.inflight.get(request_id) is scope:
+                    del runtime.inflight[request_id]
+        return None
+
+    async def offer_answer(self, session: LegacySession, message: JSONDict) -> str | None:
+        """An answer nothing here awaits: the replica carrying its round on, if one does (else it
+        is kept for the replica that will)."""
+        server_id = message.get("id")
+        if not self._store.shared or not isinstance(server_id, str):
+            return None
+        try:
+            return await self._store.offer_answer(
+                session.id, server_id, jsonrpc.encode(message), self._settings.input.round_timeout_s
+            )
+        except StoreUnavailable:
+            return None
 
     # ------------------------------------------------------------ GET streams
 

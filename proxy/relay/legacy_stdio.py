@@ -152,6 +152,17 @@ class ProcessBackend:
             return False
         return True
 
+    async def resume(
+        self,
+        session: LegacySession,
+        runtime: Runtime,
+        request_id: Any,
+        seen_seq: int,
+        channel: ReplyChannel,
+        auth_headers: dict[str, str],
+    ) -> JSONDict | None:
+        return None  # a session that is a process lives on one replica only
+
     def get_stream_opened(self, session: LegacySession, runtime: Runtime, moved: bool) -> None:
         pass  # the process says what it says; the GET stream carries what no request can
 

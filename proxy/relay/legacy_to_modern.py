@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
+import hashlib
 import itertools
 import time
 from collections import deque
@@ -18,6 +20,7 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from typing import Any
 
+import orjson
 import structlog
 
 from ..cache import ResponseCache, request_key
@@ -35,6 +38,7 @@ from ..protocol.forwarded_call import (
     Fail,
     Finish,
     ForwardedCall,
+    ForwardedCallState,
     InputRound,
     Log,
     LookupToolHeaders,
@@ -50,7 +54,7 @@ from ..protocol.forwarded_call import (
 from ..protocol.headers import ParamHeader
 from ..protocol.outcome import Outcome, timed_out
 from ..protocol.versions import LATEST_MODERN, pick_modern
-from ..sessions import LegacySession, SessionStore, StoreUnavailable
+from ..sessions import LegacySession, SessionStore, StoreUnavailable, short_hash
 from ..upstream.base import Upstream
 from ..upstream.errors import UpstreamError, UpstreamProtocolError
 from .channel import ReplyChannel
@@ -116,6 +120,7 @@ class TranslatingBackend:
         without it."""
         self._settings = settings
         self._server_ids = server_ids or (lambda session_id, count: count)
+        self.claimant = ""  # how this replica names itself to answers for rounds it takes over
         self._upstream = upstream
         self._store = store
         self._metrics = metrics
@@ -285,10 +290,12 @@ class TranslatingBackend:
         runtime: Runtime | None,
         channel: ReplyChannel,
         auth_headers: Mapping[str, str],
+        resumed: list[Action] | None = None,
     ) -> Finish:
-        """Execute the call's actions until it finishes; an upstream failure raises its ProxyError."""
+        """Execute the call's actions until it finishes (from its start, or from where a round
+        taken over left it); an upstream failure raises its ProxyError."""
         credentials = {k: v for k, v in auth_headers.items() if k not in meta.TRACE_KEYS}
-        actions = deque(call.start())
+        actions = deque(call.start() if resumed is None else resumed)
         while actions:
             action = actions.popleft()
             # The common case first: one request upstream, then its result.
@@ -429,16 +436,38 @@ class TranslatingBackend:
                     await runtime.initialized.wait()
         loop = asyncio.get_running_loop()
         waiting: dict[asyncio.Future[JSONDict], tuple[str, int | str]] = {}  # answer -> (key, server request id)
-        actions: list[Action] = []
+        sent: dict[str, JSONDict] = {}  # key -> the request as the client got it
         try:
             for ask in asks:
                 server_id = self._server_ids(runtime.session_id, next(runtime.server_request_ids))
                 future: asyncio.Future[JSONDict] = loop.create_future()
                 runtime.pending[server_id] = future
                 waiting[future] = (ask.key, server_id)
-                await channel.send(jsonrpc.request(server_id, ask.method, ask.params))
+                sent[ask.key] = jsonrpc.request(server_id, ask.method, ask.params)
+                await channel.send(sent[ask.key])
+        except BaseException:
+            for _, server_id in waiting.values():
+                runtime.pending.pop(server_id, None)
+            raise
+        await self._keep_round(call, runtime, channel, sent)
+        return await self._await_answers(call, runtime, channel, waiting)
+
+    async def _await_answers(
+        self,
+        call: ForwardedCall,
+        runtime: Runtime,
+        channel: ReplyChannel,
+        waiting: dict[asyncio.Future[JSONDict], tuple[str, int | str]],
+    ) -> list[Action]:
+        """Feed each answer to the call as it arrives, until the round ends."""
+        loop = asyncio.get_running_loop()
+        actions: list[Action] = []
+        cancelled = False
+        try:
+            for future in [f for f in waiting if f.done()]:  # answers left for a round taken over
+                actions.extend(call.client_answered(waiting[future][0], future.result()))
             deadline = loop.time() + self._settings.input.round_timeout_s
-            unanswered = set(waiting)
+            unanswered = {future for future in waiting if not future.done()}
             while unanswered and not actions:
                 # asyncio.wait, unlike gather, leaves the futures alone when this task is cancelled,
                 # so the unanswered ones can be withdrawn below.
@@ -450,6 +479,9 @@ class TranslatingBackend:
                 for future in answered:
                     actions.extend(call.client_answered(waiting[future][0], future.result()))
         except asyncio.CancelledError:
+            # The client's stream went (or it cancelled): the round's record stays, so another
+            # replica can take it over when the client resumes the stream there.
+            cancelled = True
             actions = call.cancelled()
             raise
         finally:
@@ -459,7 +491,83 @@ class TranslatingBackend:
                 await _withdraw(channel, [ids[key] for key in withdrawn.keys if key in ids], withdrawn.reason)
             for _, server_id in waiting.values():
                 runtime.pending.pop(server_id, None)
+            if not cancelled:
+                await self._drop_round(call, runtime)
         return actions
+
+    # ------------------------------------------------------------ input rounds taken over
+
+    async def _keep_round(
+        self, call: ForwardedCall, runtime: Runtime, channel: ReplyChannel, sent: dict[str, JSONDict]
+    ) -> None:
+        """With a shared store, record the open round: if this replica dies while the client
+        thinks, the replica its resumed stream reaches carries the round on (`resume`). Sound
+        because a 2026-07-28 upstream keeps the round's state in requestState, not in a process."""
+        if not self._store.shared:
+            return
+        record = orjson.dumps(
+            {"state": dataclasses.asdict(call.state), "sent": sent, "seq": getattr(channel, "event_seq", 0)}
+        )
+        try:
+            await self._store.put_round(
+                runtime.session_id, _request_key(call.state.request["id"]), record, self._settings.input.round_timeout_s
+            )
+        except StoreUnavailable:
+            log.warning("input_round_not_shared", session=short_hash(runtime.session_id))
+
+    async def _drop_round(self, call: ForwardedCall, runtime: Runtime) -> None:
+        if self._store.shared:
+            with contextlib.suppress(StoreUnavailable):
+                await self._store.drop_round(runtime.session_id, _request_key(call.state.request["id"]))
+
+    async def resume(
+        self,
+        session: LegacySession,
+        runtime: Runtime,
+        request_id: Any,
+        seen_seq: int,
+        channel: ReplyChannel,
+        auth_headers: dict[str, str],
+    ) -> JSONDict | None:
+        """Carry on the open input round of a request whose stream broke on another replica (its
+        client resumed the stream here); None: there is none to carry on."""
+        if not self._store.shared:
+            return None
+        try:
+            claimed = await self._store.claim_round(
+                session.id,
+                _request_key(request_id),
+                self.claimant,
+                lambda record: [str(m["id"]) for m in orjson.loads(record)["sent"].values()],
+                self._settings.input.round_timeout_s,
+            )
+        except StoreUnavailable:
+            return None
+        if claimed is None:
+            return None
+        record, left = claimed
+        data = orjson.loads(record)
+        call = ForwardedCall(ForwardedCallState(**data["state"]))
+        runtime.live.auth_headers = auth_headers
+        loop = asyncio.get_running_loop()
+        waiting: dict[asyncio.Future[JSONDict], tuple[str, int | str]] = {}
+        for key, message in data["sent"].items():
+            server_id = message["id"]
+            future: asyncio.Future[JSONDict] = loop.create_future()
+            answer = left.get(str(server_id))
+            if answer is not None:
+                future.set_result(orjson.loads(answer))
+            else:
+                runtime.pending[server_id] = future
+            waiting[future] = (key, server_id)
+        log.info("input_round_taken_over", session=short_hash(session.id), asks=len(waiting))
+        if seen_seq < data["seq"]:
+            # The client never got these: ask them here, under the same ids (asked once).
+            for message in data["sent"].values():
+                await channel.send(message)
+        actions = await self._await_answers(call, runtime, channel, waiting)
+        finish = await self._drive(call, session, runtime, channel, auth_headers, actions)
+        return final_reply(call.state.request, finish, session.legacy_version)
 
     # ------------------------------------------------------------ GET stream and listen
 
@@ -576,6 +684,11 @@ class TranslatingBackend:
                 self._upstream.name, f"answered server/discover with {str(error or result)[:200]}"
             )
         raise UpstreamProtocolError(self._upstream.name, "supports no protocol version this proxy speaks")
+
+
+def _request_key(request_id: Any) -> str:
+    """A legacy request's id as a store key part: hashed, whatever the client made it."""
+    return hashlib.sha256(jsonrpc.canonical(request_id)).hexdigest()[:22]
 
 
 async def _withdraw(channel: ReplyChannel, server_ids: list[int | str], reason: str) -> None:

@@ -673,3 +673,77 @@ async def test_a_subscription_for_a_stream_holder_that_is_gone_is_made_where_it_
         )
         moved.close()
     assert b.forwards("subscribe", "owner_gone") == 1
+
+
+# ---------------------------------------------------------------------------- an input round taken over
+
+
+async def _asked_on(a: Replica, modern_upstream: FakeModern) -> tuple[LegacyPeer, Any, str, str]:
+    """A legacy client's tools/call on `a`, stopped at the elicitation it is asked: the peer, the
+    broken stream's request id, the elicitation's id and the last event id the client saw."""
+    scripted = [input_required({"confirm": ELICIT}, "state-1"), complete(content=[{"type": "text", "text": "done"}])]
+
+    async def handler(call: Any) -> Any:
+        return scripted.pop(0)
+
+    modern_upstream.handlers["tools/call"] = handler
+    peer = await LegacyPeer.connect(a.http)
+    request_id, response = await peer.send("tools/call", DEPLOY)
+    reader = SseReader(response)
+    asked = await reader.message()
+    assert asked is not None and asked["method"] == "elicitation/create", asked
+    response.close()  # the stream breaks: its replica is about to die
+    return peer, request_id, asked["id"], reader.event_ids[-1]
+
+
+async def _three(make_replica: MakeReplica, modern_upstream: FakeModern, redis: Any) -> list[Replica]:
+    return [await make_replica(modern_upstream.url, "modern", **{"store.url": redis.url}) for _ in range(3)]
+
+
+async def test_a_round_whose_replica_died_is_carried_on_where_the_client_resumes_its_stream(
+    make_replica: MakeReplica, modern_upstream: FakeModern, redis: Any
+) -> None:
+    a, b, c = await _three(make_replica, modern_upstream, redis)
+    async with asyncio.timeout(WAIT):
+        peer, request_id, asked_id, last_event = await _asked_on(a, modern_upstream)
+        await a.stop()
+        resumed = await on(b, peer).get_stream({"Last-Event-ID": last_event})
+        assert resumed.status == 200
+        reader = SseReader(resumed)
+        assert await on(c, peer).respond(asked_id, ACCEPTED) == 202  # lands on a third replica
+        final = await reader.message()
+    assert final == {"jsonrpc": "2.0", "id": request_id, "result": {"content": [{"type": "text", "text": "done"}]}}
+    [_, retried] = modern_upstream.calls_of("tools/call")
+    assert retried.params["inputResponses"] == {"confirm": ACCEPTED}
+    assert retried.params["requestState"] == "state-1"
+    assert c.forwards("deliver", "ok") == 1  # to b, which carries the round on
+    assert reader.event_ids and all(not e.startswith(last_event.rpartition(".")[0]) for e in reader.event_ids)
+
+
+async def test_an_answer_given_before_the_stream_is_resumed_is_kept_for_the_replica_that_takes_over(
+    make_replica: MakeReplica, modern_upstream: FakeModern, redis: Any
+) -> None:
+    a, b, _ = await _three(make_replica, modern_upstream, redis)
+    async with asyncio.timeout(WAIT):
+        peer, request_id, asked_id, last_event = await _asked_on(a, modern_upstream)
+        await a.stop()
+        assert await on(b, peer).respond(asked_id, ACCEPTED) == 202  # nobody carries the round yet
+        resumed = await on(b, peer).get_stream({"Last-Event-ID": last_event})
+        final = await SseReader(resumed).message()
+    assert final is not None and final["id"] == request_id and "result" in final, final
+    assert modern_upstream.calls_of("tools/call")[-1].params["inputResponses"] == {"confirm": ACCEPTED}
+
+
+async def test_a_round_is_taken_over_once(make_replica: MakeReplica, modern_upstream: FakeModern, redis: Any) -> None:
+    a, b, c = await _three(make_replica, modern_upstream, redis)
+    async with asyncio.timeout(WAIT):
+        peer, request_id, asked_id, last_event = await _asked_on(a, modern_upstream)
+        await a.stop()
+        first = await on(b, peer).get_stream({"Last-Event-ID": last_event})
+        second = await on(c, peer).get_stream({"Last-Event-ID": last_event})
+        lost = await SseReader(second).message()  # the round is b's now
+        assert await on(c, peer).respond(asked_id, ACCEPTED) == 202
+        final = await SseReader(first).message()
+    assert lost is not None and lost["error"]["data"]["reason"] == "stream_lost"
+    assert final is not None and "result" in final
+    assert len(modern_upstream.calls_of("tools/call")) == 2  # the call went upstream twice: asked, then answered
