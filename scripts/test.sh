@@ -4,6 +4,7 @@
 . "$(dirname "$0")/lib.sh"
 project_venv
 bash "$REPO/scripts/setup-peers.sh"
+bash "$REPO/scripts/setup-services.sh"  # redis-server and HAProxy for tests/replicas
 cd "$REPO"
 .venv/bin/ruff check proxy tests scripts bench
 .venv/bin/ruff format --check proxy tests scripts bench

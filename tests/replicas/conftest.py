@@ -1,0 +1,44 @@
+"""The replica suite's real components: one redis-server for the session, and clusters of proxy
+replicas (the CLI, one shared secret, the store on that Redis, an internal listener each) behind
+HAProxy in strict round-robin. Upstreams are the real peers of tests/e2e (tests/support/peer_fixtures.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
+from pathlib import Path
+
+import pytest
+
+from tests.support.replicas import Cluster, Redis, cluster
+
+pytestmark = [pytest.mark.e2e, pytest.mark.replicas]
+
+ClusterFactory = Callable[..., AbstractContextManager[Cluster]]
+
+
+@pytest.fixture(scope="session")
+def replica_logs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("replica-logs")
+
+
+@pytest.fixture(scope="session")
+def redis(replica_logs: Path) -> Iterator[Redis]:
+    """redis-server 7 on 127.0.0.1, empty, nothing persisted; restartable on its port by the tests."""
+    server = Redis(replica_logs)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def make_cluster(replica_logs: Path, redis: Redis) -> ClusterFactory:
+    """`make_cluster(upstream_url, name)`: three replicas on the shared Redis behind HAProxy."""
+
+    def make(upstream: str, name: str, **settings: str) -> AbstractContextManager[Cluster]:
+        return cluster(upstream, replica_logs, name, redis=redis, **settings)
+
+    return make
