@@ -42,3 +42,19 @@ def make_cluster(replica_logs: Path, redis: Redis) -> ClusterFactory:
         return cluster(upstream, replica_logs, name, redis=redis, **settings)
 
     return make
+
+
+@pytest.fixture(scope="session")
+def l2m(make_cluster: ClusterFactory, modern_server: str) -> Iterator[Cluster]:
+    """For the fault and tampering tests: legacy clients translated for the modern-only mcp2 server
+    (their sessions are the proxy's); modern clients pass through."""
+    with make_cluster(modern_server, "l2m") as cluster:
+        yield cluster
+
+
+@pytest.fixture(scope="session")
+def m2l(make_cluster: ClusterFactory, legacy_server: str) -> Iterator[Cluster]:
+    """For the fault and tampering tests: modern clients translated for the legacy mcp1 server (input
+    rounds park upstream calls); legacy clients pass through with the server's own sessions."""
+    with make_cluster(legacy_server, "m2l") as cluster:
+        yield cluster

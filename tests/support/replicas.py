@@ -300,15 +300,22 @@ class Balancer:
     def wait_down(self, name: str, timeout: float = 10.0) -> None:
         wait_until(lambda: not self.states().get(name, "").startswith("UP"), timeout, f"HAProxy sees {name} down")
 
-    def posts_in_flight(self) -> list[str]:
-        """The replica of each POST being answered now (a reply started, not yet ended)."""
-        owners = []
+    def posts_in_flight(self) -> list[tuple[str, int]]:
+        """(replica, seconds since it began) of each POST in flight now."""
+        found = []
         for block in re.split(r"\n(?=0x[0-9a-f]+: )", self.cli("show sess all")):
             server = re.search(r"^\s+server=(\S+) \(id=", block, re.MULTILINE)
-            txn = re.search(r"\bmeth=(\d+) status=(-?\d+)", block)
-            if server and txn and txn[1] == "3" and txn[2] != "-1" and "frontend=mcp " in block:
-                owners.append(server[1])  # meth 3 is POST; a status means the reply has begun
-        return owners
+            method = re.search(r"\btxn=\S+ flags=\S+ meth=(\d+) ", block)
+            age = re.search(r"^\s+task=.*\bage=([0-9dhms]+)\)", block, re.MULTILINE)
+            if server and method and age and method[1] == "3" and "frontend=mcp " in block:  # meth 3: POST
+                found.append((server[1], _seconds(age[1])))
+        return found
+
+
+def _seconds(human: str) -> int:
+    """HAProxy's human time (`1m12s`) in seconds."""
+    units = {"d": 86400, "h": 3600, "m": 60, "s": 1}
+    return sum(int(n) * units[u] for n, u in re.findall(r"(\d+)([dhms])", human))
 
 
 @dataclass
