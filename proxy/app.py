@@ -32,7 +32,9 @@ from .relay.modern_to_legacy import ModernToLegacy
 from .relay.modern_to_legacy import probe as probe_legacy
 from .relay.passthrough import ModernPassThrough
 from .relay.routes import routing_table
+from .sealing import Sealer
 from .sessions import InMemorySessionStore, SessionIds, SessionStore
+from .store_redis import RedisSessionStore, redis_store
 from .upstream.http import HttpUpstream
 from .upstream.legacy_session import SessionFactory, http_sessions, stdio_sessions
 from .upstream.stdio import StdioChannel, StdioModernUpstream, process_factory
@@ -62,7 +64,9 @@ def create_app(
     config = settings.upstream
     secret = settings.security.secret.encode() if settings.security.secret else secrets.token_bytes(32)
     previous = [old.encode() for old in settings.security.previous_secrets]
-    ids = SessionIds(secret, settings.sessions.max_lifetime_s, clock, previous)
+    sealer = Sealer(secret, previous, clock)
+    boot = secrets.token_hex(8)  # this process, as the tokens it mints name it
+    ids = SessionIds(sealer, settings.sessions.max_lifetime_s, clock)
     cache = ResponseCache(settings.cache, metrics, cache_clock)
     failures = UpstreamFailures(metrics)
     http: HttpUpstream | None = None
@@ -107,10 +111,22 @@ def create_app(
         probe = partial(probe_stdio, probe_channel, config.probe_timeout_s)
     detector = EraDetector(config.era, probe)
 
+    owned_store: RedisSessionStore | None = None
+    if store is None and settings.store.url is not None:
+        store = owned_store = redis_store(
+            settings.store,
+            sealer,
+            idle_timeout_s=settings.sessions.idle_timeout_s,
+            max_lifetime_s=settings.sessions.max_lifetime_s,
+            metrics=metrics,
+            clock=clock,
+        )
     store = store or InMemorySessionStore()
     translating_backend = TranslatingBackend(settings, modern_upstream, store, metrics, cache, failures)
     translating_backend.on_era_mismatch = detector.suspect
-    legacy_to_modern = LegacySessionHost(translating_backend, settings, store, ids, metrics, clock)
+    legacy_to_modern = LegacySessionHost(
+        translating_backend, settings, store, ids, metrics, clock, owner=f"{boot}@{settings.replicas.advertised or ''}"
+    )
     same_era = ModernPassThrough(settings, modern_upstream, metrics, cache, failures)
     modern_to_legacy = ModernToLegacy(settings, legacy_sessions, metrics, secret, clock, cache=cache, failures=failures)
     modern_to_legacy.on_era_mismatch = detector.suspect
@@ -130,7 +146,7 @@ def create_app(
         watcher.reset()
 
     detector.on_change = era_changed
-    endpoint = McpEndpoint(settings, metrics, detector, router, failures)
+    endpoint = McpEndpoint(settings, metrics, detector, router, failures, sealer=sealer, boot=boot)
 
     async def ready() -> None:
         if await detector.current() is Era.MODERN:
@@ -191,6 +207,8 @@ def create_app(
             await stdio.close()
         if http is not None and owns_session:
             await http.close()
+        if owned_store is not None:
+            await owned_store.aclose()
 
     async def drain(app: web.Application) -> None:
         """Shutdown begins (sites stopped): not ready any more; streams end gracefully now, calls in

@@ -147,6 +147,28 @@ class Metrics:
         )
         self.cache_entries = Gauge(PREFIX + "cache_entries", "Entries in the response cache.", registry=r)
         self.cache_bytes = Gauge(PREFIX + "cache_bytes", "Serialized size of the response cache.", registry=r)
+        self.store_up = Gauge(
+            PREFIX + "store_up",
+            "1 while the shared store answers (its breaker closed), 0 while it does not; absent without one.",
+            registry=r,
+        )
+        self.store_errors = Counter(
+            PREFIX + "store_errors_total",
+            "Shared store calls that failed or timed out (rejected: refused at once, the breaker open).",
+            ["op", "kind"],
+            registry=r,
+        )
+        self.streams_resumed = Counter(
+            PREFIX + "streams_resumed_total",
+            "Legacy POST streams a client resumed (GET + Last-Event-ID); lost: the request had ended.",
+            ["outcome"],
+            registry=r,
+        )
+        self.sessions_resurrected = Counter(
+            PREFIX + "sessions_resurrected_total",
+            "Legacy sessions served again from their id after the shared store lost their record.",
+            registry=r,
+        )
         # Where a leak of the proxy's own shows first: the tasks on its event loop, read at scrape time.
         self.event_loop_tasks = Gauge(PREFIX + "event_loop_tasks", "Tasks alive on the event loop.", registry=r)
         self.event_loop_tasks.set_function(_loop_tasks)

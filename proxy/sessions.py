@@ -7,15 +7,18 @@ streams, waiting futures, tasks) stay with the replica that owns them (see relay
 from __future__ import annotations
 
 import hashlib
-import hmac
 import secrets
-import struct
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from .protocol.request_state import b64url, unb64url
+import orjson
+
+from .errors import ProxyError
+from .protocol import jsonrpc
+from .protocol.request_state import b64url
+from .sealing import Sealer
 
 JSONDict = dict[str, Any]
 
@@ -32,75 +35,116 @@ def short_hash(value: str) -> str:
     return hashlib.sha256(value.encode()).hexdigest()[:12]
 
 
-_CHECKED_MAX = 65_536  # ids remembered as checked (the cache starts afresh when full)
+_OPENED_MAX = 8192  # ids remembered as opened (the cache starts afresh when full)
+_CORE_VERSION = 1
+MAX_CORE_BYTES = 3072  # sealed into the id up to this size; above it, the store holds it (see SessionIds)
+
+
+@dataclass(frozen=True, slots=True)
+class SessionCore:
+    """What a legacy session fixes at `initialize` and never changes: sealed into its id, so any
+    replica can serve the session from the id alone (docs/design.md §Replicas)."""
+
+    legacy_version: str = ""
+    modern_version: str = ""
+    client_capabilities: JSONDict = field(default_factory=dict)
+    upstream_capabilities: JSONDict = field(default_factory=dict)
+    server_capabilities: JSONDict = field(default_factory=dict)
+    client_info: JSONDict | None = None
+    # False: the store could not record the session when it began (it was unavailable), so a
+    # replica that finds no record brings the session back instead of answering 404.
+    recorded: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class OpenedId:
+    core: SessionCore | None  # None: too large for the id; the store holds it (`core_in_store`)
+    issued_at: float
+
+
+def encode_core(core: SessionCore) -> bytes:
+    return orjson.dumps(
+        [
+            core.legacy_version,
+            core.modern_version,
+            core.client_capabilities,
+            core.upstream_capabilities,
+            core.server_capabilities,
+            core.client_info,
+            core.recorded,
+        ]
+    )
+
+
+def core_fits_in_id(core: SessionCore) -> bool:
+    return len(encode_core(core)) <= MAX_CORE_BYTES
 
 
 class SessionIds:
-    """Mints and checks `Mcp-Session-Id` values: 128 random bits, issue time, HMAC.
+    """Mints and opens `Mcp-Session-Id` values: the session's immutable core, sealed.
 
-    The HMAC covers the caller's principal, so an id presented by anyone else fails the
-    check exactly like an unknown id (404), and a forged id never reaches the store. Ids are
-    minted with `secret`; those minted with a `previous` secret still check, so a secret can be
-    replaced across replicas without ending the sessions it signed.
+    The id is AES-GCM-sealed (proxy.sealing, purpose "sid") with the caller's principal as associated
+    data: an id presented by anyone else fails exactly like an unknown id (404), a forged or altered
+    one never reaches the store, and nobody can read what it carries. Besides 128 random bits and the
+    issue time it holds the SessionCore, so a replica that never saw the session can serve it. A core
+    larger than MAX_CORE_BYTES stays in the store instead (the id says so). Ids minted under a
+    `previous` secret still open (rotation, see Sealer).
     """
 
-    _MAC_BYTES = 16
-
-    def __init__(
-        self,
-        secret: bytes,
-        max_lifetime_s: float,
-        clock: Callable[[], float] = time.time,
-        previous: Sequence[bytes] = (),
-    ) -> None:
-        self._secret = secret
-        self._secrets = (secret, *previous)
+    def __init__(self, sealer: Sealer, max_lifetime_s: float, clock: Callable[[], float] = time.time) -> None:
+        self._sealer = sealer
         self._max_lifetime_s = max_lifetime_s
         self._clock = clock
-        # (id, principal) -> issue time of the ids already checked: a session's every request
-        # presents its id again, and the MAC need not be computed each time.
-        self._checked: dict[tuple[str, str], int] = {}
+        # (id, principal) -> what opening it gave: a session presents its id with every request,
+        # and need not be decrypted each time.
+        self._opened: dict[tuple[str, str], OpenedId] = {}
 
-    def mint(self, principal: str) -> str:
-        payload = secrets.token_bytes(16) + struct.pack(">Q", int(self._clock()))
-        return b64url(payload) + "." + b64url(self._mac(payload, principal, self._secret))
+    def mint(self, principal: str, core: SessionCore | None = None) -> str:
+        core = core or SessionCore()
+        fields = encode_core(core)
+        in_store = len(fields) > MAX_CORE_BYTES
+        head = orjson.dumps([_CORE_VERSION, b64url(secrets.token_bytes(16)), int(self._clock()), in_store])
+        plaintext = head if in_store else head + b"\n" + fields
+        return self._sealer.seal("sid", plaintext, principal.encode())
+
+    def open(self, session_id: str, principal: str) -> OpenedId | None:
+        """What the id carries, if it was minted here for this caller and is within its lifetime."""
+        opened = self._opened.get((session_id, principal))
+        if opened is None:
+            opened = self._decode(session_id, principal)
+            if opened is None:
+                return None
+            if len(self._opened) >= _OPENED_MAX:
+                self._opened.clear()
+            self._opened[(session_id, principal)] = opened
+        if self._clock() - opened.issued_at > self._max_lifetime_s:
+            return None
+        return opened
 
     def check(self, session_id: str, principal: str) -> bool:
-        issued = self._checked.get((session_id, principal))
-        if issued is None:
-            issued = self._verify(session_id, principal)
-            if issued is None:
-                return False
-            if len(self._checked) >= _CHECKED_MAX:
-                self._checked.clear()
-            self._checked[(session_id, principal)] = issued
-        return self._clock() - issued <= self._max_lifetime_s
+        return self.open(session_id, principal) is not None
 
-    def _verify(self, session_id: str, principal: str) -> int | None:
-        """The issue time of an id minted here for this principal; None for any other id."""
-        body, dot, mac = session_id.partition(".")
-        if not dot or len(session_id) > 80:
+    def _decode(self, session_id: str, principal: str) -> OpenedId | None:
+        plaintext = self._sealer.open("sid", session_id, principal.encode())
+        if plaintext is None:
             return None
+        head, _, fields = plaintext.partition(b"\n")
         try:
-            payload = unb64url(body)
-            given = unb64url(mac)
-        except ValueError:
-            return None
-        if len(payload) != 24 or not any(
-            hmac.compare_digest(given, self._mac(payload, principal, key)) for key in self._secrets
-        ):
-            return None
-        issued: int = struct.unpack(">Q", payload[16:])[0]
-        return issued
-
-    def _mac(self, payload: bytes, principal: str, secret: bytes) -> bytes:
-        digest = hmac.new(secret, payload + principal.encode(), hashlib.sha256).digest()
-        return digest[: self._MAC_BYTES]
+            version, _nonce, issued, in_store = orjson.loads(head)
+            if version != _CORE_VERSION or not isinstance(issued, int):
+                return None
+            if in_store:
+                return OpenedId(None, float(issued))
+            lv, mv, caps, up_caps, server_caps, info, recorded = orjson.loads(fields)
+        except (orjson.JSONDecodeError, ValueError, TypeError):
+            return None  # sealed by us, so only a format change gets here
+        return OpenedId(SessionCore(lv, mv, caps, up_caps, server_caps, info, bool(recorded)), float(issued))
 
 
 @dataclass(slots=True)
 class LegacySession:
-    """Everything a legacy session needs to outlive one request."""
+    """Everything a legacy session needs to outlive one request: its core (from the id) and what
+    changes (log level, subscriptions, initialized, a renegotiated modern version)."""
 
     id: str
     principal: str
@@ -115,23 +159,99 @@ class LegacySession:
     initialized: bool = False
     created_at: float = 0.0
     last_seen: float = 0.0
-    extra: JSONDict = field(default_factory=dict)
+    recorded: bool = True  # see SessionCore.recorded
+    core_in_store: bool = False  # the core was too large for the id: the store holds it
+    # The replica whose GET stream the session last opened ("boot@address"): where what the
+    # stream's upstream listen depends on (subscriptions) must be changed.
+    stream_owner: str = ""
+
+    @property
+    def core(self) -> SessionCore:
+        return SessionCore(
+            self.legacy_version,
+            self.modern_version,
+            self.client_capabilities,
+            self.upstream_capabilities,
+            self.server_capabilities,
+            self.client_info,
+            self.recorded,
+        )
+
+    @classmethod
+    def from_id(
+        cls, session_id: str, principal: str, opened: OpenedId, now: float, log_level: str | None
+    ) -> LegacySession:
+        """The session as its id describes it, its changing state at the defaults."""
+        core = opened.core or SessionCore()
+        return cls(
+            id=session_id,
+            principal=principal,
+            legacy_version=core.legacy_version,
+            modern_version=core.modern_version,
+            client_capabilities=core.client_capabilities,
+            upstream_capabilities=core.upstream_capabilities,
+            server_capabilities=core.server_capabilities,
+            client_info=core.client_info,
+            log_level=log_level,
+            created_at=opened.issued_at,
+            last_seen=now,
+            recorded=core.recorded,
+            core_in_store=opened.core is None,
+        )
+
+
+class StoreUnavailable(ProxyError):
+    """The shared store did not answer in time (or its breaker is open): what would change shared
+    session state is refused rather than applied on one replica only."""
+
+    def __init__(self, operation: str) -> None:
+        super().__init__(
+            jsonrpc.INTERNAL_ERROR,
+            f"the shared session store is unavailable, so {operation} cannot be applied now; try again shortly",
+            data={"reason": "store_unavailable"},
+        )
 
 
 class SessionStore(Protocol):
-    """Where legacy sessions live. Implementations must be safe for concurrent coroutines."""
+    """Where the changing state of legacy sessions lives; safe for concurrent coroutines.
 
-    async def add(self, session: LegacySession) -> None: ...
-    async def get(self, session_id: str) -> LegacySession | None: ...
-    async def save(self, session: LegacySession) -> None: ...
-    async def remove(self, session_id: str) -> LegacySession | None: ...
-    async def count(self) -> int: ...
-    async def idle_since(self, cutoff: float) -> list[str]: ...
-    async def created_before(self, cutoff: float) -> list[str]: ...
+    The immutable core travels in the session id (SessionIds), so `load` is given the session as
+    its id describes it and fills in the rest. A `shared` store is seen by every replica and expires
+    idle sessions itself (a sliding TTL): a replica then never ends a session for being idle here,
+    it only lets its own live part go.
+    """
+
+    shared: bool
+
+    async def add(self, session: LegacySession) -> None:
+        """Record a new session; raises StoreUnavailable when it cannot."""
+
+    async def load(self, session: LegacySession) -> LegacySession | None:
+        """The session with its changing state, its idle time slid; None: it ended or expired."""
+
+    async def save(self, session: LegacySession) -> None:
+        """Record a change; raises StoreUnavailable when it cannot (the change must not apply)."""
+
+    async def remove(self, session_id: str) -> bool:
+        """End the session for every replica; False if it was not held."""
+
+    async def touch(self, session_id: str, now: float) -> None:
+        """The session is in use here (an open stream): it is not idle."""
+
+    def count(self) -> int:
+        """Sessions held: all of them here, or for a shared store those this replica served lately."""
+
+    async def idle_since(self, cutoff: float) -> list[str]:
+        """Sessions not used since `cutoff` (a shared store: none, its TTL ends them)."""
+
+    async def created_before(self, cutoff: float) -> list[str]:
+        """Sessions begun before `cutoff` (a shared store: none, ids carry their age)."""
 
 
 class InMemorySessionStore:
-    """The default store: a dict in this process."""
+    """The default store: a dict in this process (one replica)."""
+
+    shared = False
 
     def __init__(self) -> None:
         self._sessions: dict[str, LegacySession] = {}
@@ -139,16 +259,22 @@ class InMemorySessionStore:
     async def add(self, session: LegacySession) -> None:
         self._sessions[session.id] = session
 
-    async def get(self, session_id: str) -> LegacySession | None:
-        return self._sessions.get(session_id)
+    async def load(self, session: LegacySession) -> LegacySession | None:
+        return self._sessions.get(session.id)
 
     async def save(self, session: LegacySession) -> None:
-        self._sessions[session.id] = session
+        if session.id in self._sessions:  # a session ended meanwhile is not brought back
+            self._sessions[session.id] = session
 
-    async def remove(self, session_id: str) -> LegacySession | None:
-        return self._sessions.pop(session_id, None)
+    async def remove(self, session_id: str) -> bool:
+        return self._sessions.pop(session_id, None) is not None
 
-    async def count(self) -> int:
+    async def touch(self, session_id: str, now: float) -> None:
+        session = self._sessions.get(session_id)
+        if session is not None:
+            session.last_seen = now
+
+    def count(self) -> int:
         return len(self._sessions)
 
     async def idle_since(self, cutoff: float) -> list[str]:

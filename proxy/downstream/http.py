@@ -26,13 +26,15 @@ from ..protocol.headers import PROTOCOL_VERSION_HEADER, SESSION_HEADER
 from ..protocol.methods import CACHEABLE_METHODS
 from ..protocol.modern_validate import header_view, validate_request
 from ..protocol.status import Rejection
-from ..protocol.versions import LEGACY_VERSIONS, Era
+from ..protocol.versions import LEGACY_VERSIONS, Era, legacy_at_least
 from ..relay.channel import Caller
 from ..relay.detect import EraDetector
 from ..relay.failures import UpstreamFailures
 from ..relay.legacy_sessions import LegacySessionHost
 from ..relay.routes import Router
+from ..sealing import Sealer
 from ..sessions import LegacySession, principal_of, short_hash
+from .resume import EventIds, lost_stream_events, open_event_id
 from .sse import RequestReply, SseStream, json_response, relay_reply
 
 log = structlog.get_logger(__name__)
@@ -57,8 +59,12 @@ class McpEndpoint:
         detector: EraDetector,
         router: Router,
         failures: UpstreamFailures,
+        sealer: Sealer | None = None,
+        boot: str = "",
     ) -> None:
         self._settings = settings
+        self._sealer = sealer  # event ids on legacy POST streams (downstream/resume.py)
+        self._boot = boot
         self._metrics = metrics
         self._detector = detector
         self._router = router
@@ -214,9 +220,15 @@ class McpEndpoint:
             if not await host.handle_response(session, body):
                 log.info("unexpected_response", session=short_hash(session.id), id=body.get("id"))
             return web.Response(status=202)
-        async with RequestReply(request, self._keepalive_s) as reply:
+        async with RequestReply(request, self._keepalive_s, self._event_ids(session, body["id"])) as reply:
             message = await self._run(host, session, body, reply, caller, record)
             return await reply.finish(message)
+
+    def _event_ids(self, session: LegacySession, request_id: Any) -> EventIds | None:
+        if self._sealer is None:
+            return None
+        prime = legacy_at_least(session.legacy_version, "2025-11-25")
+        return EventIds(self._sealer, session.id, request_id, self._boot, prime=prime)
 
     async def _run(
         self,
@@ -397,7 +409,10 @@ class McpEndpoint:
             return host
         try:
             session = await self._session(request, host, session_id, self._caller(request))
-            stream_handle = host.open_get_stream(session)
+            last_event_id = request.headers.get("Last-Event-ID")
+            if last_event_id is not None:
+                return await self._resume(request, session, last_event_id)
+            stream_handle = await host.open_get_stream(session)
         except ProxyError as exc:
             return error_reply(exc, Era.LEGACY)
         sse = SseStream(request, self._keepalive_s)
@@ -416,6 +431,25 @@ class McpEndpoint:
             gauge.dec()
             host.close_get_stream(session.id, stream_handle)
             sse.abort()
+        with contextlib.suppress(ConnectionError, RuntimeError):
+            await sse.close()
+        return sse.response or web.Response(status=204)
+
+    async def _resume(self, request: web.Request, session: LegacySession, last_event_id: str) -> web.StreamResponse:
+        """A client whose POST stream broke resumes it (downstream/resume.py)."""
+        resumed = open_event_id(self._sealer, session.id, last_event_id) if self._sealer is not None else None
+        if resumed is None:
+            raise ProxyError(
+                jsonrpc.INVALID_REQUEST,
+                "Last-Event-ID does not name a stream of this session",
+                status=400,
+                outcome="rejected",
+            )
+        self._metrics.streams_resumed.labels("lost").inc()
+        log.info("stream_resumed", session=short_hash(session.id), outcome="lost", seq=resumed.seq)
+        sse = SseStream(request, self._keepalive_s)
+        with contextlib.suppress(ConnectionError, RuntimeError):
+            await sse.write(lost_stream_events(resumed, self._boot))
         with contextlib.suppress(ConnectionError, RuntimeError):
             await sse.close()
         return sse.response or web.Response(status=204)

@@ -14,6 +14,7 @@ from ..errors import ProxyError
 from ..protocol import jsonrpc
 from ..protocol.sse import KEEPALIVE, encode_event
 from ..relay.bytes import ByteReply
+from .resume import EventIds
 
 SSE_HEADERS = {
     "Content-Type": "text/event-stream",
@@ -78,10 +79,18 @@ async def _end_failed(request: web.BaseRequest, stream: web.StreamResponse, repl
 
 
 class SseStream:
-    """An SSE response opened on first use, with keep-alive comments while it is quiet."""
+    """An SSE response opened on first use, with keep-alive comments while it is quiet; with
+    `event_ids`, every message carries an id (downstream/resume.py)."""
 
-    def __init__(self, request: web.BaseRequest, keepalive_s: float, headers: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        request: web.BaseRequest,
+        keepalive_s: float,
+        headers: dict[str, str] | None = None,
+        event_ids: EventIds | None = None,
+    ) -> None:
         self._request = request
+        self._event_ids = event_ids
         self._keepalive_s = keepalive_s
         self._headers = headers or {}
         self.response: web.StreamResponse | None = None
@@ -103,12 +112,21 @@ class SseStream:
             response = web.StreamResponse(status=200, headers={**SSE_HEADERS, **self._headers})
             await response.prepare(self._request)
             self.response = response
+            if self._event_ids is not None and self._event_ids.prime:
+                await response.write(self._event_ids.priming_event())
             self._last_write = time.monotonic()
             self._keepalive = asyncio.create_task(self._keep_alive())
         return self.response
 
     async def send(self, message: Any) -> None:
-        await self.write(encode_event(jsonrpc.encode(message)))
+        data = jsonrpc.encode(message)
+        if self._event_ids is None:
+            await self.write(encode_event(data))
+            return
+        async with self._lock:
+            response = await self._start()  # the priming event, if any, takes the first id
+            await response.write(encode_event(data, event_id=self._event_ids.next()))
+            self._last_write = time.monotonic()
 
     async def write(self, data: bytes) -> None:
         async with self._lock:
@@ -158,11 +176,12 @@ class RequestReply:
     connection once the handler has answered (a kept-alive connection's next request would read it).
     """
 
-    __slots__ = ("_keepalive_s", "_opening", "_request", "_slow", "_stream", "can_stream", "closed")
+    __slots__ = ("_event_ids", "_keepalive_s", "_opening", "_request", "_slow", "_stream", "can_stream", "closed")
 
-    def __init__(self, request: web.BaseRequest, keepalive_s: float) -> None:
+    def __init__(self, request: web.BaseRequest, keepalive_s: float, event_ids: EventIds | None = None) -> None:
         self.can_stream = accepts_sse(request)
         self._request = request
+        self._event_ids = event_ids
         self._keepalive_s = keepalive_s
         self._stream: SseStream | None = None  # made on first use: most replies are plain JSON
         self._opening: asyncio.Task[None] | None = None
@@ -172,7 +191,7 @@ class RequestReply:
     @property
     def stream(self) -> SseStream:
         if self._stream is None:
-            self._stream = SseStream(self._request, self._keepalive_s)
+            self._stream = SseStream(self._request, self._keepalive_s, event_ids=self._event_ids)
         return self._stream
 
     async def __aenter__(self) -> RequestReply:

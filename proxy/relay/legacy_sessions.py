@@ -24,7 +24,15 @@ from ..config import Settings
 from ..errors import ProxyError
 from ..metrics import Metrics
 from ..protocol import jsonrpc
-from ..sessions import LegacySession, SessionIds, SessionStore, short_hash
+from ..sessions import (
+    LegacySession,
+    SessionCore,
+    SessionIds,
+    SessionStore,
+    StoreUnavailable,
+    core_fits_in_id,
+    short_hash,
+)
 from .channel import ReplyChannel
 from .runtime import GetStream, SessionRuntime
 from .tasks import CancelScope, TaskScope
@@ -83,8 +91,9 @@ class LegacyBackend(Protocol[L]):
     async def respond(self, session: LegacySession, runtime: SessionRuntime[L], message: JSONDict) -> bool:
         """A client's reply to a server-to-client request; False if nothing waited for it."""
 
-    def get_stream_opened(self, session: LegacySession, runtime: SessionRuntime[L]) -> None:
-        """The session opened a GET stream (it wants what the server says unasked)."""
+    def get_stream_opened(self, session: LegacySession, runtime: SessionRuntime[L], moved: bool) -> None:
+        """The session opened a GET stream (it wants what the server says unasked); `moved`: its
+        last one was on another replica, so what was said meanwhile may be lost."""
 
     async def close(self, runtime: SessionRuntime[L]) -> None:
         """The session ended here: release its live part."""
@@ -102,10 +111,12 @@ class LegacySessionHost(Generic[L]):
         *,
         max_live: int | None = None,
         idle_timeout_s: float | None = None,
+        owner: str = "",
     ) -> None:
         """`max_live`: runtimes held at most, least recently used first out (a backend whose live
         part is a process); `idle_timeout_s`: the idle expiry, when shorter than the sessions'."""
         self.backend = backend
+        self.owner = owner  # how this replica names itself in session.stream_owner
         self._settings = settings
         self._limits = settings.sessions
         self._store = store
@@ -125,7 +136,7 @@ class LegacySessionHost(Generic[L]):
         params = message.get("params")
         if not isinstance(params, dict):
             raise ProxyError(jsonrpc.INVALID_PARAMS, "initialize needs params")
-        if await self._store.count() >= self._limits.max_sessions:
+        if self._store.count() >= self._limits.max_sessions:
             raise ProxyError(jsonrpc.LIMIT_EXCEEDED, "too many sessions", status=503, outcome="rejected")
         self._opening += 1
         try:
@@ -141,23 +152,41 @@ class LegacySessionHost(Generic[L]):
         opened = await self.backend.open(message, principal, auth_headers)
         now = self._clock()
         client_info = params.get("clientInfo")
-        session = LegacySession(
-            id=self._ids.mint(principal),
-            principal=principal,
+        core = SessionCore(
             legacy_version=opened.legacy_version,
             modern_version=opened.modern_version,
             client_capabilities=jsonrpc.obj(params.get("capabilities")),
             upstream_capabilities=opened.upstream_capabilities,
             server_capabilities=opened.server_capabilities,
             client_info=client_info if isinstance(client_info, dict) else None,
+        )
+        session = LegacySession(
+            id=self._ids.mint(principal, core),
+            principal=principal,
+            legacy_version=core.legacy_version,
+            modern_version=core.modern_version,
+            client_capabilities=core.client_capabilities,
+            upstream_capabilities=core.upstream_capabilities,
+            server_capabilities=core.server_capabilities,
+            client_info=core.client_info,
             log_level=self._limits.default_log_level,
             created_at=now,
             last_seen=now,
+            core_in_store=not core_fits_in_id(core),
         )
-        await self._store.add(session)
+        try:
+            await self._store.add(session)
+        except StoreUnavailable:
+            # Served all the same: the id says the record is missing, so any replica that finds
+            # none brings the session back with the defaults instead of answering 404.
+            if session.core_in_store:
+                raise  # the id cannot carry it and the store cannot take it
+            session.recorded = False
+            session.id = self._ids.mint(principal, session.core)
+            log.warning("session_not_recorded", reason="store unavailable")
         if opened.live is not None:
             self._attach(session.id, opened.live)
-        self._metrics.sessions_open.labels("legacy").inc()
+        self._metrics.sessions_open.labels("legacy").set(self._store.count())
         log.info(
             "session_opened",
             session=short_hash(session.id),
@@ -186,20 +215,29 @@ class LegacySessionHost(Generic[L]):
 
     async def resolve(self, session_id: str, principal: str) -> LegacySession | None:
         """The live session for this id and caller, or None (→ HTTP 404)."""
-        if not self._ids.check(session_id, principal):
-            return None
-        session = await self._store.get(session_id)
-        if session is None or session.principal != principal:
+        opened = self._ids.open(session_id, principal)
+        if opened is None:
             return None
         now = self._clock()
+        described = LegacySession.from_id(session_id, principal, opened, now, self._limits.default_log_level)
+        session = await self._store.load(described)
+        if session is None or session.principal != principal:
+            if self._runtimes.get(session_id) is not None and not self._busy(session_id):
+                await self._release(self._runtimes.pop(session_id))  # ended elsewhere
+            return None
         if now - session.last_seen > self.idle_timeout_s and not self._busy(session_id):
             await self.close(session_id, reason="expired")
             return None
-        if self._runtime(session) is None:
+        runtime = self._runtime(session)
+        if runtime is None:
             return None  # a session whose runtime cannot be rebuilt here (its process is gone)
+        runtime.last_used = now
+        runtime.session = session  # the latest state: what the live parts read
+        if session.initialized and not runtime.initialized.is_set():
+            runtime.initialized.set()  # the client said so to another replica
         if self._max_live is not None:  # the most recently used last
             self._runtimes[session_id] = self._runtimes.pop(session_id)
-        if now - session.last_seen >= _SEEN_RESOLUTION_S:  # not a store write per request
+        if not self._store.shared and now - session.last_seen >= _SEEN_RESOLUTION_S:  # not a write per request
             session.last_seen = now
             await self._store.save(session)
         return session
@@ -226,13 +264,17 @@ class LegacySessionHost(Generic[L]):
         return runtime is not None and runtime.busy
 
     async def close(self, session_id: str, *, reason: str) -> bool:
-        session = await self._store.remove(session_id)
+        try:
+            held = await self._store.remove(session_id)
+        except StoreUnavailable:
+            held = False  # ended here; elsewhere it ends with its idle timeout
+            log.warning("session_close_not_shared", session=short_hash(session_id), reason="store unavailable")
         runtime = self._runtimes.pop(session_id, None)
         if runtime is not None:
             await self._release(runtime)
-        if session is None:
+        if not held and runtime is None:
             return False
-        self._metrics.sessions_open.labels("legacy").dec()
+        self._metrics.sessions_open.labels("legacy").set(self._store.count())
         if reason == "expired":
             self._metrics.sessions_expired.inc()
         log.info("session_closed", session=short_hash(session_id), reason=reason)
@@ -250,20 +292,32 @@ class LegacySessionHost(Generic[L]):
 
     async def reap(self) -> int:
         """Close sessions past their lifetime, then idle ones: those with nothing open or in flight
-        (a busy one counts as seen now, so it is not reaped the moment it goes idle)."""
+        (a busy one counts as seen now, so it is not reaped the moment it goes idle). With a shared
+        store, the store's TTL ends idle sessions; here only live parts unused for as long go."""
         now = self._clock()
         closed = 0
         for session_id in await self._store.created_before(now - self._limits.max_lifetime_s):
             closed += await self.close(session_id, reason="expired")
         for session_id in await self._store.idle_since(now - self.idle_timeout_s):
             if self._busy(session_id):
-                session = await self._store.get(session_id)
-                if session is not None:
-                    session.last_seen = now
-                    await self._store.save(session)
+                await self._store.touch(session_id, now)
                 continue
             closed += await self.close(session_id, reason="expired")
+        if self._store.shared:
+            for session_id, runtime in list(self._runtimes.items()):
+                if runtime.busy:  # an open stream keeps its session alive everywhere
+                    runtime.last_used = now
+                    await self._touch_shared(session_id, now)
+                elif now - runtime.last_used > self.idle_timeout_s:
+                    await self._release(self._runtimes.pop(session_id))
+            self._metrics.sessions_open.labels("legacy").set(self._store.count())
         return closed
+
+    async def _touch_shared(self, session_id: str, now: float) -> None:
+        try:
+            await self._store.touch(session_id, now)
+        except StoreUnavailable:
+            pass  # the next sweep tries again; the TTL is far longer than the sweep interval
 
     def end_streams(self) -> None:
         """Shutdown begins: end every GET stream; calls in flight may still finish."""
@@ -288,7 +342,12 @@ class LegacySessionHost(Generic[L]):
         if method == "notifications/initialized":
             if not session.initialized:
                 session.initialized = True
-                await self._store.save(session)
+                try:
+                    await self._store.save(session)
+                except StoreUnavailable:
+                    # Only what waits on it here is affected; other replicas wait at most
+                    # input.initialized_wait_s before going on.
+                    log.warning("session_initialized_not_shared", session=short_hash(session.id))
             if runtime is not None:
                 runtime.initialized.set()
         if runtime is None:
@@ -327,12 +386,19 @@ class LegacySessionHost(Generic[L]):
 
     # ------------------------------------------------------------ GET streams
 
-    def open_get_stream(self, session: LegacySession) -> GetStream:
+    async def open_get_stream(self, session: LegacySession) -> GetStream:
         runtime = self._runtime(session)
         if runtime is None:
             raise ProxyError(jsonrpc.INTERNAL_ERROR, "the session can no longer be served here")
         stream = runtime.open_stream(self._limits.max_get_streams)
-        self.backend.get_stream_opened(session, runtime)
+        previous = session.stream_owner
+        if self._store.shared and previous != self.owner:
+            session.stream_owner = self.owner
+            try:
+                await self._store.save(session)
+            except StoreUnavailable:
+                log.warning("stream_owner_not_shared", session=short_hash(session.id))
+        self.backend.get_stream_opened(session, runtime, moved=bool(previous) and previous != self.owner)
         return stream
 
     def close_get_stream(self, session_id: str, stream: GetStream) -> None:

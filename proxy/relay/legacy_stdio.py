@@ -152,7 +152,7 @@ class ProcessBackend:
             return False
         return True
 
-    def get_stream_opened(self, session: LegacySession, runtime: Runtime) -> None:
+    def get_stream_opened(self, session: LegacySession, runtime: Runtime, moved: bool) -> None:
         pass  # the process says what it says; the GET stream carries what no request can
 
     def _unsolicited(self, process: Process, message: JSONDict) -> None:

@@ -50,7 +50,7 @@ from ..protocol.forwarded_call import (
 from ..protocol.headers import ParamHeader
 from ..protocol.outcome import Outcome, timed_out
 from ..protocol.versions import LATEST_MODERN, pick_modern
-from ..sessions import LegacySession, SessionStore
+from ..sessions import LegacySession, SessionStore, StoreUnavailable
 from ..upstream.base import Upstream
 from ..upstream.errors import UpstreamError, UpstreamProtocolError
 from .channel import ReplyChannel
@@ -309,7 +309,10 @@ class TranslatingBackend:
                 case Renegotiated(version=version):
                     self._cache.clear("version_renegotiated")
                     session.modern_version = version
-                    await self._store.save(session)
+                    try:
+                        await self._store.save(session)
+                    except StoreUnavailable:  # other replicas renegotiate for themselves
+                        log.warning("renegotiated_version_not_shared", version=version)
                 case SuspectEra(reason=reason):
                     self.on_era_mismatch(reason)
                 case InputRound():
@@ -454,32 +457,50 @@ class TranslatingBackend:
 
     # ------------------------------------------------------------ GET stream and listen
 
-    def get_stream_opened(self, session: LegacySession, runtime: Runtime) -> None:
+    def get_stream_opened(self, session: LegacySession, runtime: Runtime, moved: bool) -> None:
         if not runtime.live.list_changes:
             runtime.live.list_changes = True
-            runtime.tasks.spawn(self._listener(session, runtime).refresh(), name="listen")
+            runtime.tasks.spawn(self._listen_for_stream(session, runtime, moved), name="listen")
+        elif moved:
+            runtime.tasks.spawn(self._listen_for_stream(session, runtime, moved), name="listen")
+
+    async def _listen_for_stream(self, session: LegacySession, runtime: Runtime, moved: bool) -> None:
+        ack = await self._listener(session, runtime).refresh()
+        if moved:
+            # The stream was on another replica: what its listen saw since cannot be replayed,
+            # so the client is told to refetch (docs/design.md §Replicas).
+            for note in l2m.gap_notifications(ack):
+                runtime.deliver(note)
 
     def _listener(self, session: LegacySession, runtime: Runtime) -> SessionListener:
         live = runtime.live
         if live.listener is None:
 
+            def state() -> LegacySession:
+                # The session as last loaded here: with a shared store each request loads it
+                # afresh, and a subscription may have changed through another replica.
+                current = runtime.session
+                return current if isinstance(current, LegacySession) else session
+
             def current_filter() -> JSONDict:
-                return l2m.listen_filter(session.server_capabilities, session.subscriptions, live.list_changes)
+                current = state()
+                return l2m.listen_filter(current.server_capabilities, current.subscriptions, live.list_changes)
 
             def deliver(message: JSONDict) -> None:
                 self._cache.invalidate_for(message)
                 note = l2m.strip_subscription_id(message)
                 if note.get("method") == "notifications/resources/updated":
                     params = jsonrpc.params_of(note)
-                    if params.get("uri") not in session.subscriptions:
+                    if params.get("uri") not in state().subscriptions:
                         return  # unsubscribed meanwhile: filter locally until the re-listen lands
                 runtime.deliver(note)
 
             @asynccontextmanager
             async def open_stream(filter_: JSONDict) -> AsyncIterator[AsyncIterator[JSONDict]]:
                 upstream_id = f"listen-{next(self._upstream_ids)}"
-                outgoing = listen_request(upstream_id, filter_, l2m.request_meta(self._profile(session)))
-                headers = {**live.auth_headers, **l2m.upstream_headers(outgoing, session.modern_version)}
+                current = state()
+                outgoing = listen_request(upstream_id, filter_, l2m.request_meta(self._profile(current)))
+                headers = {**live.auth_headers, **l2m.upstream_headers(outgoing, current.modern_version)}
                 async with self._upstream.exchange(outgoing, headers) as messages:
                     yield aiter(messages)
 

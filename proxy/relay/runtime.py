@@ -46,6 +46,8 @@ class SessionRuntime(Generic[L]):
         self.get_streams: list[GetStream] = []
         self.backlog: deque[JSONDict] = deque(maxlen=backlog_size)
         self.tasks = TaskScope("legacy session")  # ended with the session
+        self.session: Any = None  # the session's latest state as this replica loaded it
+        self.last_used = 0.0  # when this replica last served the session (a shared store's idle release)
 
     def deliver(self, message: JSONDict) -> None:
         """Hand an unsolicited message to exactly one GET stream (legacy forbids fan-out)."""

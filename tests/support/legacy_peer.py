@@ -69,8 +69,10 @@ class SseReader:
                 return "\n".join(data) if data else None
             line = raw.decode("utf-8").rstrip("\r\n")
             if line == "":
-                if data:
-                    return "\n".join(data)
+                text = "\n".join(data)
+                data = []
+                if text:  # an event with empty data (a priming event: only an id) is not dispatched
+                    return text
                 continue
             if line.startswith(":"):
                 self.comments += 1

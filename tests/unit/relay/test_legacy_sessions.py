@@ -18,6 +18,7 @@ from proxy.metrics import Metrics
 from proxy.protocol import jsonrpc
 from proxy.relay.legacy_sessions import LegacySessionHost, Opened
 from proxy.relay.runtime import SessionRuntime
+from proxy.sealing import Sealer
 from proxy.sessions import InMemorySessionStore, LegacySession, SessionIds, principal_of
 
 ALICE = principal_of("Bearer alice")
@@ -68,7 +69,7 @@ class Backend:
         self.calls.append(("respond", message["id"]))
         return True
 
-    def get_stream_opened(self, session: LegacySession, runtime: Any) -> None:
+    def get_stream_opened(self, session: LegacySession, runtime: Any, moved: bool) -> None:
         self.calls.append(("get_stream", session.id))
 
     async def close(self, runtime: SessionRuntime[str]) -> None:
@@ -80,7 +81,7 @@ def make(
 ) -> tuple[LegacySessionHost[str], Backend, Metrics, Clock]:
     backend, metrics, clock = Backend(durable=durable), Metrics(), Clock()
     config = load_settings(None, **{"upstream.url": "http://127.0.0.1:9/mcp", **settings})
-    ids = SessionIds(b"k" * 32, config.sessions.max_lifetime_s, clock)
+    ids = SessionIds(Sealer(b"k" * 32, clock=clock), config.sessions.max_lifetime_s, clock)
     host = LegacySessionHost(
         backend, config, InMemorySessionStore(), ids, metrics, clock, max_live=max_live, idle_timeout_s=idle_timeout_s
     )
@@ -123,7 +124,7 @@ async def test_reaping_closes_sessions_past_their_lifetime_then_idle_ones_but_no
     _, busy = await host.initialize(INITIALIZE, ALICE, {})
     session = await host.resolve(busy, ALICE)
     assert session is not None
-    host.open_get_stream(session)
+    await host.open_get_stream(session)
     clock.now += 60  # old: past its lifetime; idle and busy: idle for 60 s
     assert await host.reap() == 2
     assert value(metrics, "sessions_expired_total") == 2
@@ -243,7 +244,7 @@ async def test_at_the_live_bound_with_every_runtime_busy_a_new_session_gets_503(
     _, first = await host.initialize(INITIALIZE, ALICE, {})
     session = await host.resolve(first, ALICE)
     assert session is not None
-    stream = host.open_get_stream(session)
+    stream = await host.open_get_stream(session)
     with pytest.raises(ProxyError) as refused:
         await host.initialize(INITIALIZE, ALICE, {})
     assert (refused.value.code, refused.value.status) == (jsonrpc.LIMIT_EXCEEDED, 503)

@@ -1,0 +1,389 @@
+"""The shared session store on Redis: what changes in legacy sessions, seen by every replica.
+
+A session's immutable core travels sealed in its id (sessions.SessionIds); Redis holds only what
+changes (log level, initialized, a renegotiated modern version, subscriptions) in one hash per
+session with a sliding TTL (the idle timeout), so one round trip serves a legacy request on any
+replica. Keys hold a hash of the session id, never the id or the caller; subscription URIs
+(client data) are sealed. docs/design.md §Replicas gives the schema and what each failure does:
+
+- every call has a short deadline (`store.timeout_ms`) and a breaker: after `breaker_failures`
+  straight failures calls fail at once for `breaker_open_s`. Redis slow or down never stalls a
+  request: sessions are served from their id (and the last state seen here); changes fail with a
+  clear error (StoreUnavailable) rather than apply on one replica only;
+- a session whose record is missing is brought back with the defaults when Redis lost it (an
+  `epoch` key newer than the session says Redis restarted empty since it began) or never held it
+  (minted while Redis was down), so a Redis restart does not 404 live sessions. Otherwise a missing
+  record means the session idled out, and a tombstone means it was deleted: 404.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import time
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import orjson
+import structlog
+
+from .config import StoreConfig
+from .metrics import Metrics
+from .protocol.request_state import b64url
+from .sealing import Sealer
+from .sessions import LegacySession, SessionCore, StoreUnavailable, encode_core, short_hash
+
+if TYPE_CHECKING:
+    from redis.asyncio import Redis
+
+log = structlog.get_logger(__name__)
+T = TypeVar("T")
+_L1_MAX = 65_536  # sessions whose last state this replica remembers (for when Redis is down)
+
+
+class Breaker:
+    """Fails fast while the store keeps failing: open after `failures` straight failures, for `open_s`;
+    then one call at a time tries again (half-open) until one succeeds."""
+
+    def __init__(self, failures: int, open_s: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self._threshold = failures
+        self._open_s = open_s
+        self._clock = clock
+        self._failures = 0
+        self._open_until = 0.0
+        self._trying = False
+
+    @property
+    def closed(self) -> bool:
+        return self._failures < self._threshold
+
+    def allow(self) -> bool:
+        if self.closed:
+            return True
+        if self._clock() < self._open_until or self._trying:
+            return False
+        self._trying = True  # half-open: this call probes the store
+        return True
+
+    def succeeded(self) -> None:
+        self._failures = 0
+        self._trying = False
+
+    def failed(self) -> None:
+        self._failures += 1
+        self._trying = False
+        if self._failures >= self._threshold:
+            self._open_until = self._clock() + self._open_s
+
+
+class RedisSessionStore:
+    shared = True
+
+    def __init__(
+        self,
+        client: Redis,
+        config: StoreConfig,
+        sealer: Sealer,
+        *,
+        idle_timeout_s: float,
+        max_lifetime_s: float,
+        metrics: Metrics,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.client = client
+        self._prefix = config.namespace + ":"
+        self._timeout_s = config.timeout_ms / 1000
+        self._breaker = Breaker(config.breaker_failures, config.breaker_open_s)
+        self._sealer = sealer
+        self._idle_ms = int(idle_timeout_s * 1000)
+        self._idle_s = idle_timeout_s
+        self._lifetime_ms = int(max_lifetime_s * 1000)
+        self._metrics = metrics
+        self._clock = clock
+        # session id -> (its changing state as last seen here, when): served from when Redis is not.
+        self._l1: OrderedDict[str, tuple[dict[str, Any], float]] = OrderedDict()
+        metrics.store_up.set(1)
+
+    # ------------------------------------------------------------ the store interface
+
+    async def add(self, session: LegacySession) -> None:
+        key = self._record(session.id)
+        fields = self._fields(session, key)
+        if session.core_in_store:
+            fields["core"] = self._seal_core(session, key)
+        pipe = self.client.pipeline(transaction=False)
+        pipe.set(self._prefix + "epoch", self._now_ms(), nx=True)
+        pipe.hset(key, mapping=fields)
+        pipe.pexpire(key, self._idle_ms)
+        await self._call("add", pipe.execute())
+        self._remember(session)
+
+    async def load(self, session: LegacySession) -> LegacySession | None:
+        key = self._record(session.id)
+        pipe = self.client.pipeline(transaction=False)
+        pipe.hgetall(key)
+        pipe.pexpire(key, self._idle_ms)
+        pipe.exists(self._tombstone(session.id))
+        try:
+            fields, _, deleted = await self._call("load", pipe.execute())
+        except StoreUnavailable:
+            return self._degraded(session)
+        if fields:
+            if not self._apply(session, fields, key):
+                return None  # a record we cannot read is no session of ours
+        elif deleted:
+            return None
+        elif not await self._lost_by_store(session):
+            return None  # idled out
+        else:
+            if session.core_in_store:
+                return None  # its core was only in the store, and the store lost it
+            await self._resurrect(session, key)
+        self._remember(session)
+        return session
+
+    async def save(self, session: LegacySession) -> None:
+        key = self._record(session.id)
+        pipe = self.client.pipeline(transaction=False)
+        pipe.hset(key, mapping=self._fields(session, key))
+        pipe.pexpire(key, self._idle_ms)
+        await self._call("save", pipe.execute())
+        self._remember(session)
+
+    async def remove(self, session_id: str) -> bool:
+        self._l1.pop(session_id, None)
+        pipe = self.client.pipeline(transaction=False)
+        pipe.delete(self._record(session_id))
+        # Only the same caller could present the id again; the tombstone outlives any id's lifetime.
+        pipe.set(self._tombstone(session_id), b"1", px=self._lifetime_ms)
+        deleted, _ = await self._call("remove", pipe.execute())
+        return bool(deleted)
+
+    async def touch(self, session_id: str, now: float) -> None:
+        await self._call("touch", self.client.pexpire(self._record(session_id), self._idle_ms))
+        entry = self._l1.get(session_id)
+        if entry is not None:
+            self._l1[session_id] = (entry[0], now)
+
+    def count(self) -> int:
+        cutoff = self._clock() - self._idle_s
+        while self._l1:
+            oldest = next(iter(self._l1.values()))
+            if oldest[1] >= cutoff:
+                break
+            self._l1.popitem(last=False)
+        return len(self._l1)
+
+    async def idle_since(self, cutoff: float) -> list[str]:
+        return []  # the record's TTL ends idle sessions
+
+    async def created_before(self, cutoff: float) -> list[str]:
+        return []  # the id carries its issue time; SessionIds refuses it past the lifetime
+
+    # ------------------------------------------------------------ health
+
+    @property
+    def up(self) -> bool:
+        return self._breaker.closed
+
+    async def ping(self) -> bool:
+        try:
+            await self._call("ping", self.client.ping())
+        except StoreUnavailable:
+            return False
+        return True
+
+    async def aclose(self) -> None:
+        await self.client.aclose()
+
+    # ------------------------------------------------------------ internals
+
+    async def _call(self, op: str, pending: Awaitable[T]) -> T:
+        if not self._breaker.allow():
+            if asyncio.iscoroutine(pending):
+                pending.close()
+            self._metrics.store_errors.labels(op, "rejected").inc()
+            raise StoreUnavailable(_OPERATIONS.get(op, op))
+        try:
+            async with asyncio.timeout(self._timeout_s):
+                result = await pending
+        except Exception as exc:  # redis errors, OSError, TimeoutError: all mean "not now"
+            self._breaker.failed()
+            self._metrics.store_up.set(1 if self._breaker.closed else 0)
+            kind = "timeout" if isinstance(exc, TimeoutError) else "error"
+            self._metrics.store_errors.labels(op, kind).inc()
+            log.warning("store_call_failed", op=op, kind=kind, error=str(exc) or type(exc).__name__)
+            raise StoreUnavailable(_OPERATIONS.get(op, op)) from None
+        self._breaker.succeeded()
+        self._metrics.store_up.set(1)
+        return result
+
+    def _degraded(self, session: LegacySession) -> LegacySession:
+        """Redis is down: the session as last seen here, else as its id describes it."""
+        entry = self._l1.get(session.id)
+        if session.core_in_store and (entry is None or "core" not in entry[0]):
+            raise StoreUnavailable("serving this session")
+        if entry is not None:
+            state = entry[0]
+            if session.core_in_store:
+                _set_core(session, state["core"])
+            session.log_level = state["lvl"]
+            session.initialized = state["init"]
+            session.modern_version = state["mv"]
+            session.subscriptions = state["subs"]
+            session.stream_owner = state["own"]
+        return session
+
+    async def _lost_by_store(self, session: LegacySession) -> bool:
+        """Whether the missing record was lost by the store rather than ended by its TTL."""
+        if not session.recorded:
+            return True
+        pipe = self.client.pipeline(transaction=False)
+        pipe.set(self._prefix + "epoch", self._now_ms(), nx=True)
+        pipe.get(self._prefix + "epoch")
+        _, epoch = await self._call("load", pipe.execute())
+        try:
+            return int(epoch) > session.created_at * 1000
+        except (TypeError, ValueError):
+            return False
+
+    async def _resurrect(self, session: LegacySession, key: str) -> None:
+        pipe = self.client.pipeline(transaction=False)
+        pipe.hset(key, mapping=self._fields(session, key))
+        pipe.pexpire(key, self._idle_ms)
+        try:
+            await self._call("add", pipe.execute())
+        except StoreUnavailable:
+            pass  # served all the same; the next request tries again
+        self._metrics.sessions_resurrected.inc()
+        log.info("session_resurrected", session=short_hash(session.id))
+
+    def _fields(self, session: LegacySession, key: str) -> dict[Any, str]:  # redis-py types keys loosely
+        subs = self._sealer.seal("sto", orjson.dumps(sorted(session.subscriptions)), key.encode())
+        return {
+            "lvl": session.log_level or "",
+            "init": "1" if session.initialized else "0",
+            "mv": session.modern_version,
+            "subs": subs,
+            "own": session.stream_owner,
+        }
+
+    def _apply(self, session: LegacySession, fields: dict[bytes, bytes], key: str) -> bool:
+        try:
+            level = fields.get(b"lvl", b"").decode()
+            session.log_level = level or None
+            session.initialized = fields.get(b"init") == b"1"
+            modern = fields.get(b"mv", b"").decode()
+            if modern:
+                session.modern_version = modern
+            subs = self._sealer.open("sto", fields.get(b"subs", b"").decode(), key.encode())
+            if subs is None:
+                return False
+            session.subscriptions = frozenset(str(uri) for uri in orjson.loads(subs))
+            session.stream_owner = fields.get(b"own", b"").decode()
+            if session.core_in_store:
+                core = self._sealer.open("sto", fields.get(b"core", b"").decode(), key.encode())
+                if core is None:
+                    return False
+                _set_core(session, SessionCore(*orjson.loads(core)))
+        except (UnicodeDecodeError, orjson.JSONDecodeError, TypeError, ValueError):
+            return False
+        session.last_seen = self._clock()
+        return True
+
+    def _seal_core(self, session: LegacySession, key: str) -> str:
+        return self._sealer.seal("sto", encode_core(session.core), key.encode())
+
+    def _remember(self, session: LegacySession) -> None:
+        state: dict[str, Any] = {
+            "lvl": session.log_level,
+            "init": session.initialized,
+            "mv": session.modern_version,
+            "subs": session.subscriptions,
+            "own": session.stream_owner,
+        }
+        if session.core_in_store:
+            state["core"] = session.core
+        self._l1[session.id] = (state, self._clock())
+        self._l1.move_to_end(session.id)
+        if len(self._l1) > _L1_MAX:
+            self._l1.popitem(last=False)
+
+    @staticmethod
+    def _hash(session_id: str) -> str:
+        # Not keyed by the secret, so a rotation keeps every record: the id is itself a random
+        # sealed token, and its hash reveals nothing of it.
+        return b64url(hashlib.sha256(b"mcp-era-proxy/store/" + session_id.encode()).digest())[:22]
+
+    def _record(self, session_id: str) -> str:
+        # The braces make the hash a Redis Cluster hash tag: a session's keys share a slot.
+        return f"{self._prefix}{{{self._hash(session_id)}}}:s"
+
+    def _tombstone(self, session_id: str) -> str:
+        return f"{self._prefix}{{{self._hash(session_id)}}}:x"
+
+    def _now_ms(self) -> int:
+        return int(self._clock() * 1000)
+
+
+_OPERATIONS = {
+    "save": "this change to the session",
+    "add": "recording the session",
+    "remove": "ending the session everywhere",
+    "touch": "keeping the session alive",
+    "load": "reading the session",
+    "ping": "a health check",
+}
+
+
+def _set_core(session: LegacySession, core: SessionCore) -> None:
+    session.legacy_version = core.legacy_version
+    session.modern_version = session.modern_version or core.modern_version
+    session.client_capabilities = core.client_capabilities
+    session.upstream_capabilities = core.upstream_capabilities
+    session.server_capabilities = core.server_capabilities
+    session.client_info = core.client_info
+
+
+def redis_store(
+    config: StoreConfig,
+    sealer: Sealer,
+    *,
+    idle_timeout_s: float,
+    max_lifetime_s: float,
+    metrics: Metrics,
+    clock: Callable[[], float] = time.time,
+) -> RedisSessionStore:
+    """The store for `store.url`; needs the `redis` extra."""
+    try:
+        from redis import __version__ as redis_version
+        from redis.asyncio import Redis
+        from redis.backoff import NoBackoff
+        from redis.driver_info import DriverInfo
+        from redis.retry import Retry
+    except ImportError:  # pragma: no cover - depends on the installation
+        raise RuntimeError("store.url needs redis-py: pip install 'mcp-era-proxy[redis]'") from None
+    assert config.url is not None
+    timeout = max(config.timeout_ms / 1000, 0.05)
+    client = Redis.from_url(
+        config.url,
+        socket_connect_timeout=timeout,
+        socket_timeout=timeout,
+        # No retries inside redis-py (its default backs off for seconds): the deadline and the
+        # breaker here decide, and a failed call is simply made again by the next request.
+        retry=Retry(NoBackoff(), 0),
+        health_check_interval=30,
+        # Given, or redis-py looks its own version up in the installed metadata (file system
+        # reads) for every new connection, on the event loop.
+        driver_info=DriverInfo(name="redis-py", lib_version=redis_version),
+    )
+    return RedisSessionStore(
+        client,
+        config,
+        sealer,
+        idle_timeout_s=idle_timeout_s,
+        max_lifetime_s=max_lifetime_s,
+        metrics=metrics,
+        clock=clock,
+    )

@@ -1,0 +1,184 @@
+"""Legacy sessions on a real redis-server shared by replicas (store.url), in front of the fake
+modern upstream: any replica serves any request; Redis down or slow never stalls a call, and
+changes fail with a clear error; a Redis restarted empty does not end live sessions."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp.test_utils import TestClient
+
+from proxy.app import LEGACY_TO_MODERN, METRICS, create_app
+from proxy.config import load_settings
+from proxy.relay.legacy_sessions import LegacySessionHost
+from tests.integration.conftest import UPSTREAM_NAME, serve
+from tests.support.fake_modern import FakeModern
+from tests.support.legacy_peer import LegacyPeer, SseReader
+from tests.support.redis_server import RedisServer
+
+SECRET = "replica-secret-0123456789"
+
+
+@pytest.fixture
+def redis(tmp_path: Path) -> Iterator[RedisServer]:
+    server = RedisServer(tmp_path)
+    server.start()
+    yield server
+    server.stop()
+
+
+class Replicas:
+    def __init__(self, aiohttp_server: Any, aiohttp_client: Any, fake: FakeModern, redis: RedisServer) -> None:
+        self._server, self._client, self._fake, self._redis = aiohttp_server, aiohttp_client, fake, redis
+        self.apps: list[Any] = []
+
+    async def start(self, **extra: Any) -> TestClient:
+        settings = load_settings(
+            None,
+            **{
+                "upstream.url": self._fake.url,
+                "upstream.name": UPSTREAM_NAME,
+                "upstream.era": "modern",
+                "cache.watch": False,
+                "security.secret": SECRET,
+                "store.url": self._redis.url,
+                **extra,
+            },
+        )
+        app, _ = create_app(settings)
+        self.apps.append(app)
+        return await self._client(await serve(self._server, app))
+
+    def host(self, index: int) -> LegacySessionHost[Any]:
+        return self.apps[index][LEGACY_TO_MODERN]
+
+    def metric(self, index: int, name: str, labels: dict[str, str] | None = None) -> float | None:
+        return self.apps[index][METRICS].registry.get_sample_value(name, labels or {})
+
+
+@pytest.fixture
+def replicas(aiohttp_server: Any, aiohttp_client: Any, fake: FakeModern, redis: RedisServer) -> Replicas:
+    return Replicas(aiohttp_server, aiohttp_client, fake, redis)
+
+
+async def test_any_replica_serves_the_session_and_sees_its_changes(replicas: Replicas, fake: FakeModern) -> None:
+    a, b = await replicas.start(), await replicas.start()
+    peer = await LegacyPeer.connect(a, capabilities={"sampling": {}})
+    peer.client = b
+    assert (await peer.request("tools/list")).result is not None
+    assert (await peer.request("logging/setLevel", {"level": "debug"})).result == {}
+    peer.client = a
+    await peer.request("tools/list")
+    sent = fake.calls_of("tools/list")[-1]
+    assert sent.meta.get("io.modelcontextprotocol/logLevel") == "debug"  # the level set on b
+    # The client's capabilities travelled in the id: b declared them upstream without ever seeing
+    # the initialize.
+    assert "sampling" in (fake.calls_of("tools/list")[0].meta.get("io.modelcontextprotocol/clientCapabilities") or {})
+    response = await peer.delete()
+    assert response.status in (200, 204)
+    peer.client = b
+    _, after = await peer.send("tools/list")
+    assert after.status == 404  # ended for every replica
+
+
+async def test_redis_down_calls_go_on_changes_are_refused_readiness_holds(
+    replicas: Replicas, redis: RedisServer
+) -> None:
+    a = await replicas.start(**{"store.timeout_ms": 100})
+    peer = await LegacyPeer.connect(a)
+    await peer.request("logging/setLevel", {"level": "error"})
+    redis.kill()
+    async with asyncio.timeout(10):
+        for _ in range(8):  # past the breaker's threshold
+            assert (await peer.request("tools/list")).result is not None
+        refused = await peer.request("logging/setLevel", {"level": "debug"})
+    assert refused.error is not None
+    assert refused.error["code"] == -32603
+    assert "store is unavailable" in refused.error["message"]
+    assert replicas.metric(0, "mcp_era_proxy_store_up") == 0
+    new = await LegacyPeer.connect(a)  # sessions still begin, recorded later
+    assert (await new.request("tools/list")).result is not None
+    ready = await a.get("/readyz")
+    assert ready.status == 200, await ready.text()
+
+    redis.start()  # empty
+    for _ in range(100):  # the breaker lets one call through after breaker_open_s (2 s)
+        if "result" in ((await peer.request("logging/setLevel", {"level": "debug"})).final or {}):
+            break
+        await asyncio.sleep(0.1)
+    assert replicas.metric(0, "mcp_era_proxy_store_up") == 1
+    assert (await new.request("tools/list")).result is not None
+    b = await replicas.start()
+    new.client = b
+    assert (await new.request("tools/list")).result is not None  # recorded once Redis was back
+
+
+async def test_a_redis_restart_with_an_empty_store_ends_no_session(replicas: Replicas, redis: RedisServer) -> None:
+    a, b = await replicas.start(), await replicas.start()
+    peers = [await LegacyPeer.connect(a) for _ in range(5)]
+    redis.kill()
+    redis.start()
+    for peer in peers:
+        peer.client = b
+        assert (await peer.request("tools/list")).result is not None
+    assert replicas.metric(1, "mcp_era_proxy_sessions_resurrected_total") == 5
+    # Brought back once: the next request finds the record again.
+    assert (await peers[0].request("tools/list")).result is not None
+    assert replicas.metric(1, "mcp_era_proxy_sessions_resurrected_total") == 5
+
+
+async def test_ids_of_another_caller_or_altered_are_unknown_everywhere(replicas: Replicas) -> None:
+    a, b = await replicas.start(), await replicas.start()
+    peer = await LegacyPeer.connect(a, headers={"Authorization": "Bearer alice"})
+    peer.client = b
+    _, foreign = await peer.send("tools/list", headers={"Authorization": "Bearer mallory"})
+    assert foreign.status == 404
+    good = peer.session_id
+    for index in (0, len(good) // 2, len(good) - 1):
+        peer.session_id = good[:index] + ("A" if good[index] != "A" else "B") + good[index + 1 :]
+        _, tampered = await peer.send("tools/list")
+        assert tampered.status == 404
+    peer.session_id = good
+    assert (await peer.request("tools/list")).result is not None
+
+
+async def test_a_get_stream_moving_to_another_replica_is_told_to_refetch(replicas: Replicas, fake: FakeModern) -> None:
+    a, b = await replicas.start(), await replicas.start()
+    peer = await LegacyPeer.connect(a)
+    async with asyncio.timeout(10):
+        assert (await peer.request("resources/subscribe", {"uri": "file:///watched"})).result == {}
+        first = await peer.get_stream()
+        await fake.wait_listen(lambda listen: bool(listen.filter.get("toolsListChanged")))
+        first.close()  # the replica holding it died, or the connection was cut
+        peer.client = b
+        moved = await peer.get_stream()
+        reader = SseReader(moved)
+        hints = [await reader.message() for _ in range(4)]
+        moved.close()
+    methods = sorted(message["method"] for message in hints if message is not None)
+    assert methods == [
+        "notifications/prompts/list_changed",
+        "notifications/resources/list_changed",
+        "notifications/resources/updated",
+        "notifications/tools/list_changed",
+    ]
+    updated = next(m for m in hints if m is not None and m["method"] == "notifications/resources/updated")
+    assert updated["params"] == {"uri": "file:///watched"}  # the subscription made through a
+
+
+async def test_a_get_stream_reopened_on_the_same_replica_gets_no_hints(replicas: Replicas, fake: FakeModern) -> None:
+    a = await replicas.start()
+    peer = await LegacyPeer.connect(a)
+    async with asyncio.timeout(10):
+        first = await peer.get_stream()
+        await fake.wait_listen()
+        first.close()
+        again = await peer.get_stream()
+        fake.listens[-1].push("notifications/tools/list_changed")
+        message = await SseReader(again).message()
+        again.close()
+    assert message == {"jsonrpc": "2.0", "method": "notifications/tools/list_changed"}  # the real one, alone
