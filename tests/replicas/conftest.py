@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.replicas import Cluster, Redis, cluster
+from tests.support.redis_server import RedisServer
+from tests.support.replicas import Cluster, cluster, fixed_port
 
 pytestmark = [pytest.mark.e2e, pytest.mark.replicas]
 
@@ -24,9 +25,9 @@ def replica_logs(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def redis(replica_logs: Path) -> Iterator[Redis]:
+def redis(replica_logs: Path) -> Iterator[RedisServer]:
     """redis-server 7 on 127.0.0.1, empty, nothing persisted; restartable on its port by the tests."""
-    server = Redis(replica_logs)
+    server = RedisServer(replica_logs, fixed_port())
     server.start()
     try:
         yield server
@@ -35,7 +36,7 @@ def redis(replica_logs: Path) -> Iterator[Redis]:
 
 
 @pytest.fixture(scope="session")
-def make_cluster(replica_logs: Path, redis: Redis) -> ClusterFactory:
+def make_cluster(replica_logs: Path, redis: RedisServer) -> ClusterFactory:
     """`make_cluster(upstream_url, name)`: three replicas on the shared Redis behind HAProxy."""
 
     def make(upstream: str, name: str, **settings: str) -> AbstractContextManager[Cluster]:

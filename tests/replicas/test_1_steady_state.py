@@ -38,6 +38,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.replicas, pytest.mark.timeout(480)]
 RUNS = 3
 WORKERS = 3  # SDK client processes at once (2 cores: each spends most of its time starting up)
 MAX_SHARE = 0.40
+SCENARIO_S = 15.0  # one scenario's deadline (the SDK driver's own): a few seconds when it passes
 # The tests/e2e checks that need a proxy of their own (other settings), not a steady-state scenario.
 NOT_STEADY = {"test_a_session_past_its_lifetime_is_gone_for_the_client"}
 # How each check's fixtures are given: the scenario runner, the upstream's profile name, the URL.
@@ -49,7 +50,7 @@ class Client:
     name: str  # "legacy" or "modern"
     module: ModuleType  # the tests/e2e checks
     upstream: str  # the profile of the upstream in that module
-    driver: Callable[[str, str, dict[str, Any] | None], dict[str, Any]]
+    driver: Callable[[str, str, dict[str, Any] | None, float], dict[str, Any]]
 
     def checks(self) -> dict[str, Callable[..., None]]:
         found = {}
@@ -65,7 +66,8 @@ class Client:
         """One check of tests/e2e through `url`; None if it passed, else why it failed."""
 
         def scenario(name: str, **overrides: Any) -> dict[str, Any]:
-            observed = self.driver(url, name, {**self.module.PROFILES[self.upstream].get(name, {}), **overrides})
+            args = {**self.module.PROFILES[self.upstream].get(name, {}), **overrides}
+            observed = self.driver(url, name, args, SCENARIO_S)
             assert "error" not in observed, {k: v for k, v in observed.items() if k != "http"}
             return observed
 

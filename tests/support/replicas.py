@@ -1,6 +1,5 @@
 """Replicas of the proxy behind a real balancer, on a real Redis, for tests/replicas.
 
-- `Redis`: a redis-server on 127.0.0.1 (no config file, nothing persisted), restartable on its port.
 - `Replica`: one `python -m proxy` on fixed ports (MCP, admin, internal), so it can be killed by PID
   (SIGKILL or SIGTERM) and started again exactly where it was.
 - `Balancer`: HAProxy in strict round-robin of every request (no stickiness) over the replicas,
@@ -29,6 +28,7 @@ from tests.support import peers
 from tests.support.mcp_http import Endpoint, metric
 from tests.support.procs import Process, free_port, wait_for_port
 from tests.support.rawhttp import build, exchange
+from tests.support.redis_server import RedisServer
 
 SECRET = "replica-suite-shared-secret-0123456789"  # one secret for every replica (>= 32 characters)
 REQUESTS = "mcp_era_proxy_requests_total"
@@ -75,49 +75,6 @@ def _exited(proc: subprocess.Popen[bytes], timeout: float) -> int:
         return proc.wait(timeout)
     except subprocess.TimeoutExpired:
         raise TimeoutError(f"process {proc.pid} still running {timeout}s after the signal") from None
-
-
-class Redis:
-    """redis-server on 127.0.0.1:`port`: no config file, `--save ''`, `--appendonly no`."""
-
-    def __init__(self, logs: Path, port: int | None = None) -> None:
-        self.port = port or fixed_port()
-        self.logs = logs
-        self.url = f"redis://127.0.0.1:{self.port}/0"
-        self.process: Process | None = None
-        self.starts = 0
-
-    def start(self, timeout: float = 15.0) -> None:
-        argv = ["redis-server", "--bind", "127.0.0.1", "--port", str(self.port), "--save", "", "--appendonly", "no"]
-        argv += ["--dir", str(self.logs)]  # nothing is written there; never the working directory
-        self.starts += 1
-        self.process = Process(argv, self.logs / f"redis-{self.starts}.log")
-        wait_for_port(self.port, self.process.proc, timeout, self.process.log)
-        wait_until(self.ping, timeout, f"redis on {self.port} answers PING")
-
-    def ping(self) -> bool:
-        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", self.port), timeout=1) as sock:
-            sock.sendall(b"PING\r\n")
-            return sock.recv(64).startswith(b"+PONG")
-        return False
-
-    def dbsize(self) -> int:
-        with socket.create_connection(("127.0.0.1", self.port), timeout=2) as sock:
-            sock.sendall(b"DBSIZE\r\n")
-            reply = sock.recv(64)
-        assert reply.startswith(b":"), reply
-        return int(reply[1:].strip())
-
-    def kill(self) -> None:
-        """kill -9, then wait for the process to be gone (its port free)."""
-        assert self.process is not None
-        os.kill(self.process.proc.pid, signal.SIGKILL)
-        _exited(self.process.proc, 10)
-        self.process.stop()
-
-    def stop(self) -> None:
-        if self.process is not None:
-            self.process.stop()
 
 
 @dataclass
@@ -356,7 +313,7 @@ class Cluster:
 
 @contextlib.contextmanager
 def cluster(
-    upstream: str, logs: Path, name: str, *, size: int = 3, redis: Redis | None = None, **settings: str
+    upstream: str, logs: Path, name: str, *, size: int = 3, redis: RedisServer | None = None, **settings: str
 ) -> Iterator[Cluster]:
     """`size` replicas of the proxy in front of `upstream`, one shared secret, on `redis` when given
     (its own namespace), behind HAProxy; everything stopped at the end."""
