@@ -17,6 +17,7 @@ import os
 import platform
 import re
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -425,6 +426,17 @@ class Bench:
             yield f"http://127.0.0.1:{port}/mcp", process.proc.pid
 
     @contextlib.contextmanager
+    def redis(self) -> Iterator[str]:
+        """A redis-server of our own on loopback, without persistence (installed like wrk)."""
+        if shutil.which("redis-server") is None:
+            say("[bench] installing redis-server")
+            subprocess.run(["apt-get", "install", "-y", "-qq", "redis-server"], check=True, capture_output=True)
+        port = free_port()
+        argv = ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
+        with self.procs.listening("redis", argv, port):
+            yield f"redis://127.0.0.1:{port}/0"
+
+    @contextlib.contextmanager
     def bare_hop(self, upstream: str) -> Iterator[tuple[str, int]]:
         port = free_port()
         argv = [sys.executable, "-m", "bench.bare_hop", "--upstream", upstream, "--port", str(port)]
@@ -515,6 +527,38 @@ class Bench:
                         profile_pid=pid,
                         cpu_pid=pid,
                     )
+            if self.wanted("d-store") or self.wanted("d-store-cached"):
+                say("(d-store) the same with the shared session store on a local redis-server")
+                with self.redis() as redis_url:
+                    env = {"MCP_ERA_PROXY_STORE__URL": redis_url, "MCP_ERA_PROXY_SECURITY__SECRET": "bench-" + "s" * 26}
+                    variants = [
+                        ("d-store", {}, "same, sessions on Redis", "store.url: one Redis round trip per request"),
+                        (
+                            "d-store-cached",
+                            {"MCP_ERA_PROXY_STORE__READ_CACHE_MS": "1000"},
+                            "same, store.read_cache_ms 1000",
+                            "a session's state read at most once a second per replica",
+                        ),
+                    ]
+                    for key, extra, title, note in variants:
+                        if not self.wanted(key):
+                            continue
+                        with self.proxy(key, url=modern, era="modern", env={**env, **extra}) as (url, pid):
+                            session = legacy_session(url)
+                            expect_echo(f"({key})", *legacy_call(url, session))
+                            self.measure(
+                                Row(
+                                    key,
+                                    f"({key}) {title}",
+                                    [note],
+                                    baseline="d",
+                                ),
+                                url,
+                                "legacy_tools_call.lua",
+                                {"BENCH_SESSION": session},
+                                profile_pid=pid,
+                                cpu_pid=pid,
+                            )
             if self.wanted("f"):
                 say("(f) proxy, modern tools/list served from the proxy's cache")
                 env = {"MCP_ERA_PROXY_CACHE__ENABLED": "true"} if cache_known else {}
@@ -919,7 +963,21 @@ def main() -> int:
         bench.run()
     finally:
         procs.stop_all()
-    order = ["a", "a-list", "b", "c", "c-info", "d", "e", "f", "g", "g-mcp", "g-supergateway"]
+    order = [
+        "a",
+        "a-list",
+        "b",
+        "c",
+        "c-info",
+        "d",
+        "d-store",
+        "d-store-cached",
+        "e",
+        "f",
+        "g",
+        "g-mcp",
+        "g-supergateway",
+    ]
     bench.rows.sort(key=lambda row: order.index(row.key) if row.key in order else len(order))
     text, _ = render(bench, args, facts, started)
     (args.out / "latest.md").write_text(text + "\n")

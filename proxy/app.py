@@ -202,6 +202,9 @@ def create_app(
         await watcher.close()
         for host in hosts:
             await host.close_all()
+        left = await modern_to_legacy.settle(max(0.0, drain_deadline[0] - time.monotonic()))
+        if left:
+            log.warning("calls_cut_at_shutdown", calls=left)
         await modern_to_legacy.close_all()
         if stdio is not None:
             await stdio.close()
@@ -210,10 +213,13 @@ def create_app(
         if owned_store is not None:
             await owned_store.aclose()
 
+    drain_deadline = [0.0]  # when parked calls must be given up (set as shutdown begins)
+
     async def drain(app: web.Application) -> None:
         """Shutdown begins (sites stopped): not ready any more; streams end gracefully now, calls in
         flight get `shutdown.grace_s` (aiohttp's shutdown timeout) before the cleanup below."""
         admin.draining = True
+        drain_deadline[0] = time.monotonic() + settings.shutdown.grace_s
         for host in hosts:
             host.end_streams()
         modern_to_legacy.end_streams()

@@ -331,6 +331,14 @@ class StoreConfig(_Section):
     timeout_ms: int = Field(
         50, gt=0, le=5000, description="Deadline of one store call; past it the call counts as a failure."
     )
+    read_cache_ms: int = Field(
+        0,
+        ge=0,
+        le=10_000,
+        description="Serve a session's state as this replica read it less than this long ago, without a "
+        "round trip: fewer store calls, but a log level set or a DELETE made through another replica "
+        "is seen here up to this much later. 0: every request reads the store.",
+    )
     breaker_failures: int = Field(5, gt=0, description="Consecutive store failures that open the breaker.")
     breaker_open_s: float = Field(
         2.0, gt=0, description="While open, store calls fail at once; then one call tries the store again."

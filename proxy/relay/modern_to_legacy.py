@@ -248,6 +248,7 @@ class ModernToLegacy:
         self._park_ids = ParkIds()
         self._parked: dict[str, LegacyCall] = {}
         self._calls: set[LegacyCall] = set()  # every call whose upstream side still runs
+        self._ended = asyncio.Event()  # set whenever a call is unparked or ends
         self.tasks = TaskScope("modern-to-legacy relay")
         # Called when an answer says the upstream is not a legacy server (era re-detection).
         self.on_era_mismatch: Callable[[str], None] = lambda reason: None
@@ -509,17 +510,31 @@ class ModernToLegacy:
     def unpark(self, call: LegacyCall) -> None:
         if self._parked.pop(call.park_id, None) is not None:
             self._metrics.parked_calls.set(len(self._parked))
+            self._ended.set()
+
+    async def settle(self, timeout_s: float) -> int:
+        """Shutdown, once no handler is left: the calls still running upstream (parked ones, and
+        those resumed by retries that other replicas forward here) get up to `timeout_s` to be
+        resumed and finish, instead of ending with the process. Returns how many are left."""
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout_s):
+                while self._calls:
+                    self._ended.clear()
+                    await self._ended.wait()
+        return len(self._calls)
 
     def forget(self, call: LegacyCall) -> None:
         """A call whose upstream side ended: once its own tasks are done, nothing holds it."""
         if not call.tasks:
             self._calls.discard(call)
+            self._ended.set()
         else:
             self.tasks.spawn(self._forget_after(call), name="legacy-call-end")
 
     async def _forget_after(self, call: LegacyCall) -> None:
         await call.tasks.drain()
         self._calls.discard(call)
+        self._ended.set()
 
     def count_reinitialized(self) -> None:
         self._metrics.upstream_reinitialized.labels(self.name).inc()

@@ -842,6 +842,47 @@ async def test_a_server_elicitation_becomes_input_required_and_the_retry_resumes
     assert not upstream.cancelled.is_set()
 
 
+async def test_at_shutdown_a_parked_call_is_given_time_to_be_resumed_and_finish(
+    proxy: Proxy, client: ModernPeer, fake: FakeLegacy
+) -> None:
+    """A replica that is stopping still serves the retries of its parked calls (other replicas
+    forward them), until they finish or the drain limit passes."""
+
+    async def deploy(call: Call) -> Outcome:
+        answer = await call.ask("elicitation/create", ELICIT_PARAMS)
+        return tool_result(f"deployed: {answer['result']['action']}")
+
+    fake.handlers["tools/call"] = deploy
+    relay = proxy.app[MODERN_TO_LEGACY]
+    async with asyncio.timeout(WAIT):
+        result = input_required(await client.request("tools/call", DEPLOY))
+        [upstream] = fake.calls_of("tools/call")
+        settling = asyncio.create_task(relay.settle(WAIT))
+        await asyncio.sleep(0)
+        assert not settling.done()  # waits for the call, not for nothing
+        final = await client.request(
+            "tools/call", retry(DEPLOY, result["requestState"], {f"s{upstream.asked[0].id}": ACCEPTED})
+        )
+        assert await settling == 0
+    assert final.result["content"] == text("deployed: accept")
+
+
+async def test_at_shutdown_a_parked_call_never_resumed_is_given_up_at_the_drain_limit(
+    make_proxy: MakeProxy, fake: FakeLegacy
+) -> None:
+    proxy = await make_proxy(**{"shutdown.grace_s": 0.5})  # the test's own teardown is a shutdown too
+    client = proxy.modern("Bearer alice")
+
+    async def deploy(call: Call) -> Outcome:
+        await call.ask("elicitation/create", ELICIT_PARAMS)
+        return tool_result("never")
+
+    fake.handlers["tools/call"] = deploy
+    async with asyncio.timeout(WAIT):
+        input_required(await client.request("tools/call", DEPLOY))
+        assert await proxy.app[MODERN_TO_LEGACY].settle(0.2) == 1
+
+
 async def test_two_server_requests_sent_together_are_one_input_required_result(
     client: ModernPeer, fake: FakeLegacy
 ) -> None:

@@ -43,6 +43,12 @@ class Broken:
     def pipeline(self, transaction: bool = False) -> Broken:
         return self
 
+    def register_script(self, script: str) -> Any:
+        async def run(keys: Any = None, args: Any = None) -> Any:
+            return await self.execute()
+
+        return run
+
     def __getattr__(self, name: str) -> Any:
         def command(*args: Any, **kwargs: Any) -> Any:
             return None
@@ -58,6 +64,7 @@ class Slow(Broken):
     async def execute(self) -> Any:
         self.calls += 1
         await asyncio.sleep(10)
+        raise AssertionError("never reached: the deadline cuts it")
 
 
 def _store(client: Any, clock: Clock, metrics: Metrics | None = None, **config: Any) -> RedisSessionStore:
@@ -207,7 +214,8 @@ async def test_down_store_calls_keep_working_and_changes_are_refused(clock: Cloc
     session.log_level = "warning"
     await store.add(session)
     await store.save(session)
-    store.client = Broken(ConnectionError("refused"))  # type: ignore[assignment]
+    broken = Broken(ConnectionError("refused"))  # Redis goes down
+    store.client, store._load = broken, broken.register_script("")  # type: ignore[assignment]
     served = await store.load(_described(ids, session.id, clock))
     assert served is not None and served.log_level == "warning"  # as last seen here
     unknown = await store.load(_new(ids, clock))
@@ -284,3 +292,34 @@ async def test_count_is_the_sessions_served_here_lately(clock: Clock, ids: Sessi
     assert store.count() == 3
     clock.now += IDLE + 1
     assert store.count() == 0
+
+
+async def test_a_read_cache_serves_recent_state_without_a_round_trip(clock: Clock, ids: SessionIds) -> None:
+    redis = fakeredis.FakeAsyncRedis()
+    here, there = _store(redis, clock, read_cache_ms=500), _store(redis, clock)
+    session = _new(ids, clock)
+    session.initialized = True
+    await here.add(session)
+    assert await here.load(_described(ids, session.id, clock)) is not None
+    changed = await there.load(_described(ids, session.id, clock))
+    assert changed is not None
+    changed.log_level = "debug"
+    await there.save(changed)
+    cached = await here.load(_described(ids, session.id, clock))
+    assert cached is not None and cached.log_level is None  # within the window: as read here
+    clock.now += 0.5
+    fresh = await here.load(_described(ids, session.id, clock))
+    assert fresh is not None and fresh.log_level == "debug"  # past it: read again
+
+
+async def test_a_read_cache_never_serves_a_session_not_yet_initialized(clock: Clock, ids: SessionIds) -> None:
+    redis = fakeredis.FakeAsyncRedis()
+    here, there = _store(redis, clock, read_cache_ms=5000), _store(redis, clock)
+    session = _new(ids, clock)
+    await here.add(session)
+    elsewhere = await there.load(_described(ids, session.id, clock))
+    assert elsewhere is not None
+    elsewhere.initialized = True  # notifications/initialized reached another replica
+    await there.save(elsewhere)
+    seen = await here.load(_described(ids, session.id, clock))
+    assert seen is not None and seen.initialized
