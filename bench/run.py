@@ -205,18 +205,19 @@ def _descendants(pid: int) -> list[int]:
     return out
 
 
-def cpu_ticks(pid: int) -> int:
+def cpu_ticks(pid: int, tree: bool = False) -> int:
     """utime + stime of the process under test, in clock ticks (os.sysconf('SC_CLK_TCK') a second).
 
     The process itself only (the proxy, the bare hop and the upstreams are the python process
     started; peer.sh execs node), not its children: for the stdio rows those are the upstream.
-    Only if `pid` is a wrapper (a shell that did not exec) are its live descendants added.
+    Only if `pid` is a wrapper (a shell that did not exec), or `tree` asks for them (a supervisor
+    and its workers, bench/workers.py), are its live descendants added.
     """
     stat = _stat(pid)
     if stat is None:
         return 0
     ticks = stat[2]
-    if stat[0] in WRAPPERS:
+    if tree or stat[0] in WRAPPERS:
         ticks += sum(s[2] for child in _descendants(pid) if (s := _stat(child)) is not None)
     return ticks
 
@@ -275,8 +276,10 @@ def wrk(
     duration: int,
     env: dict[str, str],
     cpu_pid: int | None = None,
+    cpu_tree: bool = False,
 ) -> Load:
-    """One wrk run; with `cpu_pid`, that process's CPU time is sampled right before and after it."""
+    """One wrk run; with `cpu_pid`, that process's CPU time (with `cpu_tree`, its descendants' too)
+    is sampled right before and after it."""
     argv = [
         "wrk",
         f"-t{threads}",
@@ -288,11 +291,11 @@ def wrk(
         str(WRK_DIR / script),
         url,
     ]
-    before = cpu_ticks(cpu_pid) if cpu_pid is not None else 0
+    before = cpu_ticks(cpu_pid, cpu_tree) if cpu_pid is not None else 0
     done = subprocess.run(
         argv, capture_output=True, text=True, env={**os.environ, **env}, timeout=duration + 30, check=False
     )
-    ticks = cpu_ticks(cpu_pid) - before if cpu_pid is not None else None
+    ticks = cpu_ticks(cpu_pid, cpu_tree) - before if cpu_pid is not None else None
     match = re.search(r"^BENCH_JSON (.*)$", done.stdout, re.MULTILINE)
     if done.returncode != 0 or match is None:
         raise RuntimeError(f"wrk failed ({done.returncode}): {done.stdout[-500:]} {done.stderr[-500:]}")

@@ -3,6 +3,7 @@
 # Installs what it needs (project .venv with the `bench` extra, the npm peers, wrk), runs every
 # scenario on 127.0.0.1, writes bench/results/latest.md and latest.png and prints the table.
 # Everything it starts runs in its own process group and is killed on exit (see cleanup).
+# bench/workers.sh runs another harness (BENCH_HARNESS) with the same set-up and clean-up.
 . "$(dirname "$0")/../scripts/lib.sh"
 cd "$REPO"
 RESULTS="$REPO/bench/results"
@@ -52,6 +53,6 @@ if ! command -v wrk >/dev/null; then
   $SUDO apt-get install -y -qq wrk >&2
 fi
 
-"$REPO/.venv/bin/python" -m bench.run "$@" &
+"$REPO/.venv/bin/python" -m "${BENCH_HARNESS:-bench.run}" "$@" &
 HARNESS=$!
 wait "$HARNESS"

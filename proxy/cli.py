@@ -1,4 +1,4 @@
-"""Command line: `mcp-era-proxy --upstream URL [--listen 127.0.0.1:8080] [--config FILE]`."""
+"""Command line: `mcp-era-proxy --upstream URL [--listen 127.0.0.1:8080] [--config FILE] [--workers N]`."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import contextlib
 import gc
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import structlog
 from aiohttp import web
@@ -18,6 +18,7 @@ from .app import ADMIN, create_app
 from .config import ENV_PREFIX, ConfigError, Settings, load_settings, parse_listen
 from .downstream.server import runner as make_runner
 from .logs import configure_logging
+from .workers import WORKER_FLAG, Supervisor, SupervisorLink, parse_control, worker_settings
 
 log = structlog.get_logger(__name__)
 
@@ -43,6 +44,14 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--listen", metavar="HOST:PORT", help="address of the MCP endpoint (default 127.0.0.1:8080)")
     parser.add_argument("--admin-listen", metavar="HOST:PORT", help="separate address for /metrics, /healthz, /readyz")
+    parser.add_argument(
+        "--workers",
+        type=int,
+        metavar="N",
+        help="processes sharing the listening port (default 1; more needs store.url and security.secret)",
+    )
+    # Set by the supervisor of --workers on the workers it starts (proxy/workers.py).
+    parser.add_argument(WORKER_FLAG, dest="worker_control", metavar="INDEX:FD", help=argparse.SUPPRESS)
     parser.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
     parser.add_argument("--log-format", choices=["json", "console"])
     parser.add_argument("--check-config", action="store_true", help="validate, print the effective config, exit")
@@ -61,12 +70,15 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
             "admin_listen": args.admin_listen,
             "logging.level": args.log_level,
             "logging.format": args.log_format,
+            "workers": args.workers,
         },
     )
 
 
-async def serve(settings: Settings, stop: asyncio.Event | None = None) -> None:
-    """Run until SIGINT/SIGTERM (or `stop` is set)."""
+async def serve(
+    settings: Settings, stop: asyncio.Event | None = None, on_started: Callable[[], None] | None = None
+) -> None:
+    """Run until SIGINT/SIGTERM (or `stop` is set); `on_started` is called once every listener is up."""
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
@@ -82,9 +94,14 @@ async def serve(settings: Settings, stop: asyncio.Event | None = None) -> None:
             await runner.setup()
             runners.append(runner)
             host, port = parse_listen(address)
-            await web.TCPSite(runner, host, port, reuse_address=True).start()
+            # Workers share the MCP port: the kernel spreads connections over them (SO_REUSEPORT).
+            # Each has an admin port of its own (proxy/workers.py).
+            shared = settings.workers > 1 and application is app
+            await web.TCPSite(runner, host, port, reuse_address=True, reuse_port=shared or None).start()
             log.info("listening", address=f"http://{address}{settings.path if application is app else ''}")
         _tune_gc()
+        if on_started is not None:
+            on_started()
         log.info(
             "started",
             version=__version__,
@@ -128,7 +145,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.check_config:
         print(settings.model_dump_json(indent=2, exclude={"security": {"secret", "previous_secrets"}}))
         return 0
-    configure_logging(settings.logging.level, settings.logging.format)
+    if args.worker_control is None and settings.workers > 1:
+        configure_logging(settings.logging.level, settings.logging.format)
+        # The supervisor serves nothing: the workers run these same arguments.
+        return asyncio.run(Supervisor(settings, sys.argv[1:] if argv is None else list(argv)).run())
+    link: SupervisorLink | None = None
+    if args.worker_control is not None:
+        try:
+            index, fd = parse_control(args.worker_control)
+            link = SupervisorLink(fd)
+        except (ValueError, OSError):
+            print(f"mcp-era-proxy: {WORKER_FLAG} is set by the supervisor of --workers only", file=sys.stderr)
+            return 2
+        configure_logging(settings.logging.level, settings.logging.format, worker=index)
+        settings = worker_settings(settings, index)
+    else:
+        configure_logging(settings.logging.level, settings.logging.format)
     try:
         import uvloop  # optional speed-up of the event loop where available
     except ImportError:
@@ -136,8 +168,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     else:
         runner = uvloop.run
     try:
-        runner(serve(settings))
+        runner(serve(settings) if link is None else _serve_worker(settings, link))
     except OSError as exc:
         log.error("cannot_start", error=str(exc))
         return 1
+    finally:
+        if link is not None:
+            link.close()
     return 0
+
+
+async def _serve_worker(settings: Settings, link: SupervisorLink) -> None:
+    """A worker under --workers: tells the supervisor once it listens, drains if the supervisor goes."""
+    stop = asyncio.Event()
+    link.watch(stop.set)
+    await serve(settings, stop, on_started=link.ready)

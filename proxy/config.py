@@ -427,8 +427,9 @@ class Settings(BaseSettings):
         1,
         ge=1,
         le=64,
-        description="Processes serving the listening port together (SO_REUSEPORT); "
-        "more than one needs store.url and security.secret.",
+        description="Processes serving the listening port together (SO_REUSEPORT), each a replica; worker i "
+        "serves admin_listen and replicas.internal_listen on their port + i (and advertises replicas.advertise's "
+        "port + i). More than one needs store.url and security.secret.",
     )
 
     @field_validator("listen", "admin_listen")
@@ -464,6 +465,37 @@ class Settings(BaseSettings):
             raise ValueError("workers > 1 needs store.url: each worker is a replica sharing the store")
         return self
 
+    @model_validator(mode="after")
+    def _worker_ports(self) -> Settings:
+        """Under --workers, worker i listens on the admin and internal ports + i (proxy/workers.py):
+        those ranges must exist and not overlap each other or the shared MCP port."""
+        if self.workers == 1:
+            return self
+        ranges = {"listen": range(self.listen_address[1], self.listen_address[1] + 1)}
+        for name, address in (
+            ("admin_listen", self.admin_listen),
+            ("replicas.internal_listen", self.replicas.internal_listen),
+            ("replicas.advertise", self.replicas.advertise),
+        ):
+            if address is None:
+                continue
+            port = parse_listen(address)[1]
+            last = port + self.workers - 1
+            if last > 65535:
+                raise ValueError(f"{name}: with {self.workers} workers its ports {port}..{last} pass 65535")
+            if name != "replicas.advertise":  # another host's port: it may equal one of ours
+                ranges[name] = range(port, port + self.workers)
+        names = list(ranges)
+        for i, first in enumerate(names):
+            for second in names[i + 1 :]:
+                a, b = ranges[first], ranges[second]
+                if a.start < b.stop and b.start < a.stop:
+                    raise ValueError(
+                        f"with {self.workers} workers, {first} ({_ports(a)}) and {second} ({_ports(b)}) overlap: "
+                        "worker i listens on the admin and internal ports + i"
+                    )
+        return self
+
     @property
     def listen_address(self) -> tuple[str, int]:
         return parse_listen(self.listen)
@@ -479,6 +511,10 @@ class Settings(BaseSettings):
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         # The YAML source reads `yaml_file` from model_config: set per load, see load_settings.
         return (init_settings, env_settings, YamlConfigSettingsSource(settings_cls))
+
+
+def _ports(ports: range) -> str:
+    return f"port {ports.start}" if len(ports) == 1 else f"ports {ports.start}..{ports.stop - 1}"
 
 
 def load_settings(config_file: str | Path | None = None, **overrides: Any) -> Settings:

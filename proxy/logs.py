@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import sys
+from collections.abc import MutableMapping
 from typing import Any
 
 import orjson
@@ -27,13 +28,27 @@ def _dumps_text(event: dict[str, Any], **_: Any) -> str:
     return _dumps(event).decode()
 
 
-def configure_logging(level: str = "info", fmt: str = "json") -> None:
+class _Worker:
+    """Adds `worker: <index>` to every event."""
+
+    def __init__(self, index: int) -> None:
+        self._index = index
+
+    def __call__(self, logger: Any, name: str, event: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
+        event["worker"] = self._index
+        return event
+
+
+def configure_logging(level: str = "info", fmt: str = "json", worker: int | None = None) -> None:
+    """`worker`: the index of this process under --workers, put on every line it writes."""
     processors: list[structlog.types.Processor] = [
         structlog.contextvars.merge_contextvars,
         structlog.processors.add_log_level,
         structlog.processors.TimeStamper(fmt="iso", utc=True, key="ts"),
         structlog.processors.format_exc_info,
     ]
+    if worker is not None:
+        processors.insert(1, _Worker(worker))
     factory: Any
     binary = getattr(sys.stderr, "buffer", None)  # absent when stderr is replaced (tests)
     if fmt == "json" and binary is not None:

@@ -116,12 +116,21 @@ def compose_config(values: dict[str, Any]) -> dict[str, Any]:
     shutdown = cfg.get("shutdown") or {}
     shutdown.setdefault("grace_s", 20)
     cfg["shutdown"] = shutdown
+    if has_store(values):
+        store = cfg.get("store") or {}
+        store.setdefault("namespace", values["store"]["namespace"])
+        store.setdefault("timeout_ms", values["store"]["timeoutMs"])
+        cfg["store"] = store
     if values["mode"] == "sidecar":
         upstream = cfg.get("upstream") or {}
         sidecar = values["sidecar"]
         upstream["url"] = f"http://127.0.0.1:{sidecar['upstreamPort']}{sidecar['upstreamPath']}"
         cfg["upstream"] = upstream
     return cfg
+
+
+def has_store(values: dict[str, Any]) -> bool:
+    return bool(values["store"].get("existingSecret"))
 
 
 def has_session_secret(values: dict[str, Any]) -> bool:

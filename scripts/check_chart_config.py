@@ -2,10 +2,11 @@
 
 For the chart defaults (with an upstream URL, which they leave to the user) and each
 helm/mcp-era-proxy/examples/*.yaml: compose the config exactly as templates/configmap.yaml does
-(values `config` plus the computed listen, admin_listen, allowed_hosts, shutdown.grace_s and, in
-sidecar mode, upstream.url), write it to a temp file and run
+(values `config` plus the computed listen, admin_listen, allowed_hosts, shutdown.grace_s, with a
+store its namespace and timeout_ms, and, in sidecar mode, upstream.url), write it to a temp file and run
 `python -m proxy --config FILE [extraArgs] --check-config` with the environment the pod would have
-(MCP_ERA_PROXY_SECURITY__SECRET when a session secret is configured, literal MCP_ERA_PROXY_*
+(MCP_ERA_PROXY_SECURITY__SECRET when a session secret is configured; with a store its URL and the
+internal listener and advertised address the Deployment computes; literal MCP_ERA_PROXY_*
 extraEnv), which must exit 0. Then, the chart's constants against the proxy's: the proxy config
 sections the schema allows, the defaults the templates assume, and the version.
 
@@ -27,13 +28,26 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from chart_values import CHART, REPO, cases, chart_meta, coalesce, compose_config, defaults, has_session_secret
+from chart_values import (
+    CHART,
+    REPO,
+    address,
+    cases,
+    chart_meta,
+    coalesce,
+    compose_config,
+    defaults,
+    has_session_secret,
+    has_store,
+)
 
 sys.path.insert(0, str(REPO))
 import proxy
 from proxy.config import ENV_PREFIX, Settings
 
 PLACEHOLDER_SECRET = "chart-check-placeholder-secret-0123456789"
+PLACEHOLDER_STORE = "redis://chart-check-placeholder:6379/0"
+PLACEHOLDER_POD_IP = {False: "10.0.0.1", True: "fd00::1"}
 
 
 def pod_environment(values: dict[str, Any]) -> tuple[dict[str, str], list[str]]:
@@ -43,6 +57,12 @@ def pod_environment(values: dict[str, Any]) -> tuple[dict[str, str], list[str]]:
     notes = []
     if has_session_secret(values):
         env[f"{ENV_PREFIX}SECURITY__SECRET"] = values["sessionSecret"].get("value") or PLACEHOLDER_SECRET
+    if has_store(values):
+        # As the Deployment renders them: the URL from its Secret, the internal listener on the pod IP.
+        port = values["replicas"]["internalPort"]
+        env[f"{ENV_PREFIX}STORE__URL"] = PLACEHOLDER_STORE
+        env[f"{ENV_PREFIX}REPLICAS__INTERNAL_LISTEN"] = address(values["listenAddress"], port)
+        env[f"{ENV_PREFIX}REPLICAS__ADVERTISE"] = address(PLACEHOLDER_POD_IP[":" in values["listenAddress"]], port)
     for var in values.get("extraEnv") or []:
         name = var.get("name", "")
         if not name.upper().startswith(ENV_PREFIX):
@@ -113,6 +133,14 @@ def check_constants() -> bool:
         if not found or any(float(value) != float(actual) for value in found):
             failed.append(
                 f"_helpers.tpl assumes {'.'.join(path)} = {found or 'nothing'}, the proxy's default is {actual}"
+            )
+    # The chart's store defaults are the proxy's own.
+    chart_store = defaults()["store"]
+    for key, field in (("namespace", "namespace"), ("timeoutMs", "timeout_ms")):
+        if chart_store[key] != field_default(Settings, "store", field):
+            failed.append(
+                f"values.yaml store.{key} is {chart_store[key]!r}, the proxy's store.{field} default is "
+                f"{field_default(Settings, 'store', field)!r}"
             )
     computed_grace = re.findall(r'set \$shutdown "grace_s" (\d+(?:\.\d+)?)', helpers)
     if [float(v) for v in computed_grace] != [float(field_default(Settings, "shutdown", "grace_s"))]:

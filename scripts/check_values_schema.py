@@ -40,18 +40,20 @@ def main() -> int:
         failed |= bool(problems)
     # The schema is strict: a misspelt key, a wrong type or an unknown mode must be refused.
     for label, bad in [
-        ("unknown top-level key", {"replicas": 2}),
+        ("unknown top-level key", {"replica": 2}),
         ("unknown nested key", {"service": {"prot": 80}}),
         ("unknown proxy config section", {"config": {"upstreams": {}}}),
         ("wrong type", {"replicaCount": "1"}),
         ("unknown mode", {"mode": "daemonset"}),
         ("short session key", {"sessionSecret": {"value": "too-short"}}),
+        ("store URL as a value", {"store": {"url": "redis://redis:6379/0"}}),
+        ("internal port out of range", {"replicas": {"internalPort": 70000}}),
     ]:
         if not errors(validator, coalesce(base, bad)):
             print(f"FAIL schema accepts bad values ({label}): {bad}")
             failed = True
     if not failed:
-        print("ok   schema: refuses unknown keys, wrong types, unknown modes, short session keys")
+        print("ok   schema: refuses unknown keys, wrong types, unknown modes, short session keys, bad store values")
     return 1 if failed else 0
 
 

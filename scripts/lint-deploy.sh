@@ -152,6 +152,17 @@ done
 kubernetes_validate "$rendered/options.yaml"
 echo "ok   helm template, kubernetes-validate $KUBERNETES_VERSION: every optional resource and setting at once"
 
+# Replicas with the store: two workers a pod (port ranges in the NetworkPolicy) on IPv6 (the
+# advertised pod IP in brackets), and in sidecar mode (the app's ports stay open).
+"$HELM" template mcp-era-proxy "$CHART" -f "$CHART/examples/replicas.yaml" \
+  --set config.workers=2,listenAddress=:: >"$rendered/replicas-options.yaml"
+grep -q 'endPort: 8082' "$rendered/replicas-options.yaml" && grep -q '"\[$(POD_IP)\]:8081"' "$rendered/replicas-options.yaml" \
+  || { echo "FAIL replicas.yaml with 2 workers on IPv6: no internal port range or no bracketed pod IP"; exit 1; }
+"$HELM" template mcp-era-proxy "$CHART" -f "$CHART/examples/sidecar.yaml" \
+  --set store.existingSecret=mcp-era-proxy-store,replicaCount=3 >"$rendered/sidecar-store.yaml"
+for manifest in replicas-options sidecar-store; do kubernetes_validate "$rendered/$manifest.yaml"; done
+echo "ok   helm template, kubernetes-validate $KUBERNETES_VERSION: replicas with 2 workers on IPv6, a sidecar with the store"
+
 step "custom resources (HTTPRoute, ServiceMonitor) against their CRD schemas"
 crd_validator
 node "$CRD_TOOLS/validate.mjs" "$rendered"/*.yaml
@@ -165,7 +176,15 @@ refused=(
   "is also a proxy port|-f $CHART/examples/sidecar.yaml --set sidecar.workload.containers[0].ports[0].containerPort=8080"
   "config.listen is computed by the chart|-f $CHART/examples/standalone.yaml --set config.listen=0.0.0.0:80"
   "config.security.secret would land in a ConfigMap|-f $CHART/examples/standalone.yaml --set config.security.secret=0123456789abcdef"
-  "terminationGracePeriodSeconds (20) must exceed|-f $CHART/examples/standalone.yaml --set terminationGracePeriodSeconds=20"
+  "terminationGracePeriodSeconds (34) must be at least|-f $CHART/examples/standalone.yaml --set terminationGracePeriodSeconds=34"
+  "config.security.previous_secrets would land in a ConfigMap|-f $CHART/examples/standalone.yaml --set config.security.previous_secrets={0123456789abcdef0}"
+  "config.store.url would land in a ConfigMap|-f $CHART/examples/standalone.yaml --set config.store.url=redis://redis:6379/0"
+  "config.replicas.internal_listen is computed by the chart|-f $CHART/examples/replicas.yaml --set config.replicas.internal_listen=0.0.0.0:9000"
+  "config.replicas.advertise is computed by the chart|-f $CHART/examples/replicas.yaml --set config.replicas.advertise=10.0.0.1:8081"
+  "replicas.internalPort 9090 is one of containerPorts|-f $CHART/examples/replicas.yaml --set replicas.internalPort=9090"
+  "store.existingSecret needs a sessionSecret|-f $CHART/examples/replicas.yaml --set sessionSecret.existingSecret= --set autoscaling.enabled=false"
+  "replicaCount > 1 and autoscaling need a shared store|-f $CHART/examples/standalone.yaml --set replicaCount=2 --set sessionSecret.existingSecret="
+  "replicaCount > 1 and autoscaling need a shared store|-f $CHART/examples/standalone.yaml --set autoscaling.enabled=true --set sessionSecret.existingSecret="
   "must exceed config.readiness.probe_timeout_s|-f $CHART/examples/standalone.yaml --set config.readiness.probe_timeout_s=5"
   "would block every node drain|-f $CHART/examples/standalone.yaml --set podDisruptionBudget.maxUnavailable= --set podDisruptionBudget.minAvailable=1"
   "is a wildcard|-f $CHART/examples/standalone.yaml --set ingress.hosts[0].host=*.example.com"

@@ -76,6 +76,21 @@ The Secret holding the session HMAC key ("" when the proxy draws a random key pe
 {{- end }}
 
 {{/*
+"true" when a shared store is configured (its URL from store.existingSecret), else "".
+*/}}
+{{- define "mcp-era-proxy.hasStore" -}}
+{{- if .Values.store.existingSecret }}true{{ end }}
+{{- end }}
+
+{{/*
+The proxy's worker processes per pod (config.workers, 1 unless set): worker i listens on the admin
+and internal ports + i.
+*/}}
+{{- define "mcp-era-proxy.workers" -}}
+{{- dig "workers" 1 (.Values.config | default dict) | int }}
+{{- end }}
+
+{{/*
 "host:port" for the proxy's listen addresses; IPv6 hosts in brackets.
 */}}
 {{- define "mcp-era-proxy.address" -}}
@@ -129,6 +144,16 @@ values leave unset (scripts/check_chart_config.py composes it the same way and r
 {{- $_ := set $shutdown "grace_s" 20 }}
 {{- end }}
 {{- $_ := set $cfg "shutdown" $shutdown }}
+{{- if include "mcp-era-proxy.hasStore" . }}
+{{- $store := get $cfg "store" | default dict }}
+{{- if not (hasKey $store "namespace") }}
+{{- $_ := set $store "namespace" .Values.store.namespace }}
+{{- end }}
+{{- if not (hasKey $store "timeout_ms") }}
+{{- $_ := set $store "timeout_ms" (int .Values.store.timeoutMs) }}
+{{- end }}
+{{- $_ := set $cfg "store" $store }}
+{{- end }}
 {{- if eq .Values.mode "sidecar" }}
 {{- $upstream := get $cfg "upstream" | default dict }}
 {{- $_ := set $upstream "url" (printf "http://127.0.0.1:%d%s" (int .Values.sidecar.upstreamPort) .Values.sidecar.upstreamPath) }}
@@ -172,6 +197,9 @@ ConfigMap and the Deployment.
   {{- $errors = append $errors "mode sidecar needs the app's containers in sidecar.workload.containers" }}
   {{- end }}
   {{- $ports := list (int .Values.containerPorts.http) (int .Values.containerPorts.admin) }}
+  {{- if include "mcp-era-proxy.hasStore" . }}
+  {{- $ports = append $ports (int .Values.replicas.internalPort) }}
+  {{- end }}
   {{- if has (int .Values.sidecar.upstreamPort) $ports }}
   {{- $errors = append $errors (printf "sidecar.upstreamPort %d is one of the proxy's containerPorts" (int .Values.sidecar.upstreamPort)) }}
   {{- end }}
@@ -183,7 +211,7 @@ ConfigMap and the Deployment.
       {{- if has (int .containerPort) $ports }}
       {{- $errors = append $errors (printf "sidecar.workload.containers: port %d is also a proxy port (containerPorts)" (int .containerPort)) }}
       {{- end }}
-      {{- if has (.name | default "") (list "mcp" "mcp-admin") }}
+      {{- if has (.name | default "") (list "mcp" "mcp-admin" "mcp-internal") }}
       {{- $errors = append $errors (printf "sidecar.workload.containers: port name %s is the proxy's" .name) }}
       {{- end }}
     {{- end }}
@@ -205,6 +233,28 @@ ConfigMap and the Deployment.
 {{- if hasKey (get $cfg "security" | default dict) "secret" }}
 {{- $errors = append $errors "config.security.secret would land in a ConfigMap: use sessionSecret.existingSecret (or sessionSecret.value)" }}
 {{- end }}
+{{- if hasKey (get $cfg "security" | default dict) "previous_secrets" }}
+{{- $errors = append $errors "config.security.previous_secrets would land in a ConfigMap: put them in the session Secret, as a JSON list under sessionSecret.previousKey" }}
+{{- end }}
+{{- if hasKey (get $cfg "store" | default dict) "url" }}
+{{- $errors = append $errors "config.store.url would land in a ConfigMap (with its password): put the URL in a Secret and set store.existingSecret" }}
+{{- end }}
+{{- range $key := list "internal_listen" "advertise" }}
+  {{- if hasKey (get $cfg "replicas" | default dict) $key }}
+  {{- $errors = append $errors (printf "config.replicas.%s is computed by the chart (the pod IP and replicas.internalPort): set replicas.internalPort instead" $key) }}
+  {{- end }}
+{{- end }}
+{{- $hasStore := include "mcp-era-proxy.hasStore" . }}
+{{- $hasSecret := include "mcp-era-proxy.secretName" . }}
+{{- if and $hasStore (not $hasSecret) }}
+{{- $errors = append $errors "store.existingSecret needs a sessionSecret (existingSecret, or create): every replica must sign and open the same session ids and tokens" }}
+{{- end }}
+{{- if and (or (gt (int .Values.replicaCount) 1) .Values.autoscaling.enabled) (not $hasStore) (not $hasSecret) }}
+{{- $errors = append $errors "replicaCount > 1 and autoscaling need a shared store (store.existingSecret) or, with session affinity, a sessionSecret: without either, each replica signs session ids with a key of its own" }}
+{{- end }}
+{{- if and $hasStore (has (int .Values.replicas.internalPort) (list (int .Values.containerPorts.http) (int .Values.containerPorts.admin))) }}
+{{- $errors = append $errors (printf "replicas.internalPort %d is one of containerPorts" (int .Values.replicas.internalPort)) }}
+{{- end }}
 {{- if and .Values.sessionSecret.create (not .Values.sessionSecret.existingSecret) .Values.sessionSecret.value (lt (len .Values.sessionSecret.value) 16) }}
 {{- $errors = append $errors "sessionSecret.value must have 16 characters or more" }}
 {{- end }}
@@ -216,8 +266,10 @@ ConfigMap and the Deployment.
 {{- $stdioStop = mulf 2 (dig "shutdown_grace_s" 5 $upstream | float64) }}
 {{- end }}
 {{- $needed = addf $needed $stdioStop }}
-{{- if le (float64 .Values.terminationGracePeriodSeconds) $needed }}
-{{- $errors = append $errors (printf "terminationGracePeriodSeconds (%v) must exceed preStopSleepSeconds + shutdown.grace_s%s = %v: in-flight calls would be killed" .Values.terminationGracePeriodSeconds (ternary " + 2 x upstream.shutdown_grace_s (stdio)" "" (gt $stdioStop 0.0)) $needed) }}
+{{- /* After the drain the proxy closes its upstreams and the store: 10 s for that. */}}
+{{- $needed = addf $needed 10 }}
+{{- if lt (float64 .Values.terminationGracePeriodSeconds) $needed }}
+{{- $errors = append $errors (printf "terminationGracePeriodSeconds (%v) must be at least preStopSleepSeconds + shutdown.grace_s + 10%s = %v: in-flight calls would be killed" .Values.terminationGracePeriodSeconds (ternary " + 2 x upstream.shutdown_grace_s (stdio)" "" (gt $stdioStop 0.0)) $needed) }}
 {{- end }}
 {{- $probeTimeout := dig "readiness" "probe_timeout_s" 3 $cfg | float64 }}
 {{- range $name := list "startup" "readiness" }}
@@ -290,8 +342,14 @@ The proxy container (both modes).
     - name: mcp-admin
       containerPort: {{ .Values.containerPorts.admin }}
       protocol: TCP
+    {{- $store := include "mcp-era-proxy.hasStore" . }}
+    {{- if $store }}
+    - name: mcp-internal
+      containerPort: {{ .Values.replicas.internalPort }}
+      protocol: TCP
+    {{- end }}
   {{- $secret := include "mcp-era-proxy.secretName" . }}
-  {{- if or $secret .Values.extraEnv }}
+  {{- if or $secret .Values.extraEnv $store }}
   env:
     {{- if $secret }}
     - name: MCP_ERA_PROXY_SECURITY__SECRET
@@ -299,6 +357,31 @@ The proxy container (both modes).
         secretKeyRef:
           name: {{ $secret }}
           key: {{ .Values.sessionSecret.key }}
+    {{- with .Values.sessionSecret.previousKey }}
+    - name: MCP_ERA_PROXY_SECURITY__PREVIOUS_SECRETS
+      valueFrom:
+        secretKeyRef:
+          name: {{ $secret }}
+          key: {{ . }}
+          optional: true
+    {{- end }}
+    {{- end }}
+    {{- if $store }}
+    - name: MCP_ERA_PROXY_STORE__URL
+      valueFrom:
+        secretKeyRef:
+          name: {{ .Values.store.existingSecret }}
+          key: {{ .Values.store.secretKey }}
+    # Other replicas reach this pod's internal listener at its IP; never through the Service.
+    - name: POD_IP
+      valueFrom:
+        fieldRef:
+          fieldPath: status.podIP
+    {{- $v6 := contains ":" .Values.listenAddress }}
+    - name: MCP_ERA_PROXY_REPLICAS__INTERNAL_LISTEN
+      value: {{ include "mcp-era-proxy.address" (list .Values.listenAddress .Values.replicas.internalPort) | quote }}
+    - name: MCP_ERA_PROXY_REPLICAS__ADVERTISE
+      value: {{ printf (ternary "[$(POD_IP)]:%d" "$(POD_IP):%d" $v6) (int .Values.replicas.internalPort) | quote }}
     {{- end }}
     {{- with .Values.extraEnv }}
     {{- toYaml . | nindent 4 }}
