@@ -40,7 +40,9 @@ def make_cluster(replica_logs: Path, redis: RedisServer) -> ClusterFactory:
     """`make_cluster(upstream_url, name)`: three replicas on the shared Redis behind HAProxy."""
 
     def make(upstream: str, name: str, **settings: str) -> AbstractContextManager[Cluster]:
-        return cluster(upstream, replica_logs, name, redis=redis, **settings)
+        # SIGTERM gives calls in flight 5 s (20 by default): what a short rolling update allows,
+        # and the bound on a restart while a replica still holds calls nobody will finish.
+        return cluster(upstream, replica_logs, name, redis=redis, **{"shutdown__grace_s": "5", **settings})
 
     return make
 
