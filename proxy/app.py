@@ -20,6 +20,7 @@ from .downstream.guard import Guard, method_not_allowed, not_found, safe
 from .downstream.http import McpEndpoint
 from .metrics import Metrics
 from .protocol.detection import Detected
+from .protocol.request_state import RequestStateCodec
 from .protocol.versions import Era
 from .relay.bytes import ByteRelay
 from .relay.cache_watch import CacheWatcher
@@ -32,6 +33,7 @@ from .relay.modern_to_legacy import ModernToLegacy
 from .relay.modern_to_legacy import probe as probe_legacy
 from .relay.passthrough import ModernPassThrough
 from .relay.routes import routing_table
+from .replicas import Forwarder, Owner, ReplayEndpoint, ServerRequestIds, internal_app, new_boot_id
 from .sealing import Sealer
 from .sessions import InMemorySessionStore, SessionIds, SessionStore
 from .store_redis import RedisSessionStore, redis_store
@@ -48,6 +50,8 @@ MODERN_TO_LEGACY = web.AppKey("modern_to_legacy", ModernToLegacy)
 ADMIN = web.AppKey("admin", Admin)
 DETECTOR = web.AppKey("detector", EraDetector)
 CACHE = web.AppKey("cache", ResponseCache)
+FORWARDER = web.AppKey("forwarder", Forwarder)
+INTERNAL = web.AppKey("internal", web.Application)  # the internal listener's application, when configured
 
 
 def create_app(
@@ -65,8 +69,14 @@ def create_app(
     secret = settings.security.secret.encode() if settings.security.secret else secrets.token_bytes(32)
     previous = [old.encode() for old in settings.security.previous_secrets]
     sealer = Sealer(secret, previous, clock)
-    boot = secrets.token_hex(8)  # this process, as the tokens it mints name it
     ids = SessionIds(sealer, settings.sessions.max_lifetime_s, clock)
+    # This process, as the tokens it mints name it: a new boot id each start, so a successor at
+    # the same address is never taken for it.
+    owner = Owner(new_boot_id(), settings.replicas.advertised)
+    boot = owner.boot
+    codec = RequestStateCodec(sealer, owner.boot, owner.address, clock)
+    server_ids = ServerRequestIds(sealer, owner)
+    forwarder = Forwarder(settings, sealer, owner, codec, server_ids, metrics, clock)
     cache = ResponseCache(settings.cache, metrics, cache_clock)
     failures = UpstreamFailures(metrics)
     http: HttpUpstream | None = None
@@ -122,13 +132,15 @@ def create_app(
             clock=clock,
         )
     store = store or InMemorySessionStore()
-    translating_backend = TranslatingBackend(settings, modern_upstream, store, metrics, cache, failures)
+    translating_backend = TranslatingBackend(
+        settings, modern_upstream, store, metrics, cache, failures, server_ids=server_ids.mint
+    )
     translating_backend.on_era_mismatch = detector.suspect
     legacy_to_modern = LegacySessionHost(
         translating_backend, settings, store, ids, metrics, clock, owner=f"{boot}@{settings.replicas.advertised or ''}"
     )
     same_era = ModernPassThrough(settings, modern_upstream, metrics, cache, failures)
-    modern_to_legacy = ModernToLegacy(settings, legacy_sessions, metrics, secret, clock, cache=cache, failures=failures)
+    modern_to_legacy = ModernToLegacy(settings, legacy_sessions, metrics, codec, clock, cache=cache, failures=failures)
     modern_to_legacy.on_era_mismatch = detector.suspect
     router = routing_table(
         config.transport,
@@ -146,7 +158,7 @@ def create_app(
         watcher.reset()
 
     detector.on_change = era_changed
-    endpoint = McpEndpoint(settings, metrics, detector, router, failures, sealer=sealer, boot=boot)
+    endpoint = McpEndpoint(settings, metrics, detector, router, failures, forwarder, sealer=sealer, boot=boot)
 
     async def ready() -> None:
         if await detector.current() is Era.MODERN:
@@ -172,6 +184,7 @@ def create_app(
     app[DETECTOR] = detector
     app[CACHE] = cache
     app[ADMIN] = admin
+    app[FORWARDER] = forwarder
     app.router.add_post(settings.path, safe(endpoint.post, guard))
     app.router.add_get(settings.path, safe(endpoint.get, guard))
     app.router.add_delete(settings.path, safe(endpoint.delete, guard))
@@ -183,6 +196,12 @@ def create_app(
     admin_app.router.add_get("/metrics", safe(admin.metrics))
     for application in {id(app): app, id(admin_app): admin_app}.values():
         application.router.add_route("*", "/{tail:.*}", safe(not_found))  # JSON, never aiohttp's text page
+    if settings.replicas.internal_listen is not None:
+        # Replays come from other replicas: Origin and Host were checked where the client connected.
+        replay = ReplayEndpoint(
+            sealer, owner, {"POST": safe(endpoint.post), "GET": safe(endpoint.get), "DELETE": safe(endpoint.delete)}
+        )
+        app[INTERNAL] = internal_app(replay, safe, settings.security.max_body_bytes)
 
     hosts = [host for host in (legacy_to_modern, process_sessions) if host is not None]
 
@@ -195,6 +214,7 @@ def create_app(
         jobs.append((pool_interval, modern_to_legacy.maintain))
         tasks = [asyncio.create_task(_every(interval, job)) for interval, job in jobs]
         tasks.append(asyncio.create_task(_detect_early(detector)))
+        await forwarder.start()
         yield
         for task in tasks:
             task.cancel()
@@ -210,6 +230,7 @@ def create_app(
             await stdio.close()
         if http is not None and owns_session:
             await http.close()
+        await forwarder.close()
         if owned_store is not None:
             await owned_store.aclose()
 

@@ -14,7 +14,7 @@ import structlog
 from aiohttp import web
 
 from . import __version__
-from .app import ADMIN, create_app
+from .app import ADMIN, INTERNAL, create_app
 from .config import ENV_PREFIX, ConfigError, Settings, load_settings, parse_listen
 from .downstream.server import runner as make_runner
 from .logs import configure_logging
@@ -85,9 +85,15 @@ async def serve(
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(signum, stop.set)
     app, admin_app = create_app(settings)
+    internal_app = app.get(INTERNAL)
     runners: list[web.AppRunner] = []
+    listeners = (
+        (app, settings.listen),
+        (internal_app, settings.replicas.internal_listen),  # replays from other replicas only
+        (admin_app, settings.admin_listen),
+    )
     try:
-        for application, address in ((app, settings.listen), (admin_app, settings.admin_listen)):
+        for application, address in listeners:
             if application is None or address is None:
                 continue
             runner = make_runner(application, settings)  # with deadlines on reading requests
@@ -98,7 +104,8 @@ async def serve(
             # Each has an admin port of its own (proxy/workers.py).
             shared = settings.workers > 1 and application is app
             await web.TCPSite(runner, host, port, reuse_address=True, reuse_port=shared or None).start()
-            log.info("listening", address=f"http://{address}{settings.path if application is app else ''}")
+            path = settings.path if application is app else ""
+            log.info("listening", address=f"http://{address}{path}", internal=application is internal_app)
         _tune_gc()
         if on_started is not None:
             on_started()
@@ -114,7 +121,8 @@ async def serve(
         app[ADMIN].draining = True  # /readyz answers 503 from now on
     finally:
         # The MCP listener first (stop accepting, end streams, let calls finish, close upstreams),
-        # the separate admin listener last, so readiness can be seen failing meanwhile.
+        # then the internal one (replays of calls still parked here are served meanwhile), the
+        # separate admin listener last, so readiness can be seen failing meanwhile.
         for started in runners:
             await started.cleanup()
         log.info("stopped")

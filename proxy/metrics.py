@@ -106,6 +106,14 @@ class Metrics:
         self.input_rounds = Counter(
             PREFIX + "input_rounds_total", "Multi round-trip input rounds relayed.", ["direction", "method"], registry=r
         )
+        self.forwards = Counter(
+            PREFIX + "forwards_total",
+            "Echoes forwarded to the replica holding what they name: kind resume (a requestState "
+            "retry), deliver (a legacy client's answer) or subscribe (to the GET stream's replica); "
+            "outcome ok, owner_gone or refused.",
+            ["kind", "outcome"],
+            registry=r,
+        )
         self.upstream_sessions = Gauge(
             PREFIX + "upstream_sessions_open",
             "Legacy sessions the proxy holds with the upstream.",

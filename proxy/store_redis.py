@@ -286,7 +286,10 @@ class RedisSessionStore:
             "init": "1" if session.initialized else "0",
             "mv": session.modern_version,
             "subs": subs,
-            "own": session.stream_owner,
+            # Sealed too: an address other replicas forward to must come from the proxy itself.
+            "own": self._sealer.seal("sto", session.stream_owner.encode(), key.encode())
+            if session.stream_owner
+            else "",
         }
 
     def _apply(self, session: LegacySession, fields: dict[bytes, bytes], key: str) -> bool:
@@ -302,7 +305,11 @@ class RedisSessionStore:
             if subs is None:
                 return False
             session.subscriptions = frozenset(str(uri) for uri in orjson.loads(subs))
-            session.stream_owner = fields.get(b"own", b"").decode()
+            owner = fields.get(b"own", b"").decode()
+            opened = self._sealer.open("sto", owner, key.encode()) if owner else b""
+            if opened is None:
+                return False
+            session.stream_owner = opened.decode()
             if session.core_in_store:
                 core = self._sealer.open("sto", fields.get(b"core", b"").decode(), key.encode())
                 if core is None:

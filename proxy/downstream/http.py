@@ -32,6 +32,7 @@ from ..relay.detect import EraDetector
 from ..relay.failures import UpstreamFailures
 from ..relay.legacy_sessions import LegacySessionHost
 from ..relay.routes import Router
+from ..replicas import Forwarder, OwnerGone, call_lost
 from ..sealing import Sealer
 from ..sessions import LegacySession, principal_of, short_hash
 from .resume import EventIds, lost_stream_events, open_event_id
@@ -44,6 +45,7 @@ Host = LegacySessionHost[Any]
 # context (meta.TRACE_KEYS) and these.
 _PASSTHROUGH_PREFIXES = ("mcp-",)
 _SESSION_HEADER_LOWER = SESSION_HEADER.lower()
+_STREAM_SCOPED = frozenset({"resources/subscribe", "resources/unsubscribe"})
 _LOGGED_METHOD_MAX = 200  # characters of a client's method name the access log keeps
 
 
@@ -59,10 +61,12 @@ class McpEndpoint:
         detector: EraDetector,
         router: Router,
         failures: UpstreamFailures,
+        forwarder: Forwarder | None = None,
         sealer: Sealer | None = None,
         boot: str = "",
     ) -> None:
         self._settings = settings
+        self._forwarder = forwarder
         self._sealer = sealer  # event ids on legacy POST streams (downstream/resume.py)
         self._boot = boot
         self._metrics = metrics
@@ -171,7 +175,7 @@ class McpEndpoint:
         record.session = session.id
         if route is Route.LEGACY_BATCH:
             return await self._batch(request, host, session, body, caller, record)
-        return await self._legacy_message(request, host, session, body, caller, record)
+        return await self._legacy_message(request, host, session, body, caller, record, raw)
 
     # ------------------------------------------------------------ legacy clients
 
@@ -208,6 +212,7 @@ class McpEndpoint:
         body: dict[str, Any],
         caller: Caller,
         record: _Record,
+        raw: bytes,
     ) -> web.StreamResponse:
         kind = jsonrpc.kind(body)
         record.method = body.get("method") if kind != "response" else "response"
@@ -217,12 +222,31 @@ class McpEndpoint:
             await host.handle_notification(session, body)
             return web.Response(status=202)
         if kind == "response":
-            if not await host.handle_response(session, body):
-                log.info("unexpected_response", session=short_hash(session.id), id=body.get("id"))
+            await self._answer(request, host, session, body)
             return web.Response(status=202)
+        if body["method"] in _STREAM_SCOPED and self._forwarder is not None:
+            owner = self._forwarder.stream_owner(session.stream_owner)
+            if owner is not None:
+                # What the session's GET stream is fed from (its upstream listen) lives on the
+                # replica holding the stream: the subscription changes there.
+                try:
+                    return await self._forwarder.replay(request, raw, owner, kind="subscribe")
+                except OwnerGone:
+                    pass  # that replica is gone: the change is made here, for the stream's next home
         async with RequestReply(request, self._keepalive_s, self._event_ids(session, body["id"])) as reply:
             message = await self._run(host, session, body, reply, caller, record)
             return await reply.finish(message)
+
+    async def _answer(self, request: web.Request, host: Host, session: LegacySession, message: dict[str, Any]) -> None:
+        """A legacy client's answer to a server-to-client request: to whoever awaits it, here or
+        on the replica that sent the request (its id names it). The client gets 202 either way:
+        an answer nobody awaits any more is dropped, as the spec has it."""
+        owner = self._forwarder.request_owner(message.get("id"), session.id) if self._forwarder else None
+        if owner is not None:
+            assert self._forwarder is not None
+            await self._forwarder.deliver(request, message, owner)
+        elif not await host.handle_response(session, message):
+            log.info("unexpected_response", session=short_hash(session.id), id=message.get("id"))
 
     def _event_ids(self, session: LegacySession, request_id: Any) -> EventIds | None:
         if self._sealer is None:
@@ -279,7 +303,7 @@ class McpEndpoint:
             if kind == "notification":
                 await host.handle_notification(session, item)
             elif kind == "response":
-                await host.handle_response(session, item)
+                await self._answer(request, host, session, item)
             else:
                 requests.append(item)
         if not requests:
@@ -324,6 +348,16 @@ class McpEndpoint:
         if route.modern_bytes and checked.method not in CACHEABLE_METHODS and checked.method != "subscriptions/listen":
             return await self._bytes(request, "POST", raw, record, legacy=False, message=body)
         caller = self._caller(request, same_era=era is Era.MODERN)
+        state = jsonrpc.params_of(body).get("requestState") if era is Era.LEGACY else None
+        if state is not None and self._forwarder is not None:
+            # A retry of a call parked on a legacy upstream: served where the call is parked.
+            owner = self._forwarder.state_owner(state, caller.principal)
+            if owner is not None:
+                try:
+                    return await self._forwarder.replay(request, raw, owner, kind="resume", request_id=body["id"])
+                except OwnerGone:
+                    lost = call_lost()
+                    raise ProxyError(lost["code"], lost["message"], data=lost["data"]) from None
         if checked.method == "subscriptions/listen":
             return await self._listen(request, route.modern.listen(checked, caller), body["id"])
         async with RequestReply(request, self._keepalive_s) as reply:

@@ -139,6 +139,9 @@ class Runner(web.AppRunner):
         return DeadlineServer(await super()._make_server(), self._limits)
 
 
+_SHORTEST_GRACE_S = 0.01
+
+
 def runner(app: web.Application, settings: Settings) -> Runner:
     """The runner of one listener (the MCP endpoint, or the admin endpoints on their own address).
 
@@ -152,6 +155,8 @@ def runner(app: web.Application, settings: Settings) -> Runner:
         settings.downstream,
         handler_cancellation=True,
         access_log=None,
-        shutdown_timeout=settings.shutdown.grace_s,
+        # aiohttp reads a timeout of 0 as none at all (shutdown would wait for every call): a
+        # grace of 0 means "cancel at once".
+        shutdown_timeout=max(settings.shutdown.grace_s, _SHORTEST_GRACE_S),
         keepalive_timeout=settings.downstream.idle_timeout_s,
     )

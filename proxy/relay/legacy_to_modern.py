@@ -109,8 +109,13 @@ class TranslatingBackend:
         metrics: Metrics,
         cache: ResponseCache | None = None,
         failures: UpstreamFailures | None = None,
+        server_ids: Callable[[str, int], str | int] | None = None,
     ) -> None:
+        """`server_ids(session_id, count)`: the id of the count-th request sent to a session's
+        client (replicas.ServerRequestIds.mint: a sealed id naming this replica); the count itself
+        without it."""
         self._settings = settings
+        self._server_ids = server_ids or (lambda session_id, count: count)
         self._upstream = upstream
         self._store = store
         self._metrics = metrics
@@ -164,7 +169,8 @@ class TranslatingBackend:
             log.debug("notification_ignored", method=message["method"])
 
     async def respond(self, session: LegacySession, runtime: Runtime, message: JSONDict) -> bool:
-        future = runtime.pending.get(message["id"]) if isinstance(message["id"], int) else None
+        request_id = message["id"]
+        future = runtime.pending.get(request_id) if isinstance(request_id, (int, str)) else None
         if future is None or future.done():
             return False
         future.set_result(message)
@@ -422,11 +428,11 @@ class TranslatingBackend:
                 async with asyncio.timeout(self._settings.input.initialized_wait_s):
                     await runtime.initialized.wait()
         loop = asyncio.get_running_loop()
-        waiting: dict[asyncio.Future[JSONDict], tuple[str, int]] = {}  # answer -> (key, server request id)
+        waiting: dict[asyncio.Future[JSONDict], tuple[str, int | str]] = {}  # answer -> (key, server request id)
         actions: list[Action] = []
         try:
             for ask in asks:
-                server_id = next(runtime.server_request_ids)
+                server_id = self._server_ids(runtime.session_id, next(runtime.server_request_ids))
                 future: asyncio.Future[JSONDict] = loop.create_future()
                 runtime.pending[server_id] = future
                 waiting[future] = (ask.key, server_id)
@@ -572,7 +578,7 @@ class TranslatingBackend:
         raise UpstreamProtocolError(self._upstream.name, "supports no protocol version this proxy speaks")
 
 
-async def _withdraw(channel: ReplyChannel, server_ids: list[int], reason: str) -> None:
+async def _withdraw(channel: ReplyChannel, server_ids: list[int | str], reason: str) -> None:
     """Tell a legacy client to drop the requests we no longer wait for (docs/translation.md §3.6 item 8)."""
     for server_id in server_ids:  # the asks went out on this stream, so it can carry the withdrawal
         with contextlib.suppress(ConnectionError, RuntimeError):

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import secrets
 import time
 from collections import deque
 from collections.abc import AsyncGenerator, Callable, Sequence
@@ -231,7 +230,7 @@ class ModernToLegacy:
         settings: Settings,
         sessions: SessionFactory,
         metrics: Metrics,
-        secret: bytes,
+        codec: RequestStateCodec,
         clock: Callable[[], float] = time.time,
         cache: ResponseCache | None = None,
         failures: UpstreamFailures | None = None,
@@ -243,8 +242,7 @@ class ModernToLegacy:
         self.failures = failures if failures is not None else UpstreamFailures(metrics)
         self.pool = SessionPool(self.name, settings.upstream.pool, owner=self, factory=sessions)
         self.pool.on_change = lambda delta: metrics.upstream_sessions.labels(self.name).inc(delta)
-        previous = [old.encode() for old in settings.security.previous_secrets]
-        self.codec = RequestStateCodec(secret, secrets.token_hex(4), clock, previous)
+        self.codec = codec
         self._park_ids = ParkIds()
         self._parked: dict[str, LegacyCall] = {}
         self._calls: set[LegacyCall] = set()  # every call whose upstream side still runs
@@ -475,8 +473,10 @@ class ModernToLegacy:
     async def _resume(self, request: ModernRequest, channel: ReplyChannel, principal: str) -> Outcome:
         params = jsonrpc.params_of(request.message)
         request_id = request.message["id"]
-        claims = self.codec.verify(params.get("requestState"))
-        call = self._parked.get(claims.park_id) if claims is not None else None
+        claims = self.codec.verify(params.get("requestState"), principal)
+        # A call parked on another replica is forwarded there before it reaches this (replicas.py);
+        # one whose replica nobody can reach is no call here.
+        call = self._parked.get(claims.park_id) if claims is not None and self.codec.is_local(claims) else None
         if call is None or call.finished:
             return invalid_state(request_id)
         downstream = DownstreamRequest(request_id, m2l.progress_token_of(request.message), request.log_level)

@@ -41,7 +41,8 @@ class SessionRuntime(Generic[L]):
         self.live = live
         self.initialized = asyncio.Event()
         self.server_request_ids = itertools.count(1)  # never reused within the session
-        self.pending: dict[int, asyncio.Future[JSONDict]] = {}  # server-to-client requests awaited
+        # Server-to-client requests awaited, by the id sent (a sealed string with several replicas).
+        self.pending: dict[int | str, asyncio.Future[JSONDict]] = {}
         self.inflight: dict[Any, CancelScope] = {}  # the client's requests running, by its request id
         self.get_streams: list[GetStream] = []
         self.backlog: deque[JSONDict] = deque(maxlen=backlog_size)

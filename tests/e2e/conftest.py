@@ -126,12 +126,12 @@ def proxy_to_everything_stdio(start_proxy: ProxyFactory) -> Iterator[str]:
 
 
 @pytest.fixture(scope="session")
-def tap_factory(logs_dir: Path) -> Callable[[str], AbstractContextManager[tuple[str, Path]]]:
-    """A recording tap in front of a URL: (tap url, record file)."""
+def tap_factory(logs_dir: Path) -> Callable[..., AbstractContextManager[tuple[str, Path]]]:
+    """A recording tap in front of a URL (or of several, in turn): (tap url, record file)."""
     counter = iter(range(1_000_000))
 
     @contextmanager
-    def start(target: str) -> Iterator[tuple[str, Path]]:
+    def start(*targets: str) -> Iterator[tuple[str, Path]]:
         port = free_port()
         n = next(counter)
         record = logs_dir / f"tap-{n}.jsonl"
@@ -141,8 +141,7 @@ def tap_factory(logs_dir: Path) -> Callable[[str], AbstractContextManager[tuple[
             "tests.support.tap",
             "--port",
             str(port),
-            "--target",
-            target,
+            *(arg for target in targets for arg in ("--target", target)),
             "--record",
             str(record),
         ]

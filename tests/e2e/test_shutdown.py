@@ -32,7 +32,7 @@ async def sse_messages(response: aiohttp.ClientResponse) -> Any:
         *events, buffer = buffer.split(b"\n\n")
         for event in events:
             for line in event.splitlines():
-                if line.startswith(b"data:"):
+                if line.startswith(b"data:") and line[5:].strip():  # not a priming event (no data)
                     yield json.loads(line[5:])
 
 

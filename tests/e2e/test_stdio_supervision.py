@@ -83,7 +83,7 @@ async def first_progress_then_final(
         *events, buffer = buffer.split(b"\n\n")
         for event in events:
             for line in event.splitlines():
-                if line.startswith(b"data:"):
+                if line.startswith(b"data:") and line[5:].strip():  # not a priming event (no data)
                     message = json.loads(line[5:])
                     if message.get("method") == "notifications/progress":
                         progressed.set()
@@ -167,7 +167,8 @@ async def legacy_call(
     body = jsonrpc.request(request_id, "tools/call", {"name": name, "arguments": arguments})
     async with http.post(url, data=json.dumps(body), headers=headers) as response:
         text = await response.text()
-    frames = [json.loads(line[5:]) for line in text.splitlines() if line.startswith("data:")] or [json.loads(text)]
+    frames = [json.loads(line[5:]) for line in text.splitlines() if line.startswith("data:") and line[5:].strip()]
+    frames = frames or [json.loads(text)]
     return next(f for f in frames if f.get("id") == request_id)
 
 

@@ -29,6 +29,7 @@ from proxy.protocol.request_state import RequestStateCodec, StateClaims, params_
 from proxy.protocol.sse import Decoder, Event
 from proxy.protocol.status import Rejection
 from proxy.protocol.versions import LATEST_LEGACY, LATEST_MODERN
+from proxy.sealing import Sealer
 from tests.hostile import strategies as hs
 from tests.support import tally
 
@@ -222,7 +223,7 @@ class _Clock:
         return 1_700_000_000.0
 
 
-CODEC = RequestStateCodec(b"hostile-secret", "inst", _Clock())
+CODEC = RequestStateCodec(Sealer(b"hostile-secret", (), _Clock()), "0123456789abcdef", "127.0.0.1:1", _Clock())
 TOKEN = CODEC.mint("park-1", "alice", "tools/call", params_digest({"name": "x"}), 0, 600.0)
 
 
@@ -230,7 +231,7 @@ TOKEN = CODEC.mint("park-1", "alice", "tools/call", params_digest({"name": "x"})
 @given(st.one_of(hs.json_values, st.text(max_size=200), st.binary(max_size=40).map(lambda b: b.hex() + "." + b.hex())))
 def test_request_state_verify_refuses_every_foreign_token(token: Any) -> None:
     tried("request_state")
-    assert CODEC.verify(token) is None
+    assert CODEC.verify(token, "alice") is None
 
 
 @hostile
@@ -239,11 +240,11 @@ def test_request_state_verify_refuses_every_altered_token(where: int, char: str)
     tried("request_state")
     altered = TOKEN[:where] + char + TOKEN[where + 1 :]
     # One spelling only: base64url is read canonically, so even spare bits cannot be changed.
-    assert altered == TOKEN or CODEC.verify(altered) is None
+    assert altered == TOKEN or CODEC.verify(altered, "alice") is None
 
 
 def test_request_state_verify_reads_its_own_token() -> None:
-    assert isinstance(CODEC.verify(TOKEN), StateClaims)
+    assert isinstance(CODEC.verify(TOKEN, "alice"), StateClaims)
 
 
 # ---------------------------------------------------------------- SSE framing from upstreams
@@ -445,7 +446,7 @@ def test_parked_call_survives_any_upstream_stream_and_any_retry(data: st.DataObj
                 "requestState": "t",
             }
             claims = StateClaims(
-                state.park_id, "alice", "tools/call", params_digest(retry_params), state.round, 0.0, "i"
+                state.park_id, "alice", "tools/call", params_digest(retry_params), state.round, 0.0, "i", None
             )
             request = jsonrpc.request("f2", "tools/call", retry_params)
             actions += call.retry(

@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import aiohttp
 import pytest
 
 from proxy.config import ENV_PREFIX
@@ -154,3 +155,52 @@ def test_check_config_never_prints_a_secret() -> None:
     done = run_cli("--upstream", "http://127.0.0.1:1/mcp", "--check-config", env=env)
     assert done.returncode == 0, done.stderr
     assert "current-secret" not in done.stdout and "old-secret" not in done.stdout
+
+
+async def test_the_command_line_starts_the_internal_listener_beside_the_public_one() -> None:
+    """With replicas.internal_listen the replay endpoint listens there (refusing what it did not
+    seal) and only there: the public listener answers its path 404."""
+    ports = []
+    for _ in range(2):
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            ports.append(sock.getsockname()[1])
+    public, internal = ports
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(ENV_PREFIX)}
+    env = {
+        **clean,
+        f"{ENV_PREFIX}UPSTREAM__ERA": "legacy",
+        f"{ENV_PREFIX}SECURITY__SECRET": "a-shared-secret-0123456789",
+        f"{ENV_PREFIX}REPLICAS__INTERNAL_LISTEN": f"127.0.0.1:{internal}",
+    }
+    argv = ["--upstream", "http://127.0.0.1:1/mcp", "--listen", f"127.0.0.1:{public}"]
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "proxy",
+        *argv,
+        env=env,
+        cwd=REPO,
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    try:
+        assert proc.stderr is not None
+        async with asyncio.timeout(30):
+            listening = 0
+            while listening < 2:  # the public listener, then the internal one
+                line = await proc.stderr.readline()
+                assert line, "the proxy exited before it listened"
+                listening += b'"listening"' in line
+            async with aiohttp.ClientSession() as http:
+                async with http.post(f"http://127.0.0.1:{internal}/_mep/v1/replay", data=b"junk") as refused:
+                    assert refused.status == 401
+                async with http.post(f"http://127.0.0.1:{public}/_mep/v1/replay", data=b"junk") as absent:
+                    assert absent.status == 404
+                async with http.post(f"http://127.0.0.1:{internal}/mcp", data=b"{}") as no_endpoint:
+                    assert no_endpoint.status == 404  # the MCP endpoint is not on the internal listener
+    finally:
+        proc.terminate()
+        async with asyncio.timeout(30):
+            await proc.wait()

@@ -26,7 +26,7 @@ async def switchable(aiohttp_server: Any, tmp_path: Any) -> tuple[Tap, str, str,
     modern, legacy = FakeModern(), FakeLegacy()
     modern_url = str((await serve(aiohttp_server, modern.app)).make_url(PATH))
     legacy_url = str((await serve(aiohttp_server, legacy.app)).make_url(PATH))
-    tap = Tap(modern_url, tmp_path / "record.jsonl")
+    tap = Tap([modern_url], tmp_path / "record.jsonl")
     app = web.Application()
     app.router.add_route("*", PATH, tap.handle)
 
@@ -60,7 +60,7 @@ async def test_a_modern_upstream_replaced_by_a_legacy_one_is_detected_again(
     assert first.status == 200 and detector.era is Era.MODERN
     session = {**HEADERS, "Mcp-Session-Id": first.headers["Mcp-Session-Id"], "MCP-Protocol-Version": "2025-11-25"}
 
-    tap.target = legacy_url  # the server behind the URL now speaks 2025-11-25 only
+    tap.targets = [legacy_url]  # the server behind the URL now speaks 2025-11-25 only
     stale = await client.post(PATH, json=jsonrpc.request(2, "tools/list"), headers=session)
     assert "error" in await stale.json()  # translated for a modern server the legacy one cannot read
 

@@ -565,7 +565,7 @@ async def test_input_requests_are_asked_on_the_post_stream_and_the_answers_retri
     assert final == {"jsonrpc": "2.0", "id": request_id, "result": {"content": text("deployed")}}
     assert end is None  # the final response ends the stream
     assert len({m["id"] for m in asked.values()}) == 3
-    assert all(isinstance(m["id"], int) for m in asked.values())
+    assert all(isinstance(m["id"], str) for m in asked.values())  # sealed, naming this replica
     assert asked["elicitation/create"]["params"] == ELICIT["params"]
     assert asked["sampling/createMessage"]["params"] == SAMPLE["params"]
     first, retry = fake.calls_of("tools/call")

@@ -5,8 +5,10 @@ back unchanged, while writing each JSON-RPC message it sees to a JSON-lines file
 {"dir": "to_server"|"to_client", "exchange": n, "session": id|null, "message": {...}}, where
 `exchange` numbers the HTTP request/response pairs.
 Tests then validate what the proxy sent against the schema of the revision it negotiated.
+Given several targets it sends each request to the next one in turn (strict round-robin, as a
+balancer in front of replicas would).
 
-    python -m tests.support.tap --port PORT --target URL --record FILE
+    python -m tests.support.tap --port PORT --target URL [--target URL ...] --record FILE
 """
 
 from __future__ import annotations
@@ -25,8 +27,8 @@ _HOP = {"content-length", "transfer-encoding", "connection", "keep-alive"}
 
 
 class Tap:
-    def __init__(self, target: str, record: Path) -> None:
-        self.target = target
+    def __init__(self, targets: list[str], record: Path) -> None:
+        self.targets = targets
         self.record = record.open("a", buffering=1)
         self.client: aiohttp.ClientSession | None = None
         self.exchanges = 0
@@ -49,7 +51,11 @@ class Tap:
                 pass
         headers = {k: v for k, v in request.headers.items() if k.lower() not in _HOP}
         async with self.client.request(
-            request.method, self.target, data=body or None, headers=headers, allow_redirects=False
+            request.method,
+            self.targets[(exchange - 1) % len(self.targets)],
+            data=body or None,
+            headers=headers,
+            allow_redirects=False,
         ) as upstream:
             session = upstream.headers.get("Mcp-Session-Id", session)
             response = web.StreamResponse(
@@ -84,7 +90,7 @@ class Tap:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--port", type=int, required=True)
-    parser.add_argument("--target", required=True)
+    parser.add_argument("--target", action="append", required=True)
     parser.add_argument("--record", type=Path, required=True)
     args = parser.parse_args()
     tap = Tap(args.target, args.record)

@@ -73,7 +73,8 @@ def claims_for(call: ParkedCall, **overrides: Any) -> StateClaims:
         "digest": params_digest(state.params),
         "round": state.round,
         "expires": 0.0,
-        "instance": "i",
+        "boot": "0123456789abcdef",
+        "address": None,
         **overrides,
     }
     return StateClaims(**fields)

@@ -1,18 +1,18 @@
-"""The signed `requestState` tokens that resume parked legacy calls (docs/translation.md §4.5;
-proxy/protocol/request_state.py). The clock is injected: no sleeps."""
+"""The sealed `requestState` tokens that resume parked legacy calls (docs/translation.md §4.5;
+proxy/protocol/request_state.py), with the edge's real Sealer injected. The clock is injected:
+no sleeps."""
 
 from __future__ import annotations
 
-import base64
 import copy
 import hashlib
-import hmac
 import json
 import re
 
 import pytest
 
 from proxy.protocol.request_state import (
+    PURPOSE,
     RequestStateCodec,
     StateClaims,
     b64url,
@@ -20,12 +20,13 @@ from proxy.protocol.request_state import (
     params_digest,
     unb64url,
 )
+from proxy.sealing import Sealer
 
 SECRET = b"s3cret-of-the-proxy"
-LABEL = b"mcp-era-proxy/requestState/v1"
 NOW = 1_700_000_000.25
 TTL_S = 600.0
 PARAMS = {"name": "deploy", "arguments": {"env": "prod", "replicas": 3}}
+BOOT, ADDRESS = "0123456789abcdef", "10.0.0.7:8081"
 _ABSENT = object()  # a claim left out of `claims_json`
 
 
@@ -37,31 +38,39 @@ class Clock:
         return self.now
 
 
-def codec(secret: bytes = SECRET, clock: Clock | None = None, instance: str = "inst-1") -> RequestStateCodec:
-    return RequestStateCodec(secret, instance, clock or Clock())
+def sealer(secret: bytes = SECRET, clock: Clock | None = None, previous: tuple[bytes, ...] = ()) -> Sealer:
+    return Sealer(secret, previous, clock or Clock())
+
+
+def codec(
+    secret: bytes = SECRET,
+    clock: Clock | None = None,
+    boot: str = BOOT,
+    address: str | None = ADDRESS,
+    previous: tuple[bytes, ...] = (),
+) -> RequestStateCodec:
+    clock = clock or Clock()
+    return RequestStateCodec(sealer(secret, clock, previous), boot, address, clock)
 
 
 def mint(subject: RequestStateCodec, principal: str = "alice", round_: int = 1, ttl_s: float = TTL_S) -> str:
     return subject.mint("park-1", principal, "tools/call", params_digest(PARAMS), round_, ttl_s)
 
 
-def sign(payload: bytes, secret: bytes = SECRET) -> str:
-    """A token as the design note specifies it, built independently of the codec."""
-    key = hmac.new(secret, LABEL, hashlib.sha256).digest()
-    mac = hmac.new(key, payload, hashlib.sha256).digest()[:16]
-    return b64url(payload) + "." + b64url(mac)
+def seal(payload: bytes, principal: str = "alice", secret: bytes = SECRET) -> str:
+    """A token sealed by hand as the design note specifies it: the claims, the principal as aad."""
+    return sealer(secret).seal(PURPOSE, payload, principal.encode())
 
 
 def claims_json(**overrides: object) -> dict:
     claims = {
-        "v": 1,
+        "v": 2,
         "pid": "park-1",
-        "sub": "alice",
         "m": "tools/call",
         "d": params_digest(PARAMS),
         "r": 1,
         "exp": NOW + TTL_S,
-        "inst": "inst-1",
+        "own": [BOOT, ADDRESS],
     }
     claims.update(overrides)
     return {k: v for k, v in claims.items() if v is not _ABSENT}
@@ -123,33 +132,52 @@ def test_the_digest_leaves_its_input_alone():
 # ---------------------------------------------------------------- mint and verify
 
 
-def test_a_minted_token_verifies_to_its_claims():
+def test_a_minted_token_verifies_to_its_claims_and_names_its_owner():
     subject = codec()
     token = mint(subject, round_=3)
-    assert subject.verify(token) == StateClaims(
+    claims = subject.verify(token, "alice")
+    assert claims == StateClaims(
         park_id="park-1",
         principal="alice",
         method="tools/call",
         digest=params_digest(PARAMS),
         round=3,
         expires=NOW + TTL_S,
-        instance="inst-1",
+        boot=BOOT,
+        address=ADDRESS,
     )
+    assert subject.is_local(claims)
+    assert re.fullmatch(r"[A-Za-z0-9_-]+", token)
 
 
-def test_a_token_is_base64url_claims_dot_a_truncated_hmac_under_a_derived_key():
-    token = mint(codec())
-    body, mac = token.split(".")
-    payload = unb64url(body)
-    assert json.loads(payload) == claims_json()
-    assert len(unb64url(mac)) == 16
-    assert token == sign(payload)
-    assert re.fullmatch(r"[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+", token)
+def test_a_token_is_sealed_claims_that_nobody_can_read():
+    token = mint(codec(), principal="alice@example.com")
+    raw = unb64url(token)
+    for secret_part in (b"park-1", b"tools/call", ADDRESS.encode(), BOOT.encode(), b"alice"):
+        assert secret_part not in raw
+    opened = sealer().open(PURPOSE, token, b"alice@example.com")
+    assert opened is not None and json.loads(opened) == claims_json()
+
+
+def test_a_token_of_a_replica_without_an_address_names_only_its_boot():
+    subject = codec(address=None)
+    claims = subject.verify(mint(subject), "alice")
+    assert claims is not None and (claims.boot, claims.address) == (BOOT, None)
+
+
+def test_another_replicas_token_verifies_and_is_not_local():
+    """Replicas share the secret: B reads A's token, and sees it is A's."""
+    clock = Clock()
+    a, b = codec(clock=clock), codec(clock=clock, boot="fedcba9876543210", address="10.0.0.8:8081")
+    claims = b.verify(mint(a), "alice")
+    assert claims is not None and not b.is_local(claims)
+    assert (claims.boot, claims.address) == (BOOT, ADDRESS)
 
 
 def test_the_expiry_is_now_plus_the_ttl_rounded_to_milliseconds():
     token = codec(clock=Clock(100.0)).mint("p", "alice", "tools/call", "d", 1, 0.12345)
-    assert json.loads(unb64url(token.split(".")[0]))["exp"] == 100.123
+    opened = sealer(clock=Clock(100.0)).open(PURPOSE, token, b"alice")
+    assert opened is not None and json.loads(opened)["exp"] == 100.123
 
 
 def test_a_token_is_still_valid_just_before_it_expires():
@@ -157,7 +185,7 @@ def test_a_token_is_still_valid_just_before_it_expires():
     subject = codec(clock=clock)
     token = mint(subject)
     clock.now = NOW + TTL_S - 0.001
-    assert subject.verify(token) is not None
+    assert subject.verify(token, "alice") is not None
 
 
 @pytest.mark.parametrize("late_by", [0.0, 0.001, 1.0, 86400.0])
@@ -166,152 +194,69 @@ def test_an_expired_token_is_refused(late_by):
     subject = codec(clock=clock)
     token = mint(subject)
     clock.now = NOW + TTL_S + late_by
-    assert subject.verify(token) is None
+    assert subject.verify(token, "alice") is None
+
+
+def test_a_token_of_another_principal_is_refused():
+    subject = codec()
+    token = mint(subject, principal="alice")
+    assert subject.verify(token, "mallory") is None
+    assert subject.verify(token, "") is None
+    assert subject.verify(token, "alice") is not None
 
 
 def test_a_token_minted_with_another_secret_is_refused():
-    assert codec(SECRET).verify(mint(codec(b"another secret"))) is None
+    assert codec(SECRET).verify(mint(codec(b"another secret")), "alice") is None
 
 
-def test_a_token_signed_with_the_raw_secret_instead_of_the_derived_key_is_refused():
+def test_a_token_sealed_for_another_purpose_is_refused():
     payload = json.dumps(claims_json()).encode()
-    mac = hmac.new(SECRET, payload, hashlib.sha256).digest()[:16]
-    assert codec().verify(b64url(payload) + "." + b64url(mac)) is None
-    assert codec().verify(sign(payload)) is not None
+    other = sealer().seal("sid", payload, b"alice")
+    assert codec().verify(other, "alice") is None
+    assert codec().verify(seal(payload), "alice") is not None
 
 
-@pytest.mark.parametrize(
-    "change",
-    [
-        {"sub": "mallory"},
-        {"r": 2},
-        {"pid": "park-2"},
-        {"m": "prompts/get"},
-        {"exp": NOW + 10 * TTL_S},
-    ],
-)
-def test_a_token_whose_claims_were_altered_is_refused(change):
+@pytest.mark.parametrize("position", [0, 3, 10, 30, -1])
+def test_a_token_altered_anywhere_is_refused(position):
     subject = codec()
-    body, mac = mint(subject).split(".")
-    claims = json.loads(unb64url(body))
-    assert b64url(json.dumps(claims, separators=(",", ":")).encode()) == body  # the re-encoding is exact
-    forged = b64url(json.dumps({**claims, **change}, separators=(",", ":")).encode()) + "." + mac
-    assert subject.verify(forged) is None
-
-
-@pytest.mark.parametrize("position", [0, 7, 15])
-def test_a_token_whose_mac_was_altered_is_refused(position):
-    subject = codec()
-    body, mac = mint(subject).split(".")
-    raw = bytearray(unb64url(mac))
+    raw = bytearray(unb64url(mint(subject)))
     raw[position] ^= 0x01
-    assert subject.verify(body + "." + b64url(bytes(raw))) is None
+    assert subject.verify(b64url(bytes(raw)), "alice") is None
 
 
-@pytest.mark.parametrize("length", [0, 8, 15])
-def test_a_token_with_a_truncated_mac_is_refused(length):
+def test_a_truncated_token_is_refused():
     subject = codec()
-    body, mac = mint(subject).split(".")
-    assert subject.verify(body + "." + b64url(unb64url(mac)[:length])) is None
+    token = mint(subject)
+    for cut in (1, 10, len(token) // 2, len(token) - 2):
+        assert subject.verify(token[:cut], "alice") is None
 
 
-def _token_of_length(target: int) -> str:
+def test_a_token_over_4096_characters_is_refused_even_when_intact():
     subject = codec()
-    for size in range(1, 4096):
-        token = mint(subject, principal="a" * size)
-        if len(token) == target:
-            return token
-    raise AssertionError(f"no token of {target} characters")
+    token = mint(subject, principal="a")
+    long = seal(json.dumps(claims_json(m="x" * 4000)).encode())
+    assert len(long) > 4096
+    assert subject.verify(long, "alice") is None
+    assert subject.verify(token, "a") is not None
 
 
-def test_a_valid_token_up_to_4096_characters_verifies():
-    # base64url never yields 4073 characters, so 4095 is the longest token under the bound.
-    token = _token_of_length(4095)
-    assert codec().verify(token) is not None
+@pytest.mark.parametrize("token", [None, 5, 1.5, b"abc.def", ["a", "b"], {"t": "a.b"}, True, "", "!!!"])
+def test_a_token_that_is_not_a_sealed_string_is_refused(token):
+    assert codec().verify(token, "alice") is None
 
 
-def test_a_token_over_4096_characters_is_refused_even_with_a_good_mac():
-    token = _token_of_length(4097)
-    assert token == sign(unb64url(token.split(".")[0]))
-    assert codec().verify(token) is None
+def test_a_token_of_the_previous_hmac_format_is_refused():
+    assert codec().verify(b64url(json.dumps(claims_json(v=1)).encode()) + "." + b64url(b"x" * 16), "alice") is None
 
 
-@pytest.mark.parametrize("token", [None, 5, 1.5, b"abc.def", ["a", "b"], {"t": "a.b"}, True])
-def test_a_token_that_is_not_a_string_is_refused(token):
-    assert codec().verify(token) is None
+@pytest.mark.parametrize("payload", [b"not json", b"\xff\xfe", b"", b"[1, 2]", b'"claims"', b"42", b"null"])
+def test_a_sealed_payload_that_is_not_a_claims_object_is_refused(payload):
+    assert codec().verify(seal(payload), "alice") is None
 
 
-def test_a_token_without_a_dot_is_refused():
-    token = mint(codec())
-    assert codec().verify(token.replace(".", "")) is None
-    assert codec().verify(token.split(".")[0]) is None
-    assert codec().verify("") is None
-
-
-@pytest.mark.parametrize(
-    "token_of",
-    [
-        lambda body, mac: f"{body}!.{mac}",
-        lambda body, mac: f"{body}.{mac}!",
-        lambda body, mac: f"{body} .{mac}",
-        lambda body, mac: f"{body}.{mac}.{mac}",
-        lambda body, mac: f"{body}.{mac}\n",
-        lambda body, mac: f"{body}.é{mac}",
-        lambda body, mac: ".",
-    ],
-)
-def test_a_token_whose_parts_are_not_base64url_is_refused(token_of):
-    subject = codec()
-    body, mac = mint(subject).split(".")
-    assert subject.verify(token_of(body, mac)) is None
-
-
-def _non_canonical(text: str) -> str:
-    """The same bytes spelled differently: the unused low bits of the last character set."""
-    assert len(text) % 4 in (2, 3)
-    alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
-    return text[:-1] + alphabet[alphabet.index(text[-1]) + 1]
-
-
-@pytest.mark.parametrize(
-    "respell",
-    [
-        lambda body, mac: f"{body}.{mac}==",
-        lambda body, mac: f"{body}.{_non_canonical(mac)}",
-        lambda body, mac: f"{body}.{mac.replace('-', '+').replace('_', '/')}",
-    ],
-)
-def test_a_token_spelled_in_non_canonical_base64_is_refused_though_its_bytes_are_right(respell):
-    subject = codec()
-    # A principal whose MAC holds a `-` or `_`, so that the standard-alphabet spelling differs.
-    token = next(t for t in (mint(subject, principal=f"p{i}") for i in range(200)) if set("-_") & set(t.split(".")[1]))
-    body, mac = token.split(".")
-    respelled = respell(body, mac)
-    assert respelled != token
-    assert base64.b64decode(respelled.split(".")[1] + "==", altchars=b"-_") == unb64url(mac)
-    assert subject.verify(respelled) is None
-    assert subject.verify(token) is not None
-
-
-@pytest.mark.parametrize(
-    "payload",
-    [
-        b"not json",
-        b"\xff\xfe",
-        b"",
-        b"[1, 2]",
-        b'"claims"',
-        b"42",
-        b"null",
-    ],
-)
-def test_a_signed_payload_that_is_not_a_claims_object_is_refused(payload):
-    assert codec().verify(sign(payload)) is None
-
-
-@pytest.mark.parametrize("claim", ["pid", "sub", "m", "d", "r", "exp", "inst"])
-def test_a_signed_payload_lacking_a_claim_is_refused(claim):
-    assert codec().verify(sign(json.dumps(claims_json(**{claim: _ABSENT})).encode())) is None
+@pytest.mark.parametrize("claim", ["pid", "m", "d", "r", "exp", "own"])
+def test_a_sealed_payload_lacking_a_claim_is_refused(claim):
+    assert codec().verify(seal(json.dumps(claims_json(**{claim: _ABSENT})).encode()), "alice") is None
 
 
 @pytest.mark.parametrize(
@@ -319,34 +264,47 @@ def test_a_signed_payload_lacking_a_claim_is_refused(claim):
     [
         {"r": "first"},
         {"r": None},
-        {"r": [1]},
-        {"r": {"n": 1}},
         {"r": True},
         {"r": 1.5},
         {"exp": "tomorrow"},
         {"exp": None},
-        {"exp": [NOW]},
         {"exp": True},
         {"pid": 5},
-        {"sub": ["alice"]},
         {"m": None},
         {"d": 7},
-        {"inst": {}},
+        {"own": {}},
+        {"own": [BOOT]},
+        {"own": [BOOT, ADDRESS, 1]},
+        {"own": [None, ADDRESS]},
+        {"own": [BOOT, 8081]},
+        {"own": "boot"},
     ],
 )
-def test_a_signed_payload_with_claims_of_the_wrong_type_is_refused(change):
-    assert codec().verify(sign(json.dumps(claims_json(**change)).encode())) is None
+def test_a_sealed_payload_with_claims_of_the_wrong_type_is_refused(change):
+    assert codec().verify(seal(json.dumps(claims_json(**change)).encode()), "alice") is None
 
 
-@pytest.mark.parametrize("version", [2, 0, "1", None, _ABSENT])
-def test_a_signed_payload_of_another_format_version_is_refused(version):
-    assert codec().verify(sign(json.dumps(claims_json(v=version)).encode())) is None
+@pytest.mark.parametrize("version", [1, 3, 0, "2", None, _ABSENT])
+def test_a_sealed_payload_of_another_format_version_is_refused(version):
+    assert codec().verify(seal(json.dumps(claims_json(v=version)).encode()), "alice") is None
 
 
-def test_a_hand_signed_payload_of_the_documented_shape_verifies():
-    claims = codec().verify(sign(json.dumps(claims_json(r=4)).encode()))
+def test_a_hand_sealed_payload_of_the_documented_shape_verifies():
+    claims = codec().verify(seal(json.dumps(claims_json(r=4)).encode()), "alice")
     assert claims is not None
-    assert (claims.park_id, claims.principal, claims.round) == ("park-1", "alice", 4)
+    assert (claims.park_id, claims.principal, claims.round, claims.boot) == ("park-1", "alice", 4, BOOT)
+
+
+def test_tokens_of_a_previous_secret_still_verify_while_a_new_one_rolls_out() -> None:
+    clock = Clock()
+    old = codec(b"old-secret-of-16-chars", clock)
+    token = old.mint("park-1", "alice", "tools/call", params_digest(PARAMS), 0, TTL_S)
+    rotated = codec(SECRET, clock, boot="fedcba9876543210", previous=(b"old-secret-of-16-chars",))
+    claims = rotated.verify(token, "alice")
+    assert claims is not None and claims.park_id == "park-1" and claims.principal == "alice"
+    assert claims.boot == BOOT  # the owner survives the rotation
+    assert codec(clock=clock).verify(token, "alice") is None  # the old secret dropped: its tokens with it
+    assert old.verify(rotated.mint("park-2", "alice", "tools/call", "d", 0, TTL_S), "alice") is None
 
 
 # ---------------------------------------------------------------- base64url
@@ -394,14 +352,3 @@ def test_park_ids_are_128_random_bits_in_base64url():
 
 def test_park_ids_do_not_repeat():
     assert len({new_park_id() for _ in range(1000)}) == 1000
-
-
-def test_tokens_of_a_previous_secret_still_verify_while_a_new_one_rolls_out() -> None:
-    clock = Clock()
-    old = RequestStateCodec(b"old-secret-of-16-chars", "inst-1", clock)
-    token = old.mint("park-1", "alice", "tools/call", params_digest(PARAMS), 0, TTL_S)
-    rotated = RequestStateCodec(SECRET, "inst-2", clock, previous=[b"old-secret-of-16-chars"])
-    claims = rotated.verify(token)
-    assert claims is not None and claims.park_id == "park-1" and claims.principal == "alice"
-    assert codec().verify(token) is None  # the old secret dropped: its tokens with it
-    assert old.verify(rotated.mint("park-2", "alice", "tools/call", "d", 0, TTL_S)) is None  # minted with the new one
