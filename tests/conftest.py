@@ -7,6 +7,9 @@ from collections.abc import Iterator
 import pytest
 from blockbuster import BlockBuster, blockbuster_ctx
 
+# The real upstream peers, shared by tests/e2e and tests/replicas (one of each per session).
+pytest_plugins = ("tests.support.peer_fixtures",)
+
 
 @pytest.fixture(autouse=True)
 def blockbuster() -> Iterator[BlockBuster]:
@@ -18,9 +21,16 @@ def blockbuster() -> Iterator[BlockBuster]:
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     """The counts of the hostile-input, fault-injection and soak suites, and their defects (failed
-    tests of those suites), printed at the end of every run that ran them."""
+    tests of those suites), printed at the end of every run that ran them; the replica suite's
+    measurements on one line."""
     from tests.support import tally
 
+    if tally.REPLICAS:
+        terminalreporter.section("replicas")
+        groups = [g for g in dict.fromkeys((*tally.REPLICA_GROUPS, *sorted(tally.REPLICAS))) if g in tally.REPLICAS]
+        line = " | ".join(", ".join(tally.REPLICAS[g]) for g in groups)
+        failed = [r.nodeid for r in terminalreporter.stats.get("failed", []) if "tests/replicas/" in r.nodeid]
+        terminalreporter.write_line(f"replicas: {line} | failed {len(failed)}")
     if not tally.COUNTS and not tally.NOTES:
         return
     suites = ("tests/hostile/", "test_hostile_proxy.py", "test_faults.py", "test_soak.py")

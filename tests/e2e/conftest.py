@@ -6,14 +6,11 @@ listens anywhere but 127.0.0.1, and every process is stopped at teardown.
 
 from __future__ import annotations
 
-import json
 import shlex
-import subprocess
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -21,45 +18,6 @@ from tests.support import peers
 from tests.support.procs import free_port, listening
 
 pytestmark = pytest.mark.e2e
-
-
-@pytest.fixture(scope="session")
-def logs_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("e2e-logs")
-
-
-@pytest.fixture(scope="session")
-def fixture_modern(logs_dir: Path) -> Iterator[str]:
-    """The conformance fixture server in modern-only mode (2026-07-28)."""
-    port = free_port()
-    with listening(["bash", str(peers.peer_sh()), "fixture-modern", str(port)], port, logs_dir / "fixture-modern.log"):
-        yield f"http://127.0.0.1:{port}/mcp"
-
-
-@pytest.fixture(scope="session")
-def modern_server(logs_dir: Path) -> Iterator[str]:
-    """A modern-only server built on mcp==2.3.0 (legacy requests rejected in front of it)."""
-    port = free_port()
-    argv = [str(peers.mcp2_python()), str(peers.PEER_SCRIPTS / "modern_server.py"), "--port", str(port)]
-    with listening(argv, port, logs_dir / "modern-server.log"):
-        yield f"http://127.0.0.1:{port}/mcp"
-
-
-@pytest.fixture(scope="session")
-def fixture_legacy(logs_dir: Path) -> Iterator[str]:
-    """The conformance fixture server in legacy-only mode (2025-11-25, sessions)."""
-    port = free_port()
-    with listening(["bash", str(peers.peer_sh()), "fixture-legacy", str(port)], port, logs_dir / "fixture-legacy.log"):
-        yield f"http://127.0.0.1:{port}/mcp"
-
-
-@pytest.fixture(scope="session")
-def legacy_server(logs_dir: Path) -> Iterator[str]:
-    """A legacy-only server built on mcp==1.30.0."""
-    port = free_port()
-    argv = [str(peers.mcp1_python()), str(peers.PEER_SCRIPTS / "legacy_server.py"), "--port", str(port)]
-    with listening(argv, port, logs_dir / "legacy-server.log"):
-        yield f"http://127.0.0.1:{port}/mcp"
 
 
 ProxyFactory = Callable[..., AbstractContextManager[str]]
@@ -191,55 +149,3 @@ def tap_factory(logs_dir: Path) -> Callable[..., AbstractContextManager[tuple[st
             yield f"http://127.0.0.1:{port}/mcp", record
 
     return start
-
-
-def run_legacy_client(
-    url: str, scenario: str, args: dict[str, Any] | None = None, timeout: float = 30.0
-) -> dict[str, Any]:
-    """Run one scenario of the mcp==1.30.0 driver; returns its observations (or its error)."""
-    argv = [
-        str(peers.mcp1_python()),
-        str(peers.PEER_SCRIPTS / "legacy_client.py"),
-        "--url",
-        url,
-        "--scenario",
-        scenario,
-        "--timeout",
-        str(timeout),
-        "--args",
-        json.dumps(args or {}),
-    ]
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout + 15, check=False)
-    lines = [line for line in done.stdout.splitlines() if line.strip()]
-    if not lines:
-        raise AssertionError(f"driver printed nothing (exit {done.returncode}); stderr:\n{done.stderr[-3000:]}")
-    observed = json.loads(lines[-1])
-    observed["_exit"] = done.returncode
-    observed["_stderr"] = done.stderr[-3000:]
-    return observed
-
-
-def run_modern_client(
-    url: str, scenario: str, args: dict[str, Any] | None = None, timeout: float = 30.0
-) -> dict[str, Any]:
-    """Run one scenario of the mcp==2.3.0 driver (2026-07-28 mode); returns its observations."""
-    argv = [
-        str(peers.mcp2_python()),
-        str(peers.PEER_SCRIPTS / "modern_client.py"),
-        "--url",
-        url,
-        "--scenario",
-        scenario,
-        "--timeout",
-        str(timeout),
-        "--args",
-        json.dumps(args or {}),
-    ]
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout + 15, check=False)
-    lines = [line for line in done.stdout.splitlines() if line.strip()]
-    if not lines:
-        raise AssertionError(f"driver printed nothing (exit {done.returncode}); stderr:\n{done.stderr[-3000:]}")
-    observed = json.loads(lines[-1])
-    observed["_exit"] = done.returncode
-    observed["_stderr"] = done.stderr[-3000:]
-    return observed

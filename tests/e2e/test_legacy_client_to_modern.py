@@ -15,9 +15,8 @@ from typing import Any
 
 import pytest
 
+from tests.support.sdk_drivers import run_legacy_client
 from tests.support.tap import schema_violations
-
-from .conftest import run_legacy_client
 
 pytestmark = pytest.mark.e2e
 

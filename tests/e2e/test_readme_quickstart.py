@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from tests.support.procs import Process, free_port, listening
+from tests.support.sdk_drivers import run_legacy_client
 
-from .conftest import run_legacy_client
 from .test_stdio_supervision import alive, descendants
 
 pytestmark = pytest.mark.e2e

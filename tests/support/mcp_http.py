@@ -47,6 +47,7 @@ def answer_to(reply: Reply, request_id: Any) -> dict[str, Any] | None:
 class Endpoint:
     url: str
     timeout: float = 30.0
+    authorization: str | None = None  # sent with every request when set (the caller's identity)
 
     @property
     def port(self) -> int:
@@ -61,6 +62,8 @@ class Endpoint:
     def post(self, body: Any, headers: list[tuple[str, bytes | str]] | None = None, when: Any = None) -> Reply:
         raw = json.dumps(body).encode()
         base: list[tuple[str, bytes | str]] = [("Content-Type", "application/json"), ("Accept", ACCEPT)]
+        if self.authorization is not None:
+            base.append(("Authorization", self.authorization))
         request = build("POST", self.path, [*base, *(headers or [])], raw)
         return exchange(self.port, request, timeout=self.timeout, when=when)
 

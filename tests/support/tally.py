@@ -1,5 +1,5 @@
-"""Counts the hostile-input, fault and soak suites report at the end of a run (tests/conftest.py
-prints them): how many inputs were tried, faults injected, and what the soak measured."""
+"""Counts the hostile-input, fault, soak and replica suites report at the end of a run (tests/conftest.py
+prints them): how many inputs were tried, faults injected, what the soak and the replicas measured."""
 
 from __future__ import annotations
 
@@ -7,6 +7,9 @@ from collections import Counter
 
 COUNTS: Counter[str] = Counter()
 NOTES: list[str] = []
+# The replica suite's one summary line, by group, in this order (tests/replicas).
+REPLICA_GROUPS = ("spread", "steady", "conformance", "kills", "redis restart", "rolling", "tamper")
+REPLICAS: dict[str, list[str]] = {}
 
 
 def count(key: str, n: int = 1) -> None:
@@ -15,3 +18,12 @@ def count(key: str, n: int = 1) -> None:
 
 def note(line: str) -> None:
     NOTES.append(line)
+
+
+def replicas(group: str, text: str, *, append: bool = False) -> None:
+    """What a replica test measured, for its group of the summary line (replacing what was there,
+    or after it with `append`)."""
+    parts = REPLICAS.setdefault(group, [])
+    if not append:
+        parts.clear()
+    parts.append(text)

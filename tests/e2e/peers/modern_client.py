@@ -741,6 +741,9 @@ async def sc_cancel(client, obs, args, wait):
             reason.append("progress")
             scope.cancel()
 
+    check = args.get("check_tool", "cancelled_count")
+    if check:  # the server's count before, so a run against a server that saw others is judged alone
+        out["checkBefore"] = text_of(await call(client, obs, check, args.get("check_arguments", {})))
     start = time.monotonic()
     result = None
     with scope:
@@ -759,7 +762,6 @@ async def sc_cancel(client, obs, args, wait):
     out["cancelledPostBodyEnd"] = post.get("bodyEnd") if post else None
     out["cancelNotificationPosted"] = any(h.get("rpc") == "notifications/cancelled" for h in obs.http)
     out["progress"] = [[c["progress"], c["total"], c["message"]] for c in obs.callbacks if c["type"] == "progress"]
-    check = args.get("check_tool", "cancelled_count")
     if check:
         await anyio.sleep(float(args.get("check_delay", 0.3)))  # let the server notice the disconnect
         try:
