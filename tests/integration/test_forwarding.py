@@ -745,5 +745,5 @@ async def test_a_round_is_taken_over_once(make_replica: MakeReplica, modern_upst
         assert await on(c, peer).respond(asked_id, ACCEPTED) == 202
         final = await SseReader(first).message()
     assert lost is not None and lost["error"]["data"]["reason"] == "stream_lost"
-    assert final is not None and "result" in final
+    assert final is not None and final["id"] == request_id and "result" in final
     assert len(modern_upstream.calls_of("tools/call")) == 2  # the call went upstream twice: asked, then answered
