@@ -8,7 +8,9 @@ Every request has a hard deadline (HUNG_S); a request that reaches it counts as 
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -18,6 +20,7 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
+import aiohttp
 import pytest
 
 from tests.support import tally
@@ -245,3 +248,132 @@ def test_a_rolling_restart_under_load_loses_no_session_and_no_request(direction:
     assert total >= 20 * LOAD_SESSIONS, load.outcomes  # the load really ran across the restarts
     assert lost == 0, load.failures[:3]
     assert failed == 0, (load.outcomes, load.failures[:3])
+
+
+def test_killing_the_replica_asking_a_legacy_client_for_input_loses_nothing_and_asks_once(l2m: Cluster):
+    """The mcp 1.30 client calls a tool that elicits; while the user takes 3 s to answer, the
+    replica that asked is killed. The client resumes its stream on another replica, which carries
+    the round on: the call completes with the answer, and the user was asked once."""
+    ended: list[tuple[str, float, int]] = []
+    for _ in range(TRIALS):
+        args = {"tool": "elicit", "arguments": {"message": "who?"}, "elicit_delay_s": 3}
+        driver = subprocess.Popen(
+            legacy_client_argv(l2m.url, "elicitation", args, timeout=HUNG_S + 10),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
+        try:
+            under_way = wait_until(
+                lambda d=driver: longest_post(l2m) or d.poll() is not None, 15, "the eliciting call under way"
+            )
+            if under_way is True:
+                stdout, stderr = driver.communicate(timeout=5)
+                pytest.fail(f"the call never got under way: {observations(driver.returncode, stdout, stderr)}")
+            owner = l2m.by_name(str(under_way))
+            owner.kill()
+            killed = time.monotonic()
+            try:
+                stdout, stderr = driver.communicate(timeout=HUNG_S)
+            except subprocess.TimeoutExpired:
+                ended.append(("hung", HUNG_S, 0))
+            else:
+                observed = observations(driver.returncode, stdout, stderr)
+                asked = len(observed.get("elicitations") or [])
+                ended.append((how_it_ended(observed), time.monotonic() - killed, asked))
+            l2m.restart(owner)
+        finally:
+            stop_driver(driver)
+    completed = [e for e in ended if e[0] == "completed" and e[1] <= PROMPT_S + 3 and e[2] == 1]
+    slowest = max(s for _, s, _ in ended)
+    tally.replicas("kills", f"elicit {len(completed)}/{TRIALS} completed asked-once max {slowest:.1f}s", append=True)
+    assert sum(kind == "hung" for kind, _, _ in ended) == 0, ended
+    assert len(completed) == TRIALS, ended
+
+
+GET_TRIALS = 3
+GET_STREAMS = "mcp_era_proxy_streams_open"
+WATCHED = "test://watched"
+
+
+def test_killing_the_replica_holding_a_get_stream_loses_no_update(l2m: Cluster):
+    """A legacy session subscribed to a resource holds its GET stream on one replica, which is
+    killed. The client opens its GET stream again (as the SDKs do); the replica it reaches tells it
+    to refetch the resource at once (what the dead stream might have carried), and later updates
+    arrive on the new stream."""
+    gaps = [asyncio.run(_get_owner_killed(l2m)) for _ in range(GET_TRIALS)]
+    slowest = max(gaps)
+    tally.replicas("kills", f"get {len(gaps)}/{GET_TRIALS} refetch hint max {slowest:.2f}s after the kill", append=True)
+    assert slowest <= PROMPT_S, gaps
+
+
+async def _get_owner_killed(cluster: Cluster) -> float:
+    headers = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=HUNG_S * 2)) as http:
+        init = {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": _initialize_params()}
+        async with http.post(cluster.url, json=init, headers=headers) as response:
+            assert response.status == 200, await response.text()
+            session = {"Mcp-Session-Id": response.headers["Mcp-Session-Id"], "MCP-Protocol-Version": "2025-11-25"}
+        session_headers = {**headers, **session}
+
+        async def post(message: dict[str, Any]) -> Any:
+            async with http.post(cluster.url, json=message, headers=session_headers) as reply:
+                return await reply.read()
+
+        await post({"jsonrpc": "2.0", "method": "notifications/initialized"})
+        await post({"jsonrpc": "2.0", "id": 1, "method": "resources/subscribe", "params": {"uri": WATCHED}})
+        get_headers = {"Accept": "text/event-stream", **session}
+        before = cluster.metric(GET_STREAMS, kind="downstream_get")  # earlier trials' may still count
+        first = await http.get(cluster.url, headers=get_headers)
+        assert first.status == 200, await first.text()
+
+        def holder() -> str | None:
+            now = cluster.metric(GET_STREAMS, kind="downstream_get")
+            grew = [name for name, value in now.items() if value > before.get(name, 0)]
+            return grew[0] if len(grew) == 1 else None
+
+        owner = cluster.by_name(str(wait_until(holder, 10, "the replica holding the GET stream")))
+        owner.kill()
+        killed = time.monotonic()
+        with contextlib.suppress(aiohttp.ClientError, TimeoutError):
+            async with asyncio.timeout(HUNG_S):
+                await first.read()  # the stream breaks
+        first.close()
+        async with asyncio.timeout(HUNG_S):
+            again = await http.get(cluster.url, headers=get_headers)
+            assert again.status == 200
+            hinted = await _next_update(again)
+            gap = time.monotonic() - killed
+            await post(
+                {
+                    "jsonrpc": "2.0",
+                    "id": 2,
+                    "method": "tools/call",
+                    "params": {"name": "touch", "arguments": {"uri": WATCHED}},
+                }
+            )
+            await _next_update(again)  # a real update, after the takeover
+        again.close()
+        cluster.restart(owner)
+        assert hinted == WATCHED
+        return gap
+
+
+async def _next_update(stream: aiohttp.ClientResponse) -> str:
+    """The URI of the next notifications/resources/updated on an SSE stream."""
+    async for raw in stream.content:
+        line = raw.decode().strip()
+        if line.startswith("data:") and line[5:].strip():
+            message = json.loads(line[5:])
+            if message.get("method") == "notifications/resources/updated":
+                return str(message["params"]["uri"])
+    raise AssertionError("the GET stream ended without an update")
+
+
+def _initialize_params() -> dict[str, Any]:
+    return {
+        "protocolVersion": "2025-11-25",
+        "capabilities": {},
+        "clientInfo": {"name": "replica-suite", "version": "1"},
+    }

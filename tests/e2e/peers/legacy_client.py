@@ -122,6 +122,8 @@ class Observer:
     ) -> types.ElicitResult:
         self.callbacks.append({"type": "elicitation", "requestId": context.request_id, "params": dump(params)})
         self._bump()
+        if self.args.get("elicit_delay_s"):  # the user takes a while to answer
+            await anyio.sleep(float(self.args["elicit_delay_s"]))
         action = self.args.get("elicit_action", "accept")
         if action == "accept":
             return types.ElicitResult(action="accept", content=self.args.get("elicit_content", {"name": "Ada"}))
