@@ -24,9 +24,10 @@ import pytest
 
 from tests.support.procs import free_port
 from tests.support.redis_server import redis_server
+from tests.support.sdk_drivers import run_legacy_client, run_modern_client
 from tests.support.tap import schema_violations
 
-from .conftest import ProxyFactory, run_legacy_client, run_modern_client
+from .conftest import ProxyFactory
 
 pytestmark = pytest.mark.e2e
 
