@@ -107,6 +107,7 @@ class RedisSessionStore:
         # One round trip and one command per legacy request (a pipeline of three costs about twice
         # the CPU in redis-py); the script object reloads itself after a Redis restart (NOSCRIPT).
         self._load = client.register_script(_LOAD)
+        self._save = client.register_script(_SAVE)
         self._claim = client.register_script(_CLAIM)
         self._offer = client.register_script(_OFFER)
         metrics.store_up.set(1)
@@ -150,11 +151,11 @@ class RedisSessionStore:
         return session
 
     async def save(self, session: LegacySession) -> None:
+        # Only a record that exists is changed: a change racing a DELETE on another replica (say,
+        # a GET stream opened just before it) must not bring the session back.
         key = self._record(session.id)
-        pipe = self.client.pipeline(transaction=False)
-        pipe.hset(key, mapping=self._fields(session, key))
-        pipe.pexpire(key, self._idle_ms)
-        await self._call("save", pipe.execute())
+        fields = [item for pair in self._fields(session, key).items() for item in pair]
+        await self._call("save", self._save(keys=[key], args=[self._idle_ms, *fields]))
         self._remember(session)
 
     async def remove(self, session_id: str) -> bool:
@@ -419,6 +420,14 @@ if #found > 0 then
   return found
 end
 return redis.call('EXISTS', KEYS[2])
+"""
+
+# Change a record that exists (fields as name, value pairs after the idle time), slid.
+_SAVE = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+redis.call('HSET', KEYS[1], unpack(ARGV, 2))
+redis.call('PEXPIRE', KEYS[1], ARGV[1])
+return 1
 """
 
 # Claim the answers of a round taken over: for each (claimant key, answer key) pair, name the

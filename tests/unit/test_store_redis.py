@@ -215,7 +215,8 @@ async def test_down_store_calls_keep_working_and_changes_are_refused(clock: Cloc
     await store.add(session)
     await store.save(session)
     broken = Broken(ConnectionError("refused"))  # Redis goes down
-    store.client, store._load = broken, broken.register_script("")  # type: ignore[assignment]
+    store.client = broken  # type: ignore[assignment]
+    store._load = store._save = broken.register_script("")
     served = await store.load(_described(ids, session.id, clock))
     assert served is not None and served.log_level == "warning"  # as last seen here
     unknown = await store.load(_new(ids, clock))
@@ -323,3 +324,17 @@ async def test_a_read_cache_never_serves_a_session_not_yet_initialized(clock: Cl
     await there.save(elsewhere)
     seen = await here.load(_described(ids, session.id, clock))
     assert seen is not None and seen.initialized
+
+
+async def test_a_change_racing_a_delete_does_not_bring_the_session_back(clock: Clock, ids: SessionIds) -> None:
+    redis = fakeredis.FakeAsyncRedis()
+    here, there = _store(redis, clock), _store(redis, clock)
+    session = _new(ids, clock)
+    await here.add(session)
+    loaded = await there.load(_described(ids, session.id, clock))  # e.g. a GET stream opening
+    assert loaded is not None
+    assert await here.remove(session.id)  # DELETE on another replica meanwhile
+    loaded.stream_owner = "boot@10.0.0.2:8081"
+    await there.save(loaded)  # the GET's change lands after the DELETE
+    assert await redis.exists(there._record(session.id)) == 0
+    assert await there.load(_described(ids, session.id, clock)) is None
