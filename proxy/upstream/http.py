@@ -40,6 +40,9 @@ _BASE_HEADERS = {
 }
 
 
+_IDLE_CONNECTION_S = 4.0
+
+
 class Reply:
     """One upstream HTTP reply: its status and headers, and its JSON-RPC messages as they arrive."""
 
@@ -70,7 +73,15 @@ class HttpUpstream:
 
     @staticmethod
     def client_session(config: UpstreamConfig) -> aiohttp.ClientSession:
-        connector = aiohttp.TCPConnector(limit=config.max_connections, limit_per_host=0, enable_cleanup_closed=True)
+        connector = aiohttp.TCPConnector(
+            limit=config.max_connections,
+            limit_per_host=0,
+            enable_cleanup_closed=True,
+            # Idle connections are dropped before the upstream drops them: servers commonly close
+            # an idle keep-alive connection after 5 s (uvicorn, Node.js), and a request sent on a
+            # connection the server is closing fails as a disconnect.
+            keepalive_timeout=_IDLE_CONNECTION_S,
+        )
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=config.connect_timeout_s)
         # auto_decompress stays on; responses are never re-compressed toward the client.
         return aiohttp.ClientSession(connector=connector, timeout=timeout, trust_env=False)

@@ -113,3 +113,25 @@ async def test_a_last_event_id_not_of_this_session_is_refused(
 async def _messages(reader: SseReader) -> Any:
     while (message := await reader.message()) is not None:
         yield message
+
+
+async def test_a_quiet_call_still_running_after_half_a_second_opens_its_stream_with_an_id(
+    make_proxy: MakeProxy, fake: FakeModern
+) -> None:
+    released = asyncio.Event()
+
+    async def quiet(call: Call) -> Outcome:
+        await released.wait()
+        return complete(content=[{"type": "text", "text": "done"}])
+
+    fake.handlers["tools/call"] = quiet
+    peer = await (await make_proxy()).connect("2025-11-25")
+    async with asyncio.timeout(WAIT):
+        _, response = await peer.send("tools/call", {"name": "slow", "arguments": {}}, id=9)
+        assert response.content_type == "text/event-stream"  # the headers came before the result
+        first = await response.content.readuntil(b"\n\n")
+        released.set()
+        reader = SseReader(response)
+        final = await reader.message()
+    assert first.startswith(b"id: ") and b"\ndata: \n" in first  # the priming event: an id, no data
+    assert final is not None and final["id"] == 9 and "result" in final

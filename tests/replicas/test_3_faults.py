@@ -78,8 +78,8 @@ PLAIN_CALLS = {
 
 @pytest.mark.parametrize("reply", sorted(PLAIN_CALLS))
 def test_killing_a_replica_in_the_middle_of_a_plain_legacy_call_ends_the_call_promptly(l2m: Cluster, reply: str):
-    """The mcp 1.30 client calls a tool that takes 6 s; the replica answering the POST is killed a
-    second into it. The client ends with the result or a JSON-RPC error within seconds, never
+    """The mcp 1.30 client calls a tool that takes 6 s; the replica answering the POST is killed two
+    seconds into it. The client ends with the result or a JSON-RPC error within seconds, never
     waiting out its own deadline."""
     scenario, args = PLAIN_CALLS[reply]
     ended: list[tuple[str, float]] = []
@@ -117,8 +117,10 @@ def test_killing_a_replica_in_the_middle_of_a_plain_legacy_call_ends_the_call_pr
 
 
 def longest_post(cluster: Cluster) -> str | None:
-    """The replica answering the POST under way for at least a second (the slow call), if any."""
-    posts = [(age, name) for name, age in cluster.balancer.posts_in_flight() if age >= 1]
+    """The replica answering the POST under way for at least two seconds (the slow call), if any.
+    HAProxy counts whole seconds, from when its stream began; two leave the proxy time to have
+    opened the reply's stream (its priming event goes out after half a second)."""
+    posts = [(age, name) for name, age in cluster.balancer.posts_in_flight() if age >= 2]
     return max(posts)[1] if posts else None
 
 
@@ -251,12 +253,12 @@ def test_a_rolling_restart_under_load_loses_no_session_and_no_request(direction:
 
 
 def test_killing_the_replica_asking_a_legacy_client_for_input_loses_nothing_and_asks_once(l2m: Cluster):
-    """The mcp 1.30 client calls a tool that elicits; while the user takes 3 s to answer, the
+    """The mcp 1.30 client calls a tool that elicits; while the user takes 4 s to answer, the
     replica that asked is killed. The client resumes its stream on another replica, which carries
     the round on: the call completes with the answer, and the user was asked once."""
     ended: list[tuple[str, float, int]] = []
     for _ in range(TRIALS):
-        args = {"tool": "elicit", "arguments": {"message": "who?"}, "elicit_delay_s": 3}
+        args = {"tool": "elicit", "arguments": {"message": "who?"}, "elicit_delay_s": 4}
         driver = subprocess.Popen(
             legacy_client_argv(l2m.url, "elicitation", args, timeout=HUNG_S + 10),
             stdout=subprocess.PIPE,

@@ -655,6 +655,10 @@ async def sc_subscribe(client, obs, args, wait):
         else:
             out["updateArrived"] = None
         out["events"] = list(rec["events"])
+    if out["updateArrived"]:
+        # The listen stream's reader saw it; the SDK hands it to message_handler on a task of its
+        # own, which may run later: count it before the second listen, not during it.
+        await obs.wait_for(lambda: len(updates()) >= 1, wait)
     out["updates"] = [n["params"] for n in updates()]
 
     flt = second_listen_filter(args)
