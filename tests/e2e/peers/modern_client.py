@@ -661,6 +661,9 @@ async def sc_subscribe(client, obs, args, wait):
         await obs.wait_for(lambda: len(updates()) >= 1, wait)
     out["updates"] = [n["params"] for n in updates()]
 
+    # A closed listen ends at the server a moment later (through a balancer, once the close has
+    # reached the replica holding it): what "stops when it closes" is checked after that moment.
+    await anyio.sleep(float(args.get("close_settle_s", 0.5)))
     flt = second_listen_filter(args)
     before = len(updates())
     async with open_listen(client, obs, **flt) as rec2:
