@@ -161,7 +161,7 @@ class SseStream:
             self._keepalive.cancel()
 
 
-_PRIME_AFTER_S = 0.5  # a reply not done by then becomes a stream, its priming event first
+_PRIME_AFTER_S = 1.0  # a reply not done by then becomes a stream, its priming event first
 
 
 class ReplyClosed(ConnectionError):

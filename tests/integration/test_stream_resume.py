@@ -115,7 +115,7 @@ async def _messages(reader: SseReader) -> Any:
         yield message
 
 
-async def test_a_quiet_call_still_running_after_half_a_second_opens_its_stream_with_an_id(
+async def test_a_quiet_call_still_running_after_a_second_opens_its_stream_with_an_id(
     make_proxy: MakeProxy, fake: FakeModern
 ) -> None:
     released = asyncio.Event()

@@ -78,8 +78,8 @@ PLAIN_CALLS = {
 
 @pytest.mark.parametrize("reply", sorted(PLAIN_CALLS))
 def test_killing_a_replica_in_the_middle_of_a_plain_legacy_call_ends_the_call_promptly(l2m: Cluster, reply: str):
-    """The mcp 1.30 client calls a tool that takes 6 s; the replica answering the POST is killed a
-    second after the call is seen under way. The client ends with the result or a JSON-RPC error within seconds, never
+    """The mcp 1.30 client calls a tool that takes 6 s; the replica answering the POST is killed two
+    seconds after the call is seen under way. The client ends with the result or a JSON-RPC error within seconds, never
     waiting out its own deadline."""
     scenario, args = PLAIN_CALLS[reply]
     ended: list[tuple[str, float]] = []
@@ -98,8 +98,9 @@ def test_killing_a_replica_in_the_middle_of_a_plain_legacy_call_ends_the_call_pr
                 pytest.fail(f"the call never got under way: {observed.get('error')} ({observed.get('phase')})")
             owner = l2m.by_name(str(under_way))
             # Placing the fault, not waiting for anything: HAProxy's ages count from the client's
-            # connection, so the kill lands a second after the call is seen, well into the call.
-            time.sleep(1.0)
+            # connection, so the kill lands two seconds after the call is seen: past the second
+            # after which the proxy opens the reply's stream with its priming event.
+            time.sleep(2.0)
             owner.kill()
             killed = time.monotonic()
             try:
