@@ -285,19 +285,21 @@ class Forwarder:
             self._count(kind, "ok")
             return response
 
-    async def deliver(self, request: web.Request, message: jsonrpc.JSONDict, owner: Owner) -> bool:
+    async def deliver(
+        self, request: web.Request, message: jsonrpc.JSONDict, owner: Owner, *, kind: str = "deliver"
+    ) -> bool:
         """Hand a legacy client's answer to the replica awaiting it; False if it is gone."""
         try:
-            async with self._send(request, jsonrpc.encode(message), owner, "deliver") as upstream:
+            async with self._send(request, jsonrpc.encode(message), owner, kind) as upstream:
                 await upstream.read()
         except OwnerGone as exc:
             log.info("answer_undeliverable", owner=owner.boot, reason=exc.outcome, detail=str(exc))
             return False
         except (aiohttp.ClientError, TimeoutError) as exc:
-            self._count("deliver", "owner_gone")
+            self._count(kind, "owner_gone")
             log.info("answer_undeliverable", owner=owner.boot, reason="owner_gone", detail=str(exc))
             return False
-        self._count("deliver", "ok")
+        self._count(kind, "ok")
         return True
 
     def _send(self, request: web.Request, body: bytes, owner: Owner, kind: str) -> _Sent:

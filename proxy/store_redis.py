@@ -151,11 +151,11 @@ class RedisSessionStore:
         return session
 
     async def save(self, session: LegacySession) -> None:
-        # Only a record that exists is changed: a change racing a DELETE on another replica (say,
-        # a GET stream opened just before it) must not bring the session back.
+        # Never over a tombstone: a change racing a DELETE on another replica (say, a GET stream
+        # opened just before it) must not bring the session back.
         key = self._record(session.id)
         fields = [item for pair in self._fields(session, key).items() for item in pair]
-        await self._call("save", self._save(keys=[key], args=[self._idle_ms, *fields]))
+        await self._call("save", self._save(keys=[key, self._tombstone(session.id)], args=[self._idle_ms, *fields]))
         self._remember(session)
 
     async def remove(self, session_id: str) -> bool:
@@ -422,9 +422,10 @@ end
 return redis.call('EXISTS', KEYS[2])
 """
 
-# Change a record that exists (fields as name, value pairs after the idle time), slid.
+# Change a record (fields as name, value pairs after the idle time), slid, unless the session was
+# deleted (its tombstone stands).
 _SAVE = """
-if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+if redis.call('EXISTS', KEYS[2]) == 1 then return 0 end
 redis.call('HSET', KEYS[1], unpack(ARGV, 2))
 redis.call('PEXPIRE', KEYS[1], ARGV[1])
 return 1

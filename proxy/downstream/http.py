@@ -224,6 +224,7 @@ class McpEndpoint:
         if kind == "response":
             await self._answer(request, host, session, body)
             return web.Response(status=202)
+        gone: str | None = None  # a stream holder found gone
         if body["method"] in _STREAM_SCOPED and self._forwarder is not None:
             owner = self._forwarder.stream_owner(session.stream_owner)
             if owner is not None:
@@ -232,9 +233,14 @@ class McpEndpoint:
                 try:
                     return await self._forwarder.replay(request, raw, owner, kind="subscribe")
                 except OwnerGone:
-                    pass  # that replica is gone: the change is made here, for the stream's next home
+                    gone = owner.boot  # that replica is gone: the change is made here, for the stream's next home
         async with RequestReply(request, self._keepalive_s, self._event_ids(session, body["id"])) as reply:
             message = await self._run(host, session, body, reply, caller, record)
+            if body["method"] in _STREAM_SCOPED and self._forwarder is not None and message and "result" in message:
+                # Made here; a GET stream that opened elsewhere meanwhile must learn of it too.
+                holder = self._forwarder.stream_owner(await host.stream_holder(session))
+                if holder is not None and holder.boot != gone:
+                    await self._forwarder.deliver(request, body, holder, kind="subscribe")
             return await reply.finish(message)
 
     async def _answer(self, request: web.Request, host: Host, session: LegacySession, message: dict[str, Any]) -> None:

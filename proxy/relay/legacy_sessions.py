@@ -418,6 +418,16 @@ class LegacySessionHost(Generic[L]):
                     del runtime.inflight[request_id]
         return None
 
+    async def stream_holder(self, session: LegacySession) -> str:
+        """Which replica holds the session's GET stream now (read again from a shared store)."""
+        if not self._store.shared:
+            return session.stream_owner
+        try:
+            await self._store.load(session)
+        except StoreUnavailable:
+            pass
+        return session.stream_owner
+
     async def offer_answer(self, session: LegacySession, message: JSONDict) -> str | None:
         """An answer nothing here awaits: the replica carrying its round on, if one does (else it
         is kept for the replica that will)."""
@@ -443,8 +453,13 @@ class LegacySessionHost(Generic[L]):
             session.stream_owner = self.owner
             try:
                 await self._store.save(session)
+                # Read again after saying so: a subscription another replica made meanwhile is
+                # either seen here now, or that replica sees this one holding the stream and
+                # hands the subscription over (downstream/http.py).
+                await self._store.load(session)
             except StoreUnavailable:
                 log.warning("stream_owner_not_shared", session=short_hash(session.id))
+            runtime.session = session
         self.backend.get_stream_opened(session, runtime, moved=bool(previous) and previous != self.owner)
         return stream
 

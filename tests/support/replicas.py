@@ -236,6 +236,18 @@ class Balancer:
                 chunks.append(data)
         return b"".join(chunks).decode(errors="replace")
 
+    def requests_sent(self) -> dict[str, float]:
+        """How many requests the balancer sent each replica (`show stat`, each server's `stot`:
+        in HTTP mode one stream per request), whatever the replicas forwarded among themselves."""
+        lines = [line for line in self.cli("show stat").splitlines() if line.strip()]
+        header = lines[0].lstrip("# ").split(",")
+        sent: dict[str, float] = {}
+        for line in lines[1:]:
+            row = dict(zip(header, line.split(","), strict=False))
+            if row.get("svname") in {r.name for r in self.replicas}:
+                sent[row["svname"]] = float(row.get("stot") or 0)
+        return sent
+
     def states(self) -> dict[str, str]:
         """Each replica's state as HAProxy sees it (UP, DOWN, ...)."""
         lines = self.cli("show stat").splitlines()
