@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 import secrets
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -229,8 +229,10 @@ class SessionStore(Protocol):
     async def load(self, session: LegacySession) -> LegacySession | None:
         """The session with its changing state, its idle time slid; None: it ended or expired."""
 
-    async def save(self, session: LegacySession) -> None:
-        """Record a change; raises StoreUnavailable when it cannot (the change must not apply)."""
+    async def save(self, session: LegacySession, changed: Collection[str] = ()) -> None:
+        """Record a change to the fields named in `changed` (none named: every field); raises
+        StoreUnavailable when it cannot (the change must not apply). Only what changed is written:
+        another replica may be changing another field of the same session at the same time."""
 
     async def remove(self, session_id: str) -> bool:
         """End the session for every replica; False if it was not held."""
@@ -281,7 +283,7 @@ class InMemorySessionStore:
     async def load(self, session: LegacySession) -> LegacySession | None:
         return self._sessions.get(session.id)
 
-    async def save(self, session: LegacySession) -> None:
+    async def save(self, session: LegacySession, changed: Collection[str] = ()) -> None:
         if session.id in self._sessions:  # a session ended meanwhile is not brought back
             self._sessions[session.id] = session
 

@@ -22,7 +22,7 @@ import asyncio
 import hashlib
 import time
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import orjson
@@ -150,11 +150,13 @@ class RedisSessionStore:
         self._remember(session)
         return session
 
-    async def save(self, session: LegacySession) -> None:
+    async def save(self, session: LegacySession, changed: Collection[str] = ()) -> None:
         # Never over a tombstone: a change racing a DELETE on another replica (say, a GET stream
         # opened just before it) must not bring the session back.
         key = self._record(session.id)
-        fields = [item for pair in self._fields(session, key).items() for item in pair]
+        every = self._fields(session, key)
+        wanted = {_FIELDS[name] for name in changed} if changed else set(every)
+        fields = [item for name, value in every.items() if name in wanted for item in (name, value)]
         await self._call("save", self._save(keys=[key, self._tombstone(session.id)], args=[self._idle_ms, *fields]))
         self._remember(session)
 
@@ -450,6 +452,15 @@ if claimant then return claimant end
 redis.call('SET', KEYS[2], ARGV[1], 'PX', ARGV[2])
 return false
 """
+
+# LegacySession's changing fields, by the names of their record fields.
+_FIELDS = {
+    "log_level": "lvl",
+    "initialized": "init",
+    "modern_version": "mv",
+    "subscriptions": "subs",
+    "stream_owner": "own",
+}
 
 _OPERATIONS = {
     "round": "taking an input round over",

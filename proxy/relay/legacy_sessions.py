@@ -355,7 +355,7 @@ class LegacySessionHost(Generic[L]):
             if not session.initialized:
                 session.initialized = True
                 try:
-                    await self._store.save(session)
+                    await self._store.save(session, ("initialized",))
                 except StoreUnavailable:
                     # Only what waits on it here is affected; other replicas wait at most
                     # input.initialized_wait_s before going on.
@@ -452,7 +452,7 @@ class LegacySessionHost(Generic[L]):
         if self._store.shared and previous != self.owner:
             session.stream_owner = self.owner
             try:
-                await self._store.save(session)
+                await self._store.save(session, ("stream_owner",))
                 # Read again after saying so: a subscription another replica made meanwhile is
                 # either seen here now, or that replica sees this one holding the stream and
                 # hands the subscription over (downstream/http.py).

@@ -204,7 +204,7 @@ class TranslatingBackend:
             if level not in meta.LOG_LEVELS:
                 raise ProxyError(jsonrpc.INVALID_PARAMS, f"unknown log level {level!r}")
             session.log_level = level
-            await self._store.save(session)
+            await self._store.save(session, ("log_level",))
             return {}
         uri = params.get("uri")
         if not isinstance(uri, str) or not uri:
@@ -214,7 +214,7 @@ class TranslatingBackend:
             if not (isinstance(resources, dict) and resources.get("subscribe")):
                 raise ProxyError(jsonrpc.METHOD_NOT_FOUND, "the upstream does not support resource subscriptions")
             session.subscriptions = session.subscriptions | {uri}
-            await self._store.save(session)
+            await self._store.save(session, ("subscriptions",))
             try:
                 try:
                     ack = await self._listener(session, runtime).refresh()
@@ -226,12 +226,12 @@ class TranslatingBackend:
                     )
             except ProxyError:
                 session.subscriptions = session.subscriptions - {uri}
-                await self._store.save(session)
+                await self._store.save(session, ("subscriptions",))
                 raise
             return {}
         # resources/unsubscribe: filter locally at once, re-listen in the background.
         session.subscriptions = session.subscriptions - {uri}
-        await self._store.save(session)
+        await self._store.save(session, ("subscriptions",))
         if runtime.live.listener is not None:
             runtime.tasks.spawn(runtime.live.listener.refresh(), name="re-listen")
         return {}
@@ -323,7 +323,7 @@ class TranslatingBackend:
                     self._cache.clear("version_renegotiated")
                     session.modern_version = version
                     try:
-                        await self._store.save(session)
+                        await self._store.save(session, ("modern_version",))
                     except StoreUnavailable:  # other replicas renegotiate for themselves
                         log.warning("renegotiated_version_not_shared", version=version)
                 case SuspectEra(reason=reason):

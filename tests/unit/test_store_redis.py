@@ -338,3 +338,20 @@ async def test_a_change_racing_a_delete_does_not_bring_the_session_back(clock: C
     await there.save(loaded)  # the GET's change lands after the DELETE
     assert await redis.exists(there._record(session.id)) == 0
     assert await there.load(_described(ids, session.id, clock)) is None
+
+
+async def test_replicas_changing_different_fields_at_once_lose_neither(clock: Clock, ids: SessionIds) -> None:
+    redis = fakeredis.FakeAsyncRedis()
+    a, b = _store(redis, clock), _store(redis, clock)
+    session = _new(ids, clock)
+    await a.add(session)
+    on_a = await a.load(_described(ids, session.id, clock))
+    on_b = await b.load(_described(ids, session.id, clock))  # both read before either writes
+    assert on_a is not None and on_b is not None
+    on_a.log_level = "warning"
+    await a.save(on_a, ("log_level",))  # logging/setLevel through a
+    on_b.stream_owner = "boot@10.0.0.2:8081"
+    await b.save(on_b, ("stream_owner",))  # the GET stream opening on b, with b's older copy
+    seen = await _store(redis, clock).load(_described(ids, session.id, clock))
+    assert seen is not None
+    assert (seen.log_level, seen.stream_owner) == ("warning", "boot@10.0.0.2:8081")
