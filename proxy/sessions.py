@@ -76,6 +76,12 @@ def encode_core(core: SessionCore) -> bytes:
     )
 
 
+def decode_core(encoded: bytes) -> SessionCore:
+    """encode_core's inverse; raises ValueError, TypeError or orjson's error on anything else."""
+    lv, mv, caps, up_caps, server_caps, info, recorded = orjson.loads(encoded)
+    return SessionCore(lv, mv, caps, up_caps, server_caps, info, bool(recorded))
+
+
 def core_fits_in_id(core: SessionCore) -> bool:
     return len(encode_core(core)) <= MAX_CORE_BYTES
 
@@ -135,10 +141,10 @@ class SessionIds:
                 return None
             if in_store:
                 return OpenedId(None, float(issued))
-            lv, mv, caps, up_caps, server_caps, info, recorded = orjson.loads(fields)
+            core = decode_core(fields)
         except (orjson.JSONDecodeError, ValueError, TypeError):
             return None  # sealed by us, so only a format change gets here
-        return OpenedId(SessionCore(lv, mv, caps, up_caps, server_caps, info, bool(recorded)), float(issued))
+        return OpenedId(core, float(issued))
 
 
 @dataclass(slots=True)
@@ -178,11 +184,18 @@ class LegacySession:
         )
 
     @classmethod
-    def from_id(
-        cls, session_id: str, principal: str, opened: OpenedId, now: float, log_level: str | None
+    def from_core(
+        cls,
+        session_id: str,
+        principal: str,
+        core: SessionCore,
+        *,
+        created_at: float,
+        last_seen: float,
+        log_level: str | None,
+        core_in_store: bool = False,
     ) -> LegacySession:
-        """The session as its id describes it, its changing state at the defaults."""
-        core = opened.core or SessionCore()
+        """A session with this core, its changing state at the defaults."""
         return cls(
             id=session_id,
             principal=principal,
@@ -193,11 +206,36 @@ class LegacySession:
             server_capabilities=core.server_capabilities,
             client_info=core.client_info,
             log_level=log_level,
+            created_at=created_at,
+            last_seen=last_seen,
+            recorded=core.recorded,
+            core_in_store=core_in_store,
+        )
+
+    @classmethod
+    def from_id(
+        cls, session_id: str, principal: str, opened: OpenedId, now: float, log_level: str | None
+    ) -> LegacySession:
+        """The session as its id describes it, its changing state at the defaults."""
+        return cls.from_core(
+            session_id,
+            principal,
+            opened.core or SessionCore(),
             created_at=opened.issued_at,
             last_seen=now,
-            recorded=core.recorded,
+            log_level=log_level,
             core_in_store=opened.core is None,
         )
+
+    def take_core(self, core: SessionCore) -> None:
+        """The core the store kept for a session whose id could not carry it (a modern version
+        renegotiated since stays)."""
+        self.legacy_version = core.legacy_version
+        self.modern_version = self.modern_version or core.modern_version
+        self.client_capabilities = core.client_capabilities
+        self.upstream_capabilities = core.upstream_capabilities
+        self.server_capabilities = core.server_capabilities
+        self.client_info = core.client_info
 
 
 class StoreUnavailable(ProxyError):

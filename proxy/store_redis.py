@@ -32,7 +32,7 @@ from .config import StoreConfig
 from .metrics import Metrics
 from .protocol.request_state import b64url
 from .sealing import Sealer
-from .sessions import LegacySession, SessionCore, StoreUnavailable, encode_core, short_hash
+from .sessions import LegacySession, StoreUnavailable, decode_core, encode_core, short_hash
 
 if TYPE_CHECKING:
     from redis.asyncio import Redis
@@ -293,7 +293,7 @@ class RedisSessionStore:
 
     def _restore(self, session: LegacySession, state: dict[str, Any]) -> None:
         if session.core_in_store:
-            _set_core(session, state["core"])
+            session.take_core(state["core"])
         session.log_level = state["lvl"]
         session.initialized = state["init"]
         session.modern_version = state["mv"]
@@ -373,7 +373,7 @@ class RedisSessionStore:
                 core = self._sealer.open("sto", fields.get(b"core", b"").decode(), key.encode())
                 if core is None:
                     return False
-                _set_core(session, SessionCore(*orjson.loads(core)))
+                session.take_core(decode_core(core))
         except (UnicodeDecodeError, orjson.JSONDecodeError, TypeError, ValueError):
             return False
         session.last_seen = self._clock()
@@ -475,15 +475,6 @@ _OPERATIONS = {
 
 def _text(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
-
-
-def _set_core(session: LegacySession, core: SessionCore) -> None:
-    session.legacy_version = core.legacy_version
-    session.modern_version = session.modern_version or core.modern_version
-    session.client_capabilities = core.client_capabilities
-    session.upstream_capabilities = core.upstream_capabilities
-    session.server_capabilities = core.server_capabilities
-    session.client_info = core.client_info
 
 
 def redis_store(

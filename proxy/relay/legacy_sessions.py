@@ -172,18 +172,13 @@ class LegacySessionHost(Generic[L]):
             server_capabilities=opened.server_capabilities,
             client_info=client_info if isinstance(client_info, dict) else None,
         )
-        session = LegacySession(
-            id=self._ids.mint(principal, core),
-            principal=principal,
-            legacy_version=core.legacy_version,
-            modern_version=core.modern_version,
-            client_capabilities=core.client_capabilities,
-            upstream_capabilities=core.upstream_capabilities,
-            server_capabilities=core.server_capabilities,
-            client_info=core.client_info,
-            log_level=self._limits.default_log_level,
+        session = LegacySession.from_core(
+            self._ids.mint(principal, core),
+            principal,
+            core,
             created_at=now,
             last_seen=now,
+            log_level=self._limits.default_log_level,
             core_in_store=not core_fits_in_id(core),
         )
         try:
