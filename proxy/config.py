@@ -379,6 +379,94 @@ class ReplicasConfig(_Section):
         return self.advertise or self.internal_listen
 
 
+class AuthConfig(_Section):
+    """OAuth 2.1 in front of a protected MCP server (docs/design.md §Authorization).
+
+    `passthrough`: the upstream is the resource server; the proxy serves its protected resource
+    metadata on its own origin with `resource` = public_url, rewrites `resource_metadata` in the
+    upstream's challenges, and forwards `Authorization` unchanged (the upstream must accept tokens
+    whose audience is public_url). `resource_server`: the proxy validates every token itself
+    (issuer, audience, expiry, signature against the issuer's JWKS) and calls the upstream with its
+    own credentials (`upstream.headers`), never the client's token.
+    """
+
+    public_url: str | None = Field(
+        None,
+        description="The MCP endpoint's URL as clients reach it (https://mcp.example.com/mcp): the `resource` of the "
+        "protected resource metadata the proxy serves and the audience tokens must name. Unset: derived from each "
+        "request's Host and scheme (fine on loopback, wrong behind a TLS-terminating ingress).",
+    )
+    mode: Literal["passthrough", "resource_server"] = Field(
+        "passthrough",
+        description="passthrough: the upstream validates tokens; resource_server: the proxy does, and the "
+        "client's token never reaches the upstream.",
+    )
+    issuers: list[str] = Field(
+        default_factory=list,
+        description="Authorization servers whose JWTs the proxy verifies (`iss`). Required by resource_server; "
+        "with passthrough, a verified JWT of one of them names the caller by (issuer, subject), so a refreshed "
+        "token keeps the caller's sessions.",
+    )
+    audience: str | None = Field(None, description="The `aud` tokens must carry; default: public_url.")
+    jwks_url: str | None = Field(
+        None, description="Where the issuers' signing keys are; default: `jwks_uri` of the issuer's metadata."
+    )
+    algorithms: list[str] = Field(
+        default_factory=lambda: ["RS256", "PS256", "ES256", "EdDSA"],
+        min_length=1,
+        description="JWS algorithms accepted (never `none`, never HMAC: the keys are public).",
+    )
+    leeway_s: float = Field(30.0, ge=0, le=300, description="Clock skew allowed on `exp` and `nbf`.")
+    required_scopes: list[str] = Field(
+        default_factory=list, description="resource_server: scopes every token must carry (403 insufficient_scope)."
+    )
+    client_in_identity: bool = Field(
+        False,
+        description="The caller is (issuer, subject, client id) instead of (issuer, subject): the same user "
+        "through two OAuth clients gets two identities.",
+    )
+    metadata_max_age_s: float = Field(
+        300.0,
+        ge=0,
+        description="Upper bound on caching the upstream's metadata and the JWKS (their cache headers may say less).",
+    )
+
+    @field_validator("public_url", "jwks_url")
+    @classmethod
+    def _url(cls, value: str | None) -> str | None:
+        if value is not None and (urlsplit(value).scheme not in ("http", "https") or not urlsplit(value).netloc):
+            raise ValueError("must be an absolute http:// or https:// URL")
+        return value
+
+    @field_validator("algorithms")
+    @classmethod
+    def _asymmetric(cls, value: list[str]) -> list[str]:
+        refused = [a for a in value if a.lower() == "none" or a.upper().startswith("HS")]
+        if refused:
+            raise ValueError(f"refused algorithms {refused}: only asymmetric signatures are verifiable against a JWKS")
+        return value
+
+    @model_validator(mode="after")
+    def _resource_server(self) -> AuthConfig:
+        if self.mode == "resource_server" and not self.issuers:
+            raise ValueError("auth.mode resource_server needs auth.issuers: the authorization servers it trusts")
+        return self
+
+
+class TracingConfig(_Section):
+    """OpenTelemetry spans (the `[otel]` extra); nothing is imported or allocated when off."""
+
+    otlp_endpoint: str | None = Field(
+        None,
+        description="OTLP/HTTP traces endpoint (http://collector:4318/v1/traces). Unset: no spans.",
+    )
+    service_name: str = Field("mcp-era-proxy", min_length=1, description="`service.name` of the spans.")
+    sample_ratio: float = Field(
+        1.0, ge=0, le=1, description="Share of new traces sampled; a sampled incoming trace is always followed."
+    )
+    headers: dict[str, str] = Field(default_factory=dict, description="Headers sent to the OTLP endpoint.")
+
+
 class ShutdownConfig(_Section):
     grace_s: float = Field(
         20.0,
@@ -423,6 +511,8 @@ class Settings(BaseSettings):
     logging: LoggingConfig = LoggingConfig()
     store: StoreConfig = StoreConfig()
     replicas: ReplicasConfig = ReplicasConfig()
+    auth: AuthConfig = AuthConfig()
+    tracing: TracingConfig = TracingConfig()
     workers: int = Field(
         1,
         ge=1,
@@ -463,6 +553,18 @@ class Settings(BaseSettings):
             )
         if self.workers > 1 and self.store.url is None:
             raise ValueError("workers > 1 needs store.url: each worker is a replica sharing the store")
+        return self
+
+    @model_validator(mode="after")
+    def _client_token_stays(self) -> Settings:
+        # The spec forbids passing a token through to a resource it was not issued for.
+        if self.auth.mode == "resource_server" and "forward_authorization" in self.upstream.model_fields_set:
+            if self.upstream.forward_authorization:
+                raise ValueError(
+                    "auth.mode resource_server never forwards the client's token: "
+                    "upstream.forward_authorization must not be true (give the upstream its own credentials "
+                    "in upstream.headers)"
+                )
         return self
 
     @model_validator(mode="after")
