@@ -7,6 +7,7 @@ All of it runs on 127.0.0.1; every process is stopped by its PID (tests.support.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import urllib.request
@@ -22,6 +23,8 @@ from tests.support.procs import free_port, listening
 HOST = "127.0.0.1"
 SERVER_SCRIPTS = {"legacy": "oauth_legacy_server.py", "modern": "oauth_modern_server.py"}
 CLIENT_SCRIPTS = {"legacy": "oauth_legacy_client.py", "modern": "oauth_modern_client.py"}
+# The TypeScript SDK client (tests/peers/fixtures/oauth-client.mjs) in either era.
+TS_CLIENTS = {"ts-legacy": "legacy", "ts-modern": "modern"}
 
 
 def python_for(era: str) -> Path:
@@ -93,18 +96,30 @@ def proxy(url: str, upstream: str, logs: Path, **settings: str) -> Iterator[str]
 
 
 def run_client(era: str, url: str, args: dict[str, Any] | None = None, timeout: float = 45.0) -> dict[str, Any]:
-    """One run of the SDK client of `era` (its own OAuth flow, then args["steps"]); its JSON summary."""
-    argv = [
-        str(python_for(era)),
-        str(peers.PEER_SCRIPTS / CLIENT_SCRIPTS[era]),
-        "--url",
-        url,
-        "--timeout",
-        str(timeout),
-        "--args",
-        json.dumps(args or {}),
-    ]
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout + 15, check=False)
+    """One run of the SDK client `era` names (its own OAuth flow, then args["steps"]); its JSON summary.
+
+    "legacy" / "modern": the Python SDK's (every arg); "ts-legacy" / "ts-modern": the TypeScript
+    SDK's (steps only; no refresh hooks)."""
+    args = args or {}
+    env: dict[str, str] | None = None
+    if era in TS_CLIENTS:
+        script = peers.peers_home() / "fixtures" / "oauth-client.mjs"
+        if not script.exists():
+            raise peers.PeersMissing(f"{script} not found: run `bash scripts/setup-peers.sh` first")
+        argv = ["node", str(script), url, TS_CLIENTS[era], json.dumps(args.get("steps", [{"call": "whoami"}]))]
+        env = {**os.environ, **peers.node_env()}
+    else:
+        argv = [
+            str(python_for(era)),
+            str(peers.PEER_SCRIPTS / CLIENT_SCRIPTS[era]),
+            "--url",
+            url,
+            "--timeout",
+            str(timeout),
+            "--args",
+            json.dumps(args),
+        ]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout + 15, check=False, env=env)
     lines = [line for line in done.stdout.splitlines() if line.strip()]
     if not lines:
         raise AssertionError(f"{era} client printed nothing (exit {done.returncode}):\n{done.stderr[-3000:]}")
