@@ -19,6 +19,7 @@ from contextlib import ExitStack
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -29,6 +30,7 @@ from tests.support.oauth import (
     metadata_url,
     protected_server,
     proxy,
+    proxy_log,
     reserve_proxy_url,
     run_client,
     steps_ok,
@@ -229,13 +231,16 @@ def test_no_token_gets_401_with_the_proxys_challenge_in_both_models(
         assert f'resource_metadata="{deployment.resource_metadata}"' in (reply.header("www-authenticate") or "")
 
 
-def test_malformed_upstream_metadata_gets_a_502_json_error(deploy: Callable[..., Deployment]) -> None:
+def test_malformed_upstream_metadata_gets_a_502_json_error(deploy: Callable[..., Deployment], logs_dir: Path) -> None:
     deployment = deploy("passthrough", "legacy", bad_metadata=True)
-    reply = Endpoint(deployment.url).get(metadata_url(deployment.url).split("127.0.0.1", 1)[1].split("/", 1)[1])
-    assert reply.status == 502, (reply.status, reply.body[:500])
-    assert reply.content_type == "application/json", reply.headers
-    body = json.loads(reply.body)
-    assert "error" in body and b"Traceback" not in reply.body, body
+    for path in (urlsplit(deployment.resource_metadata).path, "/.well-known/oauth-protected-resource"):
+        reply = Endpoint(deployment.url).get(path)
+        assert reply.status == 502, (path, reply.status, reply.body[:500])
+        assert reply.content_type == "application/json", reply.headers
+        body = json.loads(reply.body)
+        assert "error" in body and b"Traceback" not in reply.body, body
+    log = proxy_log(logs_dir, deployment.url).read_text()
+    assert "oauth_metadata_invalid" in log, log[-2000:]  # and logged
 
 
 # ------------------------------------------------------------------------- refresh keeps the caller

@@ -16,6 +16,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from tests.support import peers
 from tests.support.procs import free_port, listening
@@ -88,11 +89,17 @@ def reserve_proxy_url() -> str:
 @contextmanager
 def proxy(url: str, upstream: str, logs: Path, **settings: str) -> Iterator[str]:
     """The proxy CLI listening where `url` says, in front of `upstream`; settings as environment."""
-    port = int(url.rsplit(":", 1)[1].split("/")[0])
+    port = urlsplit(url).port
+    assert port is not None
     argv = [sys.executable, "-m", "proxy", "--upstream", upstream, "--listen", f"{HOST}:{port}"]
     env = {f"MCP_ERA_PROXY_{k.upper()}": v for k, v in settings.items()}
-    with listening(argv, port, logs / f"proxy-oauth-{port}.log", env=env, cwd=peers.REPO):
+    with listening(argv, port, proxy_log(logs, url), env=env, cwd=peers.REPO):
         yield url
+
+
+def proxy_log(logs: Path, url: str) -> Path:
+    """The log file of the proxy `proxy` started at `url`."""
+    return logs / f"proxy-oauth-{urlsplit(url).port}.log"
 
 
 def run_client(era: str, url: str, args: dict[str, Any] | None = None, timeout: float = 45.0) -> dict[str, Any]:
