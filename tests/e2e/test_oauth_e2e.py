@@ -73,15 +73,15 @@ def issuer(logs_dir: Path) -> Iterator[AuthServer]:
 @pytest.fixture(scope="module")
 def deploy(issuer: AuthServer, logs_dir: Path) -> Iterator[Callable[..., Deployment]]:
     """A proxy in front of a protected server of `era` in `model`, started once per module."""
-    started: dict[tuple[str, str, bool], Deployment] = {}
+    started: dict[tuple[str, str, bool, bool], Deployment] = {}
     with ExitStack() as stack:
 
-        def get(model: str, era: str, *, bad_metadata: bool = False) -> Deployment:
-            key = (model, era, bad_metadata)
+        def get(model: str, era: str, *, bad_metadata: bool = False, detect: bool = False) -> Deployment:
+            key = (model, era, bad_metadata, detect)
             if key not in started:
                 url = reserve_proxy_url()
                 auth = {
-                    "upstream__era": era,
+                    "upstream__era": "auto" if detect else era,
                     "auth__mode": model,
                     "auth__public_url": url,
                     "auth__issuers": json.dumps([issuer.issuer]),
@@ -162,6 +162,18 @@ def test_passthrough_discovery_authorization_and_tool_call(
     # The upstream saw the client's own token, issued for the proxy's URL (RFC 8707 resource).
     assert whoami(who)["subject"] == USER and whoami(who)["aud"] == deployment.url
     assert confirmed["text"].startswith("confirmed: action=accept name=Ada"), confirmed
+
+
+@pytest.mark.parametrize(("client", "server"), [("legacy", "modern"), ("modern", "legacy")])
+def test_passthrough_detects_the_era_of_a_protected_upstream(
+    client: str, server: str, deploy: Callable[..., Deployment], issuer: AuthServer
+) -> None:
+    """upstream.era auto: the proxy learns the era of an upstream that answers 401 until authorized."""
+    deployment = deploy("passthrough", server, detect=True)
+    observed = run_client(client, deployment.url, {"steps": [{"call": "whoami"}]})
+    (who,) = steps_ok(observed)
+    assert_discovered_through(observed, deployment, issuer)
+    assert whoami(who)["subject"] == USER and whoami(who)["aud"] == deployment.url
 
 
 # -------------------------------------------------------------------- model (b): resource_server

@@ -88,10 +88,14 @@ def build(port: int, issuer: str, jwks: str) -> Any:
 
 
 def _modern_only(app: Any) -> Any:
-    """Refuse legacy traffic on /mcp (the metadata routes stay open to every GET)."""
+    """Refuse legacy traffic on /mcp (the metadata routes stay open to every GET).
+
+    A request without credentials goes on to the SDK, which answers 401 first, as a server whose
+    authorization wraps its whole endpoint does."""
 
     async def guard(scope: dict[str, Any], receive: Any, send: Any) -> None:
-        if scope["type"] != "http" or scope["path"] != "/mcp":
+        headers = dict(scope.get("headers", []))
+        if scope["type"] != "http" or scope["path"] != "/mcp" or b"authorization" not in headers:
             await app(scope, receive, send)
             return
         if scope["method"] in ("GET", "DELETE"):
@@ -106,7 +110,6 @@ def _modern_only(app: Any) -> Any:
             if not message.get("more_body", False):
                 break
         body = b"".join(chunks)
-        headers = dict(scope.get("headers", []))
         version = headers.get(b"mcp-protocol-version", b"").decode("latin-1") or None
         try:
             decoded = json.loads(body)
