@@ -321,6 +321,8 @@ def test_a_session_presented_with_another_subjects_token_is_refused(
 def test_a_parked_call_retried_with_another_subjects_token_is_refused(
     model: str, deploy: Callable[..., Deployment], issuer: AuthServer
 ) -> None:
+    """A modern client's call parked at the proxy in front of the legacy server, its requestState
+    the proxy's own (bound to the caller)."""
     deployment = deploy(model, "legacy")
     asker = Endpoint(deployment.url, authorization=f"Bearer {issuer.mint(sub=USER, aud=deployment.url)}")
     capabilities = {"elicitation": {"form": {}}}
