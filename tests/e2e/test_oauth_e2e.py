@@ -146,6 +146,17 @@ def test_control_each_client_straight_against_its_protected_server(
     assert confirmed["text"].startswith("confirmed: action=accept name=Ada"), confirmed
 
 
+def test_control_a_refresh_keeps_the_legacy_session_straight_against_the_legacy_server(
+    issuer: AuthServer, logs_dir: Path
+) -> None:
+    with protected_server("legacy", issuer, logs_dir) as upstream:
+        steps = [{"call": "calls"}, {"refresh": True}, {"call": "calls"}]
+        observed = run_client("legacy", upstream, {"steps": steps})
+    before, after = steps_ok(observed)
+    assert observed["grants"] == ["authorization_code", "refresh_token"] and len(observed["tokens"]) == 2
+    assert observed["sessionIds"] == [observed["sessionId"]] and int(after["text"]) == int(before["text"]) + 1
+
+
 # ------------------------------------------------------------------------ model (a): passthrough
 
 
