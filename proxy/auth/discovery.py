@@ -359,6 +359,11 @@ class Discovery:
             lambda: self._first([url], authorization_server_problem, self._upstream_name, "authorization server"),
         )
 
+    async def issuer_metadata(self, issuer: str) -> JSONDict:
+        """`issuer`'s authorization server metadata (cached; MetadataError when it has none or it
+        is malformed): where its `jwks_uri` is, for instance."""
+        return (await self._issuer_metadata(issuer)).body
+
     async def _issuer_metadata(self, issuer: str) -> Document:
         candidates = issuer_candidates(issuer)
 

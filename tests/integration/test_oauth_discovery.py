@@ -16,8 +16,9 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient
 from structlog.testing import capture_logs
 
-from proxy.app import create_app
+from proxy.app import DISCOVERY, create_app
 from proxy.auth import challenge
+from proxy.auth.discovery import MetadataError
 from proxy.config import load_settings
 from tests.integration.conftest import closed_port_url, serve
 from tests.support.legacy_peer import ACCEPT, LegacyPeer, initialize_message
@@ -102,6 +103,7 @@ class Clock:
 class Proxy:
     client: TestClient
     clock: Clock
+    app: web.Application
 
     @property
     def resource(self) -> str:
@@ -144,7 +146,7 @@ def make_proxy(aiohttp_server: Any, aiohttp_client: Any, upstream: Upstream) -> 
         clock = Clock()
         app, _ = create_app(settings, cache_clock=clock)
         server = await serve(aiohttp_server, app)
-        return Proxy(await aiohttp_client(server), clock)
+        return Proxy(await aiohttp_client(server), clock, app)
 
     return build
 
@@ -434,6 +436,21 @@ async def test_resource_server_serves_the_first_issuers_metadata_found_by_path_i
         status, _, _ = await proxy.get(ASM + "/elsewhere")
         assert status == 404
     assert upstream.hits == {ASM + "/tenant": 1, OIDC + "/tenant": 1}
+
+
+async def test_issuer_metadata_is_there_for_the_token_verifier(make_proxy: MakeProxy, upstream: Upstream) -> None:
+    """What finds the issuer's `jwks_uri` (auth.jwks_url unset) shares the fetch and the cache."""
+    issuer = upstream.origin
+    metadata = {"issuer": issuer + "/", "jwks_uri": issuer + "/jwks"}
+    upstream.docs[ASM] = doc(metadata, "max-age=60")
+    proxy = await make_proxy(**{"auth.issuers": [issuer]})
+    async with asyncio.timeout(WAIT):
+        assert await proxy.app[DISCOVERY].issuer_metadata(issuer) == metadata
+        assert await proxy.app[DISCOVERY].issuer_metadata(issuer) == metadata
+        with pytest.raises(MetadataError) as absent:
+            await proxy.app[DISCOVERY].issuer_metadata(issuer + "/elsewhere")
+    assert absent.value.status == 404
+    assert upstream.hits[ASM] == 1
 
 
 async def test_resource_server_refuses_metadata_naming_another_issuer(
