@@ -275,7 +275,9 @@ class Discovery:
         if self._auth.mode == "passthrough" and response.status in (401, 403):
             for value in values:
                 named = named_metadata(value)
-                if named is not None and named != target:  # the proxy's own challenges name target
+                # Never the proxy's own origin: its own challenges name it, and an upstream that
+                # already names the proxy would have the proxy fetch from itself.
+                if named is not None and urlsplit(named).netloc != urlsplit(target).netloc:
                     self._named = named
                     break
         del headers["WWW-Authenticate"]

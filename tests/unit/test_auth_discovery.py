@@ -314,6 +314,15 @@ async def test_a_challenge_is_rewritten_only_when_present() -> None:
     metadata = "http://127.0.0.1:9000/.well-known/oauth-protected-resource/mcp"
     assert two.headers.getall("WWW-Authenticate") == ['Basic realm="x"', f'Bearer resource_metadata="{metadata}"']
     assert found._named is None  # the proxy's own URL is never remembered as the upstream's
+    selfish = Response()
+    selfish.headers = CIMultiDict({"WWW-Authenticate": 'Bearer resource_metadata="http://127.0.0.1:9000/x"'})
+    await found.on_response_prepare(req, selfish)  # type: ignore[arg-type]
+    assert found._named is None  # nor anything else on the proxy's origin
+    upstream = Response()
+    upstream.headers = CIMultiDict({"WWW-Authenticate": 'Bearer resource_metadata="http://10.0.0.9:3000/m"'})
+    await found.on_response_prepare(req, upstream)  # type: ignore[arg-type]
+    assert found._named == "http://10.0.0.9:3000/m"
+    assert upstream.headers["WWW-Authenticate"] == f'Bearer resource_metadata="{metadata}"'
     await found.close()
 
 
