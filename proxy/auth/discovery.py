@@ -39,6 +39,7 @@ WELL_KNOWN_AUTHORIZATION_SERVER = "/.well-known/oauth-authorization-server"
 WELL_KNOWN_OPENID = "/.well-known/openid-configuration"
 ALLOWED_METHODS = "GET, HEAD"
 
+ABSENCE_KEPT_S = 10.0  # an upstream without metadata is asked again after this long
 BODY_LIMIT = 64 * 1024  # a metadata document is a few hundred bytes; anything this large is no metadata
 _NAMED_URL_MAX = 2048  # a resource_metadata an upstream names, remembered only when it is a plausible URL
 _HOST = re.compile(r"(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?)(?::[0-9]{1,5})?")
@@ -53,11 +54,12 @@ _STDIO = "a stdio server"
 class MetadataError(Exception):
     """What the client gets instead of a document: an HTTP status and an OAuth error body."""
 
-    def __init__(self, status: int, error: str, description: str) -> None:
+    def __init__(self, status: int, error: str, description: str, *, kept_s: float = 0.0) -> None:
         super().__init__(description)
         self.status = status
         self.error = error
         self.description = description
+        self.kept_s = kept_s  # how long the cache may answer with it (an absence, not a failure)
 
 
 def error_body(error: str, description: str) -> JSONDict:
@@ -183,19 +185,24 @@ class Document:
 
 class DocumentCache:
     """Fetched documents until they expire; concurrent misses of one key share one fetch (a burst
-    of clients discovering at once costs the upstream one request). Failures are not kept."""
+    of clients discovering at once costs the upstream one request). An absence is kept briefly
+    (`MetadataError.kept_s`), so a server without OAuth is not asked again for every probe of the
+    well-known paths; failures (unreachable, malformed) are not kept."""
 
     def __init__(self, clock: Callable[[], float]) -> None:
         self._clock = clock
-        self._documents: dict[tuple[str, ...], Document] = {}
+        self._kept: dict[tuple[str, ...], tuple[float, Document | MetadataError]] = {}
         self._flights: dict[tuple[str, ...], asyncio.Task[Document]] = {}
 
     async def get(self, key: tuple[str, ...], fetch: Callable[[], Awaitable[Document]]) -> Document:
-        kept = self._documents.get(key)
+        kept = self._kept.get(key)
         if kept is not None:
-            if kept.expires > self._clock():
-                return kept
-            del self._documents[key]
+            expires, outcome = kept
+            if expires > self._clock():
+                if isinstance(outcome, MetadataError):
+                    raise outcome
+                return outcome
+            del self._kept[key]
         flight = self._flights.get(key)
         if flight is None:
             flight = self._flights[key] = asyncio.ensure_future(self._fetch(key, fetch))
@@ -205,13 +212,20 @@ class DocumentCache:
     async def _fetch(self, key: tuple[str, ...], fetch: Callable[[], Awaitable[Document]]) -> Document:
         try:
             document = await fetch()
-            if document.expires > self._clock():
-                if len(self._documents) >= 64:  # keys are few (one per well-known path); stay bounded
-                    self._documents.clear()
-                self._documents[key] = document
+            self._keep(key, document.expires, document)
             return document
+        except MetadataError as exc:
+            if exc.kept_s > 0:
+                self._keep(key, self._clock() + exc.kept_s, exc)
+            raise
         finally:
             del self._flights[key]
+
+    def _keep(self, key: tuple[str, ...], expires: float, outcome: Document | MetadataError) -> None:
+        if expires > self._clock():
+            if len(self._kept) >= 64:  # keys are few (one per well-known path); stay bounded
+                self._kept.clear()
+            self._kept[key] = (expires, outcome)
 
     async def close(self) -> None:
         flights = list(self._flights.values())
@@ -404,7 +418,8 @@ class Discovery:
             raise MetadataError(
                 502, "temporarily_unavailable", f"the upstream answered HTTP {server_error} for its {kind} metadata"
             )
-        raise MetadataError(404, "not_found", f"the upstream publishes no {kind} metadata")
+        kept_s = min(ABSENCE_KEPT_S, self._auth.metadata_max_age_s)
+        raise MetadataError(404, "not_found", f"the upstream publishes no {kind} metadata", kept_s=kept_s)
 
     def _invalid(self, source: str, url: str, reason: str) -> MetadataError:
         path = urlsplit(url).path[:200]

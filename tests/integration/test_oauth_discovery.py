@@ -284,10 +284,33 @@ async def test_an_upstream_without_metadata_is_404_everywhere(make_proxy: MakePr
     proxy = await make_proxy()
     async with asyncio.timeout(WAIT):
         for path in (PRM, PRM_MCP, ASM, OIDC, ASM + "/mcp"):
-            status, body, _ = await proxy.get(path)
+            status, body, headers = await proxy.get(path)
             assert status == 404 and body["error"] == "not_found", (path, body)
-            assert set(body) == {"error", "error_description"}
-    assert upstream.hits == {PRM_MCP: 2, PRM: 2, ASM: 1, OIDC: 1, ASM + "/mcp": 1}  # nothing absent is kept
+            assert set(body) == {"error", "error_description"} and headers["Cache-Control"] == "no-store"
+    assert upstream.hits == {PRM_MCP: 1, PRM: 1, ASM: 1, OIDC: 1, ASM + "/mcp": 1}  # both forms: one search
+
+
+async def test_an_absence_is_kept_briefly(make_proxy: MakeProxy, upstream: Upstream) -> None:
+    proxy = await make_proxy()
+    async with asyncio.timeout(WAIT):
+        assert (await proxy.get(PRM_MCP))[0] == 404
+        proxy.clock.now += 9
+        assert (await proxy.get(PRM_MCP))[0] == 404
+        assert upstream.hits[PRM_MCP] == 1
+        upstream.docs[PRM] = doc(upstream_document(upstream))  # the upstream starts publishing
+        proxy.clock.now += 2
+        assert (await proxy.get(PRM_MCP))[0] == 200
+    assert upstream.hits == {PRM_MCP: 2, PRM: 2}
+
+
+async def test_a_failure_is_not_kept(make_proxy: MakeProxy, upstream: Upstream) -> None:
+    upstream.docs[PRM_MCP] = doc({"resource": "x"})
+    proxy = await make_proxy()
+    async with asyncio.timeout(WAIT):
+        assert (await proxy.get(PRM_MCP))[0] == 502
+        upstream.docs[PRM_MCP] = doc(upstream_document(upstream))
+        assert (await proxy.get(PRM_MCP))[0] == 200
+    assert upstream.hits[PRM_MCP] == 2
 
 
 async def test_a_path_the_proxy_does_not_serve_is_404_json(make_proxy: MakeProxy, upstream: Upstream) -> None:

@@ -211,6 +211,25 @@ async def test_the_cache_keeps_neither_a_document_not_to_keep_nor_a_failure() ->
     assert outcomes == []
 
 
+async def test_the_cache_keeps_an_absence_for_its_time() -> None:
+    clock = Clock()
+    cache = DocumentCache(clock)
+    calls: list[int] = []
+
+    async def fetch() -> Document:
+        calls.append(1)
+        raise MetadataError(404, "not_found", "none", kept_s=5)
+
+    for _ in range(2):
+        with pytest.raises(MetadataError):
+            await cache.get(("k",), fetch)
+    assert calls == [1]
+    clock.now += 5
+    with pytest.raises(MetadataError):
+        await cache.get(("k",), fetch)
+    assert calls == [1, 1]
+
+
 async def test_concurrent_misses_share_one_fetch_and_a_waiter_leaving_does_not_cancel_it() -> None:
     clock = Clock()
     cache = DocumentCache(clock)
