@@ -327,7 +327,7 @@ class Discovery:
                     raise MetadataError(404, "not_found", f"no authorization server metadata at {request.path[:200]}")
                 document = await self._issuer_metadata(self._auth.issuers[0])
             else:
-                document = await self._upstream_authorization_server(request.path)
+                document = await self._upstream_authorization_server(request.rel_url.raw_path)
             return _document(document.body, document, self._clock())
         except MetadataError as exc:
             return _error(exc)
