@@ -163,6 +163,24 @@ grep -q 'endPort: 8082' "$rendered/replicas-options.yaml" && grep -q '"\[$(POD_I
 for manifest in replicas-options sidecar-store; do kubernetes_validate "$rendered/$manifest.yaml"; done
 echo "ok   helm template, kubernetes-validate $KUBERNETES_VERSION: replicas with 2 workers on IPv6, a sidecar with the store"
 
+# OAuth discovery: the Ingress and the HTTPRoute route the well-known prefixes beside the MCP path
+# (and not when turned off); resource_server mode with its issuers renders valid manifests.
+for manifest in standalone gateway-api; do
+  for prefix in oauth-protected-resource oauth-authorization-server openid-configuration; do
+    grep -q "/.well-known/$prefix\$" "$rendered/$manifest.yaml" \
+      || { echo "FAIL examples/$manifest.yaml: /.well-known/$prefix is not routed to the Service"; exit 1; }
+  done
+done
+"$HELM" template mcp-era-proxy "$CHART" -f "$CHART/examples/standalone.yaml" --set ingress.wellKnownPaths=false \
+  | grep -q "/.well-known/" && { echo "FAIL ingress.wellKnownPaths=false still routes /.well-known/"; exit 1; }
+"$HELM" template mcp-era-proxy "$CHART" -f "$CHART/examples/gateway-api.yaml" \
+  --set auth.mode=resource_server,auth.issuers[0]=https://auth.example.com,auth.requiredScopes[0]=mcp \
+  --set config.upstream.forward_authorization=false >"$rendered/resource-server.yaml"
+grep -q "public_url: https://mcp.example.com/mcp" "$rendered/resource-server.yaml" \
+  || { echo "FAIL auth.public_url is not computed from the HTTPRoute hostname"; exit 1; }
+kubernetes_validate "$rendered/resource-server.yaml"
+echo "ok   OAuth discovery prefixes routed (Ingress, HTTPRoute); auth values rendered, resource_server valid"
+
 step "custom resources (HTTPRoute, ServiceMonitor) against their CRD schemas"
 crd_validator
 node "$CRD_TOOLS/validate.mjs" "$rendered"/*.yaml
@@ -189,6 +207,7 @@ refused=(
   "would block every node drain|-f $CHART/examples/standalone.yaml --set podDisruptionBudget.maxUnavailable= --set podDisruptionBudget.minAvailable=1"
   "is a wildcard|-f $CHART/examples/standalone.yaml --set ingress.hosts[0].host=*.example.com"
   "httpRoute.parentRefs must name the Gateway|-f $CHART/examples/standalone.yaml --set httpRoute.enabled=true"
+  "auth.mode resource_server needs auth.issuers|-f $CHART/examples/standalone.yaml --set auth.mode=resource_server"
   "httpRoute hostname *.example.org is a wildcard|-f $CHART/examples/gateway-api.yaml --set httpRoute.hostnames[0]=*.example.org"
 )
 for case in "${refused[@]}"; do
