@@ -22,7 +22,7 @@ import pytest
 import yaml
 from prometheus_client.metrics import MetricWrapperBase
 
-from proxy.metrics import Metrics
+from proxy.metrics import KNOWN_METHODS, OUTCOMES, Metrics
 
 REPO = Path(__file__).resolve().parents[1]
 CHART = REPO / "helm" / "mcp-era-proxy"
@@ -31,6 +31,10 @@ UNIT_TESTS = REPO / "tests" / "ops" / "alerts.test.yaml"
 CACHE = Path(os.environ.get("ERA_PROXY_TEST_CACHE", Path.home() / ".cache" / "mcp-era-proxy"))
 # Values every render starts from: the chart needs an upstream.
 BASE_VALUES = CHART / "examples" / "standalone.yaml"
+
+# Label values the proxy declares: a matcher naming a value outside them matches nothing.
+LABEL_VALUES = {"outcome": frozenset(OUTCOMES), "method": KNOWN_METHODS | {"other"}}
+_ALTERNATIVES = re.compile(r"[\w/.]+(?:\|[\w/.]+)*")
 
 # Labels Prometheus gives every scraped series: the Prometheus Operator's ServiceMonitor targets
 # carry these (job is the Service's name); the dashboard's variables and the alerts group by them.
@@ -213,6 +217,7 @@ def problems(expr: str) -> list[str]:
                         label = toks[j][1]
                         if name in exported() and label not in exported()[name] | TARGET_LABELS:
                             found.append(f"{name} has no label {label}")
+                        found.extend(_unknown_values(label, toks[j + 1][1], toks[j + 2][1]))
                 i = end + 1
             else:
                 i += 1
@@ -227,6 +232,15 @@ def problems(expr: str) -> list[str]:
             if missing or not scope:
                 found.append(f"{clause} ({label}): not a label of {', '.join(missing) or 'any metric in scope'}")
     return found
+
+
+def _unknown_values(label: str, op: str, quoted: str) -> list[str]:
+    """A matcher of a declared label whose literal value (or a|b|c alternation) the proxy never sets."""
+    value = quoted[1:-1]
+    if label not in LABEL_VALUES or op not in ("=", "=~", "!=", "!~") or not _ALTERNATIVES.fullmatch(value):
+        return []
+    unknown = [v for v in value.split("|") if v not in LABEL_VALUES[label]]
+    return [f"{label} {op} {quoted}: the proxy sets no {label} {v!r}" for v in unknown]
 
 
 # Grafana's variables, as a query would see them.
@@ -279,6 +293,8 @@ def variable_queries(board: dict[str, Any]) -> list[tuple[str, str, str]]:
         ("sum(rate(mcp_era_proxy_requests_total[5m])) by (scope)", "by (scope)"),
         ("histogram_quantile(0.9, sum by (le) (rate(mcp_era_proxy_request_duration_seconds_count[5m])))", "by (le)"),
         ("mcp_era_proxy_parked_calls / on (upstream) mcp_era_proxy_upstream_processes", "on (upstream)"),
+        ('mcp_era_proxy_requests_total{outcome=~"error|failed"}', "no outcome 'failed'"),
+        ('mcp_era_proxy_requests_total{method!="tools/run"}', "no method 'tools/run'"),
     ],
 )
 def test_the_name_check_refuses_what_the_proxy_does_not_export(expr: str, complaint: str):
@@ -286,7 +302,7 @@ def test_the_name_check_refuses_what_the_proxy_does_not_export(expr: str, compla
 
 
 def test_the_name_check_accepts_what_the_proxy_exports():
-    bucket = 'mcp_era_proxy_request_duration_seconds_bucket{job="x",method!~"a|b"}'
+    bucket = 'mcp_era_proxy_request_duration_seconds_bucket{job="x",method!~"ping|other"}'
     expr = f"histogram_quantile(0.99, sum by (method, le, pod) (rate({bucket}[5m]))) > 1 and on (namespace) up == 1"
     assert problems(expr) == []
 
