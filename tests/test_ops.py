@@ -370,6 +370,29 @@ def test_the_dashboard_is_parameterised_by_data_source_and_uses_every_exported_m
     assert sorted(name for name in families if not re.search(rf"\b{name}\b", text)) == []
 
 
+def test_the_dashboard_legends_name_labels_of_their_queries():
+    for panel in dashboard()["panels"]:
+        for target in panel.get("targets", []):
+            expr = substitute(target["expr"])
+            names = {value for kind, value in tokens(expr) if kind == "ident" and value in exported()}
+            carried = set().union(*(exported()[name] for name in names)) | TARGET_LABELS
+            legend = set(re.findall(r"\{\{\s*(\w+)\s*\}\}", target.get("legendFormat", "")))
+            assert legend <= carried, f"{panel['title']!r} {target['refId']}: legend names {legend - carried}"
+
+
+def test_the_dashboard_panels_have_unique_ids_and_do_not_overlap():
+    panels = dashboard()["panels"]
+    ids = [panel["id"] for panel in panels]
+    assert len(ids) == len(set(ids))
+    taken: set[tuple[int, int]] = set()
+    for panel in panels:
+        box = panel["gridPos"]
+        assert box["x"] >= 0 and box["x"] + box["w"] <= 24, panel["title"]
+        cells = {(x, y) for x in range(box["x"], box["x"] + box["w"]) for y in range(box["y"], box["y"] + box["h"])}
+        assert not cells & taken, f"{panel['title']!r} overlaps another panel"
+        taken |= cells
+
+
 def test_the_chart_ships_the_dashboard_only_when_enabled():
     configmap = render(
         "--set",
