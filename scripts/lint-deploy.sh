@@ -16,9 +16,10 @@
 #      (HTTPRoute, ServiceMonitor, PrometheusRule), their CRD schemas (scripts/crd-validate), the
 #      rendered config equal to the one checked in 5, and value combinations the chart must refuse
 #      refused.
-#   7. the chart's alert rules and Grafana dashboard (tests/test_ops.py): promtool check rules and
-#      test rules (tests/ops/alerts.test.yaml), every dashboard query parses, and every metric and
-#      label the rules and the dashboard name is one the proxy exports.
+#   7. the chart's alert rules and Grafana dashboard (tests/test_ops.py, tests/ops): promtool check
+#      rules and test rules (tests/ops/alerts.test.yaml), every dashboard query parses, every metric
+#      and label the rules and the dashboard name is one the proxy exports, and both evaluate in a
+#      real Prometheus scraping a real proxy.
 # Tools go into their own virtualenvs ($CACHE/venvs/lint-deploy*, made by peer_venv in lib.sh),
 # pinned below. helm is $HELM when set, else a pinned official release binary (see fetch_helm),
 # else `helm` on PATH.
@@ -175,8 +176,9 @@ crd_validator
 node "$CRD_TOOLS/validate.mjs" "$rendered"/*.yaml
 
 step "alert rules and dashboard queries: promtool check rules / test rules, metric and label names"
-# tests/test_ops.py renders the chart with this helm and runs promtool (scripts/setup-services.sh).
-HELM="$HELM" .venv/bin/pytest -q -p no:cacheprovider --no-header tests/test_ops.py
+# tests/test_ops.py renders the chart with this helm and runs promtool; tests/ops runs the rules and
+# the dashboard's queries in a real Prometheus scraping a real proxy (both: scripts/setup-services.sh).
+HELM="$HELM" .venv/bin/pytest -q -p no:cacheprovider --no-header tests/test_ops.py tests/ops
 
 # Value combinations the chart's validate helper must refuse: "message fragment|--set args".
 refused=(

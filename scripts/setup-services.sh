@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs the real services the replica suite (tests/replicas) runs: redis-server (7.0 on Debian 12)
-# and HAProxy (2.6), and promtool (Prometheus 2.42's rule checker and tester, for the chart's alert
-# rules and dashboard queries: tests/test_ops.py), from Debian's packages, only when missing. The
+# and HAProxy (2.6), and Prometheus 2.42 with promtool (for the chart's alert rules and dashboard
+# queries: tests/test_ops.py, tests/ops), from Debian's packages, only when missing. The
 # tests start their own processes on loopback ports; the system services the packages bring are
 # never started (and stopped at once if the package's own scripts started them).
 # Idempotent: a second run only checks that all are in place.
@@ -9,7 +9,7 @@
 missing=()
 command -v redis-server >/dev/null || missing+=(redis-server)
 command -v haproxy >/dev/null || missing+=(haproxy)
-command -v promtool >/dev/null || missing+=(prometheus)  # ships /usr/bin/promtool
+{ command -v prometheus && command -v promtool; } >/dev/null || missing+=(prometheus)  # ships both
 if [ "${#missing[@]}" -gt 0 ]; then
   echo "[services] installing ${missing[*]} (Debian packages)" >&2
   SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"

@@ -4,7 +4,8 @@ and label they name is one the proxy exports.
 
 Needs helm ($HELM, else the pinned binary scripts/lint-deploy.sh fetches into the test cache, else
 `helm` on PATH) and promtool (scripts/setup-services.sh installs Debian's prometheus package).
-scripts/lint-deploy.sh runs this file."""
+scripts/lint-deploy.sh runs this file; tests/ops/test_prometheus.py runs the same rules and
+queries in a real Prometheus."""
 
 from __future__ import annotations
 
