@@ -126,6 +126,8 @@ def check_constants() -> bool:
         ("shutdown", "grace_s"): r'dig "shutdown" "grace_s" (\d+(?:\.\d+)?)',
         ("readiness", "probe_timeout_s"): r'dig "readiness" "probe_timeout_s" (\d+(?:\.\d+)?)',
         ("upstream", "shutdown_grace_s"): r'dig "shutdown_grace_s" (\d+(?:\.\d+)?)',
+        ("sessions", "max_sessions"): r'dig "sessions" "max_sessions" (\d+)',
+        ("input", "max_parked"): r'dig "input" "max_parked" (\d+)',
     }
     for path, pattern in assumed.items():
         found = re.findall(pattern, helpers)
@@ -184,7 +186,8 @@ def check_rendered(directory: Path) -> bool:
     for name, values in cases():
         rendered = directory / Path(name).name
         docs = [d for d in yaml.safe_load_all(rendered.read_text(encoding="utf-8")) if d]
-        maps = [d for d in docs if d.get("kind") == "ConfigMap"]
+        # The proxy's config map (the dashboards' ConfigMap, when enabled, holds no config.yaml).
+        maps = [d for d in docs if d.get("kind") == "ConfigMap" and "config.yaml" in (d.get("data") or {})]
         same = len(maps) == 1 and yaml.safe_load(maps[0]["data"]["config.yaml"]) == compose_config(values)
         print(f"{'ok  ' if same else 'FAIL'} helm-rendered config = the config checked above: {name}")
         ok &= same

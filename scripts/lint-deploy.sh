@@ -13,8 +13,13 @@
 #      (scripts/check_chart_config.py).
 #   6. helm lint --strict and helm template per example, the rendered manifests validated against
 #      the Kubernetes schemas (kubernetes-validate --strict) and, for the custom resources
-#      (HTTPRoute, ServiceMonitor), their CRD schemas (scripts/crd-validate), the rendered config
-#      equal to the one checked in 5, and value combinations the chart must refuse refused.
+#      (HTTPRoute, ServiceMonitor, PrometheusRule), their CRD schemas (scripts/crd-validate), the
+#      rendered config equal to the one checked in 5, and value combinations the chart must refuse
+#      refused.
+#   7. the chart's alert rules and Grafana dashboard (tests/test_ops.py, tests/ops): promtool check
+#      rules and test rules (tests/ops/alerts.test.yaml), every dashboard query parses, every metric
+#      and label the rules and the dashboard name is one the proxy exports, and both evaluate in a
+#      real Prometheus scraping a real proxy.
 # Tools go into their own virtualenvs ($CACHE/venvs/lint-deploy*, made by peer_venv in lib.sh),
 # pinned below. helm is $HELM when set, else a pinned official release binary (see fetch_helm),
 # else `helm` on PATH.
@@ -42,7 +47,7 @@ step() { printf '\n== %s\n' "$*"; }
 # crd-validate below, so their "no schema" notice is expected; any failure is not.
 kubernetes_validate() {  # manifests.yaml
   "$RENDER_TOOLS/bin/kubernetes-validate" --strict --quiet -k "$KUBERNETES_VERSION" "$1" \
-    | { grep -Ev "Couldn't find schema for kind (ServiceMonitor|HTTPRoute)" || true; }
+    | { grep -Ev "Couldn't find schema for kind (ServiceMonitor|HTTPRoute|PrometheusRule)" || true; }
 }
 
 crd_validator() {  # installs scripts/crd-validate (npm ci, pinned by its lockfile) into $CRD_TOOLS
@@ -138,7 +143,8 @@ done
 .venv/bin/python scripts/check_chart_config.py --rendered "$rendered"
 
 # The optional parts together (HPA, PDB by percentage, admin port, IPv6, digest, created Secret,
-# no affinity annotations, no startup probe, no preStop hook) render valid manifests too.
+# no affinity annotations, no startup probe, no preStop hook, the dashboard and the alerts with a
+# selector of their own and one alert off) render valid manifests too.
 "$HELM" template mcp-era-proxy "$CHART" -f "$CHART/examples/standalone.yaml" \
   --set autoscaling.enabled=true,autoscaling.targetMemoryUtilizationPercentage=70 \
   --set service.admin.enabled=true,listenAddress=::,ingress.sessionAffinity.enabled=false \
@@ -148,7 +154,9 @@ done
   --set probes.startup.enabled=false,preStopSleepSeconds=0,tmpVolume.sizeLimit= \
   --set httpRoute.enabled=true,httpRoute.parentRefs[0].name=gw,httpRoute.parentRefs[0].port=443 \
   --set httpRoute.hostnames[0]=mcp.example.org,httpRoute.timeouts.backendRequest=10m \
-  --set httpRoute.annotations.team=mcp >"$rendered/options.yaml"
+  --set httpRoute.annotations.team=mcp \
+  --set dashboards.enabled=true,prometheusRule.enabled=true,prometheusRule.selector='job="mcp"' \
+  --set prometheusRule.alerts.latency.enabled=false >"$rendered/options.yaml"
 kubernetes_validate "$rendered/options.yaml"
 echo "ok   helm template, kubernetes-validate $KUBERNETES_VERSION: every optional resource and setting at once"
 
@@ -181,9 +189,14 @@ grep -q "public_url: https://mcp.example.com/mcp" "$rendered/resource-server.yam
 kubernetes_validate "$rendered/resource-server.yaml"
 echo "ok   OAuth discovery prefixes routed (Ingress, HTTPRoute); auth values rendered, resource_server valid"
 
-step "custom resources (HTTPRoute, ServiceMonitor) against their CRD schemas"
+step "custom resources (HTTPRoute, ServiceMonitor, PrometheusRule) against their CRD schemas"
 crd_validator
 node "$CRD_TOOLS/validate.mjs" "$rendered"/*.yaml
+
+step "alert rules and dashboard queries: promtool check rules / test rules, metric and label names"
+# tests/test_ops.py renders the chart with this helm and runs promtool; tests/ops runs the rules and
+# the dashboard's queries in a real Prometheus scraping a real proxy (both: scripts/setup-services.sh).
+HELM="$HELM" .venv/bin/pytest -q -p no:cacheprovider --no-header tests/test_ops.py tests/ops
 
 # Value combinations the chart's validate helper must refuse: "message fragment|--set args".
 refused=(

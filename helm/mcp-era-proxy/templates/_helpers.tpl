@@ -208,6 +208,25 @@ The proxy's shutdown.grace_s (its default, 20, unless config sets it).
 {{- end }}
 
 {{/*
+The proxy's limits the alerts compare with (its defaults unless config sets them): legacy sessions
+(sessions.max_sessions) and parked calls (input.max_parked), each per worker.
+*/}}
+{{- define "mcp-era-proxy.maxSessions" -}}
+{{- dig "sessions" "max_sessions" 50000 (.Values.config | default dict) }}
+{{- end }}
+{{- define "mcp-era-proxy.maxParked" -}}
+{{- dig "input" "max_parked" 1000 (.Values.config | default dict) }}
+{{- end }}
+
+{{/*
+The label matchers of the alerts' queries: prometheusRule.selector, else the namespace and job
+(the Service's name) the chart's ServiceMonitor gives its targets.
+*/}}
+{{- define "mcp-era-proxy.ruleSelector" -}}
+{{- .Values.prometheusRule.selector | default (printf "namespace=%q,job=%q" .Release.Namespace (include "mcp-era-proxy.fullname" .)) }}
+{{- end }}
+
+{{/*
 Fails rendering on value combinations that would deploy something broken. Included by the
 ConfigMap and the Deployment.
 */}}
