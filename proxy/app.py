@@ -13,6 +13,8 @@ import aiohttp
 import structlog
 from aiohttp import web
 
+from .auth.identity import Identifier
+from .auth.tokens import TokenVerifier
 from .cache import ResponseCache
 from .config import Settings
 from .downstream.admin import Admin
@@ -159,7 +161,12 @@ def create_app(
         watcher.reset()
 
     detector.on_change = era_changed
-    endpoint = McpEndpoint(settings, metrics, detector, router, failures, forwarder, sealer=sealer, boot=boot)
+    # JWTs of auth.issuers are verified (the caller is their subject; resource_server: the gate).
+    verifier = TokenVerifier(settings.auth) if settings.auth.issuers else None
+    identifier = Identifier(settings, verifier)
+    endpoint = McpEndpoint(
+        settings, metrics, detector, router, failures, forwarder, sealer=sealer, boot=boot, identifier=identifier
+    )
 
     async def ready() -> None:
         if await detector.current() is Era.MODERN:
@@ -232,6 +239,8 @@ def create_app(
         if http is not None and owns_session:
             await http.close()
         await forwarder.close()
+        if verifier is not None:
+            await verifier.close()
         if owned_store is not None:
             await owned_store.aclose()
 

@@ -1,0 +1,415 @@
+"""JWT access tokens (RFC 9068) verified against the issuers' JWKS.
+
+PyJWT checks signatures and claims; the keys are fetched here with aiohttp (PyJWKClient would
+block the event loop on urllib). Everything verified is cached: the JWKS per its Cache-Control
+(bounded by auth.metadata_max_age_s), the metadata that names it, and each verified token until it
+expires, so a repeated token costs one hash and a dict lookup. A `kid` the JWKS does not hold
+refetches it at most once per UNKNOWN_KID_REFETCH_S per JWKS, so a flood of made-up kids is not a
+flood of fetches; concurrent fetches of one URL share one request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import hashlib
+import re
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import aiohttp
+import jwt
+import orjson
+import structlog
+
+from ..config import AuthConfig
+
+log = structlog.get_logger(__name__)
+
+UNKNOWN_KID_REFETCH_S = 30.0  # the least time between two fetches of one JWKS for a kid it lacked
+STALE_KEYS_GRACE_S = 3600.0  # expired keys still used this long while their JWKS cannot be fetched
+FETCH_TIMEOUT_S = 10.0
+MAX_DOCUMENT_BYTES = 1 << 20  # a JWKS or metadata document larger than this is refused
+TOKEN_CACHE_MAX = 8192  # verified tokens remembered
+
+# Which key type (and curve) can carry each JWS algorithm (RFC 7518 §3, RFC 8037).
+_KEY_TYPES: dict[str, tuple[str, str | None]] = {
+    **{f"{p}{n}": ("RSA", None) for p in ("RS", "PS") for n in (256, 384, 512)},
+    "ES256": ("EC", "P-256"),
+    "ES384": ("EC", "P-384"),
+    "ES512": ("EC", "P-521"),
+    "ES256K": ("EC", "secp256k1"),
+    "EdDSA": ("OKP", None),
+}
+_MAX_AGE = re.compile(r"(?i)(?:^|,)\s*max-age\s*=\s*\"?(\d+)")
+_NO_CACHE = re.compile(r"(?i)(?:^|,)\s*(?:no-store|no-cache)\b")
+
+
+class InvalidToken(Exception):
+    """The token is not acceptable: the message says why (an `error_description`)."""
+
+
+class KeysUnavailable(Exception):
+    """The issuer's keys cannot be had (JWKS or metadata unreachable, malformed, empty)."""
+
+
+@dataclass(frozen=True, slots=True)
+class VerifiedToken:
+    issuer: str
+    subject: str
+    client_id: str | None
+    scopes: frozenset[str]
+    expires_at: float
+
+
+def same_url(a: str, b: str) -> bool:
+    """Issuers and audiences compared as strings, up to a trailing slash (libraries differ in
+    whether `https://as.example` gains one)."""
+    return a == b or a.rstrip("/") == b.rstrip("/")
+
+
+def unverified_claims(token: str) -> dict[str, Any] | None:
+    """The payload of something shaped like a JWS compact serialization, unverified; None if it
+    is not one (an opaque token)."""
+    parts = token.split(".")
+    if len(parts) != 3 or not parts[0] or not parts[1]:  # an empty signature is still a JWT (alg none)
+        return None
+    try:
+        payload = orjson.loads(base64.urlsafe_b64decode(parts[1] + "=" * (-len(parts[1]) % 4)))
+    except (ValueError, orjson.JSONDecodeError):
+        return None
+    return payload if isinstance(payload, dict) else None
+
+
+def metadata_urls(issuer: str) -> list[str]:
+    """Where the issuer's metadata may be (the MCP authorization spec's order): RFC 8414 §3.1
+    path insertion, then OpenID Connect discovery (path insertion, then appended)."""
+    parts = urlsplit(issuer)
+    path = parts.path.rstrip("/")
+
+    def at(p: str) -> str:
+        return urlunsplit((parts.scheme, parts.netloc, p, "", ""))
+
+    urls = [at("/.well-known/oauth-authorization-server" + path), at("/.well-known/openid-configuration" + path)]
+    if path:
+        urls.append(at(path + "/.well-known/openid-configuration"))
+    return urls
+
+
+def max_age(cache_control: str | None, bound: float) -> float:
+    """How long a fetched document may be used: its max-age, at most `bound` (no-store: 0)."""
+    if cache_control is None:
+        return bound
+    if _NO_CACHE.search(cache_control):
+        return 0.0
+    match = _MAX_AGE.search(cache_control)
+    return min(float(match.group(1)), bound) if match else bound
+
+
+class _Key:
+    __slots__ = ("alg", "crv", "data", "kid", "kty", "objects")
+
+    def __init__(self, data: dict[str, Any]) -> None:
+        self.data = data
+        self.kid = data.get("kid") if isinstance(data.get("kid"), str) else None
+        self.kty = data.get("kty")
+        self.crv = data.get("crv")
+        self.alg = data.get("alg")
+        self.objects: dict[str, Any] = {}  # algorithm -> the key as PyJWT uses it
+
+    def fits(self, alg: str) -> bool:
+        kty, crv = _KEY_TYPES.get(alg, ("", None))
+        if self.kty != kty or (crv is not None and self.crv != crv):
+            return False
+        if alg == "EdDSA" and self.crv not in ("Ed25519", "Ed448"):
+            return False
+        return self.alg is None or self.alg == alg
+
+    def key_for(self, alg: str) -> Any:
+        key = self.objects.get(alg)
+        if key is None:
+            key = self.objects[alg] = jwt.PyJWK(self.data, algorithm=alg).key
+        return key
+
+
+class _KeySet:
+    """One JWKS: its keys, when they go stale, and when it was last fetched."""
+
+    __slots__ = ("expires_at", "fetched_at", "keys")
+
+    def __init__(self, keys: list[_Key], fetched_at: float, expires_at: float) -> None:
+        self.keys = keys
+        self.fetched_at = fetched_at
+        self.expires_at = expires_at
+
+    def matching(self, kid: str | None, alg: str) -> list[_Key]:
+        return [k for k in self.keys if (kid is None or k.kid == kid) and k.fits(alg)]
+
+
+class TokenVerifier:
+    """Verifies access tokens of the configured issuers for one audience per call."""
+
+    def __init__(
+        self,
+        config: AuthConfig,
+        clock: Callable[[], float] = time.time,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._config = config
+        self._clock = clock
+        self._monotonic = monotonic
+        self._issuers = list(config.issuers)
+        self._algorithms = list(config.algorithms)
+        self._bound = config.metadata_max_age_s
+        self._client: aiohttp.ClientSession | None = None
+        self._jwks: dict[str, _KeySet] = {}  # JWKS URL -> its keys
+        self._attempted: dict[str, float] = {}  # JWKS URL -> monotonic time of the last fetch attempt
+        self._jwks_uris: dict[str, tuple[str, float]] = {}  # issuer -> (jwks_uri, monotonic expiry)
+        self._flights: dict[str, asyncio.Future[Any]] = {}  # URL -> the fetch under way
+        self._verified: OrderedDict[bytes, tuple[VerifiedToken, float]] = OrderedDict()
+        self.fetches = 0  # JWKS and metadata documents fetched (tests and logs)
+
+    # ------------------------------------------------------------ tokens
+
+    def issuer_of(self, claims: dict[str, Any]) -> str | None:
+        """The configured issuer an (unverified) payload names, as configured."""
+        iss = claims.get("iss")
+        if not isinstance(iss, str):
+            return None
+        return next((issuer for issuer in self._issuers if same_url(issuer, iss)), None)
+
+    def cached(self, token: str, audience: str) -> VerifiedToken | None:
+        """A token verified before for this audience and not yet expired."""
+        key = _cache_key(token, audience)
+        hit = self._verified.get(key)
+        if hit is None:
+            return None
+        verified, expires = hit
+        if self._clock() >= expires:
+            del self._verified[key]
+            return None
+        self._verified.move_to_end(key)
+        return verified
+
+    async def verify(self, token: str, audience: str) -> VerifiedToken:
+        """The token's verified claims for `audience`; raises InvalidToken or KeysUnavailable."""
+        cache_key = _cache_key(token, audience)
+        hit = self.cached(token, audience)
+        if hit is not None:
+            return hit
+        try:
+            header = jwt.get_unverified_header(token)
+        except jwt.PyJWTError:
+            raise InvalidToken("the token is not a well-formed JWT") from None
+        alg = header.get("alg")
+        if not isinstance(alg, str) or alg not in self._algorithms:
+            raise InvalidToken(f"the token's algorithm {str(alg)[:20]!r} is not accepted")
+        claims = unverified_claims(token)
+        if claims is None:
+            raise InvalidToken("the token is not a well-formed JWT")
+        issuer = self.issuer_of(claims)
+        if issuer is None:
+            raise InvalidToken("the token's issuer is not trusted")
+        kid = header.get("kid") if isinstance(header.get("kid"), str) else None
+        candidates = await self._keys(issuer, kid, alg)
+        accepted = [audience, audience.rstrip("/"), audience.rstrip("/") + "/"]
+        payload: dict[str, Any] | None = None
+        failure: InvalidToken | None = None
+        for key in candidates:
+            try:
+                payload = jwt.decode(
+                    token,
+                    key.key_for(alg),
+                    algorithms=[alg],
+                    audience=list(dict.fromkeys(accepted)),
+                    issuer=claims["iss"],
+                    leeway=self._config.leeway_s,
+                    options={"require": ["exp", "iss", "sub", "aud"]},
+                )
+                break
+            except jwt.InvalidSignatureError:
+                failure = InvalidToken("the token's signature does not verify")
+            except jwt.PyJWKError:
+                failure = InvalidToken("the issuer's key for the token is unusable")
+            except jwt.PyJWTError as exc:
+                raise InvalidToken(_reason(exc, audience)) from None
+        if payload is None:
+            raise failure or InvalidToken("the token's signature does not verify")
+        subject = payload.get("sub")
+        if not isinstance(subject, str) or not subject:
+            raise InvalidToken("the token has no subject")
+        client = payload.get("client_id", payload.get("azp"))
+        verified = VerifiedToken(
+            issuer=issuer,
+            subject=subject,
+            client_id=client if isinstance(client, str) else None,
+            scopes=_scopes(payload),
+            expires_at=float(payload["exp"]),
+        )
+        self._verified[cache_key] = (verified, verified.expires_at + self._config.leeway_s)
+        while len(self._verified) > TOKEN_CACHE_MAX:
+            self._verified.popitem(last=False)
+        return verified
+
+    # ------------------------------------------------------------ keys
+
+    async def _keys(self, issuer: str, kid: str | None, alg: str) -> list[_Key]:
+        url = self._config.jwks_url or await self._jwks_uri(issuer)
+        keyset = self._jwks.get(url)
+        now = self._monotonic()
+        if keyset is None or now >= keyset.expires_at:
+            try:
+                keyset = await self._fetch_jwks(url)
+            except KeysUnavailable:
+                if keyset is None or now >= keyset.expires_at + STALE_KEYS_GRACE_S:
+                    raise
+                log.warning("jwks_stale_used", url=url)  # a passing outage: the last keys still verify
+        found = keyset.matching(kid, alg)
+        if found or kid is None:
+            if not found:
+                raise InvalidToken(f"the issuer has no key for algorithm {alg}")
+            return found
+        # A kid this JWKS lacks: the issuer may have rotated its keys since (once per interval).
+        if now - self._attempted.get(url, -UNKNOWN_KID_REFETCH_S) >= UNKNOWN_KID_REFETCH_S:
+            keyset = await self._fetch_jwks(url)
+            found = keyset.matching(kid, alg)
+        if not found:
+            raise InvalidToken("the token's key id is not among the issuer's keys")
+        return found
+
+    async def _fetch_jwks(self, url: str) -> _KeySet:
+        document, lifetime = await self._fetch(url, "jwks")
+        raw_keys = document.get("keys")
+        if not isinstance(raw_keys, list):
+            log.warning("jwks_unavailable", url=url, error="the document has no keys list")
+            raise KeysUnavailable("the issuer's JWKS is malformed")
+        keys = [
+            _Key(k)
+            for k in raw_keys
+            if isinstance(k, dict) and isinstance(k.get("kty"), str) and k.get("use", "sig") == "sig"
+        ]
+        now = self._monotonic()
+        keyset = _KeySet(keys, now, now + lifetime)
+        self._jwks[url] = keyset
+        log.info("jwks_fetched", url=url, keys=len(keys), max_age_s=lifetime)
+        return keyset
+
+    async def _jwks_uri(self, issuer: str) -> str:
+        known = self._jwks_uris.get(issuer)
+        if known is not None and self._monotonic() < known[1]:
+            return known[0]
+        problem = "no metadata found"
+        for url in metadata_urls(issuer):
+            try:
+                document, lifetime = await self._fetch(url, "metadata")
+            except KeysUnavailable as exc:
+                problem = str(exc)
+                continue
+            jwks_uri = document.get("jwks_uri")
+            if not same_url(str(document.get("issuer", "")), issuer):
+                problem = "the metadata names another issuer"  # RFC 8414 §3.3: not this issuer's
+                continue
+            if not isinstance(jwks_uri, str) or urlsplit(jwks_uri).scheme not in ("http", "https"):
+                problem = "the metadata has no jwks_uri"
+                continue
+            self._jwks_uris[issuer] = (jwks_uri, self._monotonic() + lifetime)
+            return jwks_uri
+        if known is not None:
+            return known[0]  # the metadata went away or broke: its last answer stands
+        log.warning("jwks_unavailable", issuer=issuer, error=problem)
+        raise KeysUnavailable(f"the issuer's metadata cannot be had ({problem})")
+
+    async def _fetch(self, url: str, what: str) -> tuple[dict[str, Any], float]:
+        """One JSON document and how long it may be used; one request per URL at a time."""
+        flight = self._flights.get(url)
+        if flight is not None:
+            result: tuple[dict[str, Any], float] = await asyncio.shield(flight)
+            return result
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._flights[url] = future
+        if what == "jwks":
+            self._attempted[url] = self._monotonic()
+        try:
+            result = await self._get(url, what)
+        except BaseException as exc:
+            future.set_exception(exc if isinstance(exc, KeysUnavailable) else KeysUnavailable(str(exc)))
+            future.exception()  # retrieved: waiters re-raise it themselves
+            raise
+        else:
+            future.set_result(result)
+            return result
+        finally:
+            self._flights.pop(url, None)
+
+    async def _get(self, url: str, what: str) -> tuple[dict[str, Any], float]:
+        if self._client is None:
+            self._client = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=FETCH_TIMEOUT_S), trust_env=False)
+        self.fetches += 1
+        try:
+            async with self._client.get(url, headers={"Accept": "application/json"}) as response:
+                if response.status != 200:
+                    raise KeysUnavailable(f"{what} {url} answered HTTP {response.status}")
+                body = await response.content.read(MAX_DOCUMENT_BYTES + 1)
+                lifetime = max_age(response.headers.get("Cache-Control"), self._bound)
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            if what == "jwks":
+                log.warning("jwks_unavailable", url=url, error=f"{exc.__class__.__name__}: {exc}"[:300])
+            raise KeysUnavailable(f"{what} {url} unreachable ({exc.__class__.__name__})") from None
+        except KeysUnavailable as exc:
+            if what == "jwks":
+                log.warning("jwks_unavailable", url=url, error=str(exc))
+            raise
+        if len(body) > MAX_DOCUMENT_BYTES:
+            raise KeysUnavailable(f"{what} {url} is too large")
+        try:
+            document = orjson.loads(body)
+        except orjson.JSONDecodeError:
+            document = None
+        if not isinstance(document, dict):
+            if what == "jwks":
+                log.warning("jwks_unavailable", url=url, error="not a JSON object")
+            raise KeysUnavailable(f"{what} {url} is not a JSON object")
+        return document, lifetime
+
+    async def close(self) -> None:
+        if self._client is not None:
+            await self._client.close()
+            self._client = None
+
+
+def _cache_key(token: str, audience: str) -> bytes:
+    return hashlib.sha256(token.encode() + b"\0" + audience.encode()).digest()
+
+
+def _scopes(payload: dict[str, Any]) -> frozenset[str]:
+    """`scope` (RFC 9068 §2.2.3: space-separated), or the `scp` list some servers send."""
+    scope = payload.get("scope")
+    if isinstance(scope, str):
+        return frozenset(scope.split())
+    scp = payload.get("scp")
+    if isinstance(scp, list):
+        return frozenset(s for s in scp if isinstance(s, str))
+    if isinstance(scp, str):
+        return frozenset(scp.split())
+    return frozenset()
+
+
+def _reason(exc: jwt.PyJWTError, audience: str) -> str:
+    """What the client's challenge says about a claim check that failed."""
+    if isinstance(exc, jwt.ExpiredSignatureError):
+        return "the token expired"
+    if isinstance(exc, jwt.ImmatureSignatureError):
+        return "the token is not valid yet"
+    if isinstance(exc, jwt.InvalidAudienceError):
+        return f"the token's audience is not {audience}"
+    if isinstance(exc, jwt.MissingRequiredClaimError):
+        return f"the token has no {exc.claim} claim"
+    if isinstance(exc, jwt.InvalidIssuerError):
+        return "the token's issuer is not trusted"
+    if isinstance(exc, jwt.DecodeError):
+        return "the token is not a well-formed JWT"
+    return "the token is invalid"
