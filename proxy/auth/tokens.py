@@ -18,6 +18,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -32,7 +33,7 @@ log = structlog.get_logger(__name__)
 
 UNKNOWN_KID_REFETCH_S = 30.0  # the least time between two fetches of one JWKS for a kid it lacked
 STALE_KEYS_GRACE_S = 3600.0  # expired keys still used this long while their JWKS cannot be fetched
-FETCH_TIMEOUT_S = 10.0
+FETCH_TIMEOUT_S = 5.0  # per document; a request waits for at most the metadata URLs and the JWKS
 MAX_DOCUMENT_BYTES = 1 << 20  # a JWKS or metadata document larger than this is refused
 TOKEN_CACHE_MAX = 8192  # verified tokens remembered
 
@@ -169,7 +170,7 @@ class TokenVerifier:
         self._jwks: dict[str, _KeySet] = {}  # JWKS URL -> its keys
         self._attempted: dict[str, float] = {}  # JWKS URL -> monotonic time of the last fetch attempt
         self._jwks_uris: dict[str, tuple[str, float]] = {}  # issuer -> (jwks_uri, monotonic expiry)
-        self._flights: dict[str, asyncio.Future[Any]] = {}  # URL -> the fetch under way
+        self._flights: dict[str, asyncio.Future[Any]] = {}  # URL -> its fetch under way
         self._verified: OrderedDict[bytes, tuple[VerifiedToken, float]] = OrderedDict()
         self.fetches = 0  # JWKS and metadata documents fetched (tests and logs)
 
@@ -268,13 +269,16 @@ class TokenVerifier:
                 if keyset is None or now >= keyset.expires_at + STALE_KEYS_GRACE_S:
                     raise
                 log.warning("jwks_stale_used", url=url)  # a passing outage: the last keys still verify
+        if not keyset.keys:
+            raise KeysUnavailable("the issuer's JWKS holds no signing keys")  # no key yet: not the token's fault
         found = keyset.matching(kid, alg)
         if found or kid is None:
             if not found:
                 raise InvalidToken(f"the issuer has no key for algorithm {alg}")
             return found
-        # A kid this JWKS lacks: the issuer may have rotated its keys since (once per interval).
-        if now - self._attempted.get(url, -UNKNOWN_KID_REFETCH_S) >= UNKNOWN_KID_REFETCH_S:
+        # A kid this JWKS lacks: the issuer may have rotated its keys since (once per interval;
+        # a fetch already under way is joined).
+        if url in self._flights or now - self._attempted.get(url, -UNKNOWN_KID_REFETCH_S) >= UNKNOWN_KID_REFETCH_S:
             keyset = await self._fetch_jwks(url)
             found = keyset.matching(kid, alg)
         if not found:
@@ -282,7 +286,17 @@ class TokenVerifier:
         return found
 
     async def _fetch_jwks(self, url: str) -> _KeySet:
-        document, lifetime = await self._fetch(url, "jwks")
+        """The JWKS fetched anew; concurrent callers share one fetch (a flight)."""
+        flight = self._flights.get(url)
+        if flight is None:
+            self._attempted[url] = self._monotonic()
+            flight = self._flights[url] = asyncio.ensure_future(self._load_jwks(url))
+            flight.add_done_callback(partial(self._landed, url))
+        keyset: _KeySet = await asyncio.shield(flight)  # a caller that goes away leaves the fetch to the others
+        return keyset
+
+    async def _load_jwks(self, url: str) -> _KeySet:
+        document, lifetime = await self._get(url, "jwks")
         raw_keys = document.get("keys")
         if not isinstance(raw_keys, list):
             log.warning("jwks_unavailable", url=url, error="the document has no keys list")
@@ -298,6 +312,11 @@ class TokenVerifier:
         log.info("jwks_fetched", url=url, keys=len(keys), max_age_s=lifetime)
         return keyset
 
+    def _landed(self, url: str, flight: asyncio.Future[Any]) -> None:
+        self._flights.pop(url, None)
+        if not flight.cancelled():
+            flight.exception()  # retrieved: each caller re-raises it itself
+
     async def _jwks_uri(self, issuer: str) -> str:
         known = self._jwks_uris.get(issuer)
         if known is not None and self._monotonic() < known[1]:
@@ -305,7 +324,11 @@ class TokenVerifier:
         problem = "no metadata found"
         for url in metadata_urls(issuer):
             try:
-                document, lifetime = await self._fetch(url, "metadata")
+                flight = self._flights.get(url)
+                if flight is None:
+                    flight = self._flights[url] = asyncio.ensure_future(self._get(url, "metadata"))
+                    flight.add_done_callback(partial(self._landed, url))
+                document, lifetime = await asyncio.shield(flight)
             except KeysUnavailable as exc:
                 problem = str(exc)
                 continue
@@ -323,28 +346,6 @@ class TokenVerifier:
         log.warning("jwks_unavailable", issuer=issuer, error=problem)
         raise KeysUnavailable(f"the issuer's metadata cannot be had ({problem})")
 
-    async def _fetch(self, url: str, what: str) -> tuple[dict[str, Any], float]:
-        """One JSON document and how long it may be used; one request per URL at a time."""
-        flight = self._flights.get(url)
-        if flight is not None:
-            result: tuple[dict[str, Any], float] = await asyncio.shield(flight)
-            return result
-        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self._flights[url] = future
-        if what == "jwks":
-            self._attempted[url] = self._monotonic()
-        try:
-            result = await self._get(url, what)
-        except BaseException as exc:
-            future.set_exception(exc if isinstance(exc, KeysUnavailable) else KeysUnavailable(str(exc)))
-            future.exception()  # retrieved: waiters re-raise it themselves
-            raise
-        else:
-            future.set_result(result)
-            return result
-        finally:
-            self._flights.pop(url, None)
-
     async def _get(self, url: str, what: str) -> tuple[dict[str, Any], float]:
         if self._client is None:
             self._client = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=FETCH_TIMEOUT_S), trust_env=False)
@@ -353,8 +354,15 @@ class TokenVerifier:
             async with self._client.get(url, headers={"Accept": "application/json"}) as response:
                 if response.status != 200:
                     raise KeysUnavailable(f"{what} {url} answered HTTP {response.status}")
-                body = await response.content.read(MAX_DOCUMENT_BYTES + 1)
                 lifetime = max_age(response.headers.get("Cache-Control"), self._bound)
+                chunks: list[bytes] = []
+                size = 0
+                async for chunk in response.content.iter_chunked(1 << 16):
+                    size += len(chunk)
+                    if size > MAX_DOCUMENT_BYTES:
+                        raise KeysUnavailable(f"{what} {url} is too large")
+                    chunks.append(chunk)
+                body = b"".join(chunks)
         except (aiohttp.ClientError, TimeoutError) as exc:
             if what == "jwks":
                 log.warning("jwks_unavailable", url=url, error=f"{exc.__class__.__name__}: {exc}"[:300])
@@ -363,8 +371,6 @@ class TokenVerifier:
             if what == "jwks":
                 log.warning("jwks_unavailable", url=url, error=str(exc))
             raise
-        if len(body) > MAX_DOCUMENT_BYTES:
-            raise KeysUnavailable(f"{what} {url} is too large")
         try:
             document = orjson.loads(body)
         except orjson.JSONDecodeError:
@@ -376,6 +382,8 @@ class TokenVerifier:
         return document, lifetime
 
     async def close(self) -> None:
+        for flight in list(self._flights.values()):
+            flight.cancel()
         if self._client is not None:
             await self._client.close()
             self._client = None

@@ -11,6 +11,7 @@ answers 503 to everything; `issuer.cache_control` is sent with the JWKS.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import hashlib
 import hmac
@@ -64,6 +65,9 @@ class JwtIssuer:
         self.metadata_fetches: list[str] = []
         self.down = False
         self.cache_control: str | None = None
+        self.jwks_body: bytes | None = None  # sent instead of the JWKS (malformed documents)
+        self.jwks_gate: asyncio.Event | None = None  # when set, the JWKS answers once it is set
+        self.jwks_requested = asyncio.Event()  # a JWKS request arrived
         self.metadata_issuer: str | None = None  # what the metadata says `issuer` is (default: the issuer)
         self.app = web.Application()
         self.app.router.add_get("/jwks", self._jwks)
@@ -119,8 +123,13 @@ class JwtIssuer:
 
     async def _jwks(self, request: web.Request) -> web.Response:
         self.jwks_fetches += 1
+        self.jwks_requested.set()
+        if self.jwks_gate is not None:
+            await self.jwks_gate.wait()
         if self.down:
             return web.Response(status=503, text="down")
+        if self.jwks_body is not None:
+            return web.Response(body=self.jwks_body, content_type="application/json")
         headers = {"Cache-Control": self.cache_control} if self.cache_control else {}
         keys = [public_jwk(k, kid) for kid, k in self.keys.items()]
         return web.json_response({"keys": keys}, headers=headers)

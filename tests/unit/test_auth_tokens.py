@@ -312,6 +312,35 @@ async def test_an_unreachable_jwks_makes_keys_unavailable(issuer: JwtIssuer, ver
         await verifier.verify(issuer.mint(aud=AUD), AUD)
 
 
+@pytest.mark.parametrize(
+    "body", [b"not json", b"[1, 2]", b'{"keys": "none"}', b'{"keys": []}', b'{"pad": "' + b"x" * (1 << 20) + b'"}']
+)
+async def test_a_malformed_or_empty_jwks_verifies_nothing(
+    issuer: JwtIssuer, verifier: TokenVerifier, body: bytes
+) -> None:
+    issuer.jwks_body = body
+    # No keys at all is the issuer's outage (503), not the token's fault (401).
+    with pytest.raises(KeysUnavailable):
+        await verifier.verify(issuer.mint(aud=AUD), AUD)
+
+
+async def test_a_caller_that_goes_away_leaves_the_fetch_to_the_others(
+    issuer: JwtIssuer, verifier: TokenVerifier
+) -> None:
+    issuer.jwks_gate = asyncio.Event()
+    first = asyncio.create_task(verifier.verify(issuer.mint(aud=AUD), AUD))
+    second = asyncio.create_task(verifier.verify(issuer.mint(aud=AUD, sub="bob"), AUD))
+    async with asyncio.timeout(5):
+        await issuer.jwks_requested.wait()
+    first.cancel()
+    issuer.jwks_gate.set()
+    async with asyncio.timeout(5):
+        assert (await second).subject == "bob"
+    with pytest.raises(asyncio.CancelledError):
+        await first
+    assert issuer.jwks_fetches == 1
+
+
 async def test_a_closed_port_makes_keys_unavailable(issuer: JwtIssuer, monotonic: Clock) -> None:
     verifier = TokenVerifier(AuthConfig(issuers=[issuer.issuer], jwks_url=closed_port_url()), monotonic=monotonic)
     try:
