@@ -80,7 +80,7 @@ def create_app(
     server_ids = ServerRequestIds(sealer, owner)
     forwarder = Forwarder(settings, sealer, owner, codec, server_ids, metrics, clock)
     cache = ResponseCache(settings.cache, metrics, cache_clock)
-    failures = UpstreamFailures(metrics)
+    failures = UpstreamFailures(metrics, own_credentials=settings.auth.mode == "resource_server")
     http: HttpUpstream | None = None
     stdio: StdioModernUpstream | None = None
     byte_relay: ByteRelay | None = None

@@ -356,3 +356,44 @@ async def test_error_body_of_a_refused_legacy_request_is_valid_json_rpc(
         assert response.status == 401
         error = await error_body(response)
     assert error["code"] == -32600
+
+
+async def test_resource_server_turns_the_upstreams_refusal_of_its_own_credentials_into_502(
+    make_proxy: Build, modern_upstream: FakeModern, legacy_upstream: FakeLegacy, issuer: JwtIssuer
+) -> None:
+    """The client's token was fine; the upstream's challenge would only send it to authorize again."""
+    challenge = 'Bearer error="invalid_token", resource_metadata="http://127.0.0.1:1/.well-known/x"'
+
+    async def refuse(call: Any) -> Any:
+        return fake_modern.Reply(401, {"error": "unauthorized"}, headers={"WWW-Authenticate": challenge})
+
+    modern_upstream.handlers["tools/call"] = refuse
+    modern_upstream.handlers["tools/list"] = refuse
+    token = issuer.mint(aud=PUBLIC)
+    client = await make_proxy(modern_upstream, "resource_server")
+    async with asyncio.timeout(WAIT):
+        # Same era, byte for byte (tools/call), and translated for a legacy client (tools/list).
+        modern = ModernPeer(client, headers=bearer(token))
+        relayed = (await modern.send("tools/call", {"name": "x", "arguments": {}}))[1]
+        peer = await LegacyPeer.connect(client, headers=bearer(token))
+        translated = (await peer.send("tools/list"))[1]
+        for response in (relayed, translated):
+            assert response.status == 502, await response.text()
+            assert "WWW-Authenticate" not in response.headers
+            error = json.loads(await response.read())["error"]
+            assert error["code"] == -32010 and "refused the proxy's own credentials (HTTP 401)" in error["message"]
+    assert authorization_seen(modern_upstream.calls) == {PROXY_OWN}
+
+
+async def test_in_passthrough_the_upstreams_401_still_reaches_the_client(
+    make_proxy: Build, modern_upstream: FakeModern, issuer: JwtIssuer
+) -> None:
+    async def refuse(call: Any) -> Any:
+        return fake_modern.Reply(401, b"", headers={"WWW-Authenticate": "Bearer"})
+
+    modern_upstream.handlers["tools/call"] = refuse
+    client = await make_proxy(modern_upstream)
+    async with asyncio.timeout(WAIT):
+        modern = ModernPeer(client, headers=bearer(issuer.mint(aud=PUBLIC)))
+        response = (await modern.send("tools/call", {"name": "x", "arguments": {}}))[1]
+        assert response.status == 401 and response.headers["WWW-Authenticate"].startswith("Bearer")
