@@ -477,7 +477,7 @@ class McpEndpoint:
             last_event_id = request.headers.get("Last-Event-ID")
             if last_event_id is not None:
                 return await self._resume(request, host, session, last_event_id)
-            stream_handle = await host.open_get_stream(session)
+            stream_handle = await host.open_get_stream(session, caller.credentials)
         except ProxyError as exc:
             return error_reply(exc, Era.LEGACY)
         sse = SseStream(request, self._keepalive_s)

@@ -149,6 +149,20 @@ async def test_a_refreshed_token_keeps_the_legacy_session_and_another_subject_is
         assert (await peer.delete(headers=bearer(refreshed))).status == 200
 
 
+async def test_a_get_stream_opened_with_a_refreshed_token_listens_upstream_with_it(
+    make_proxy: Build, modern_upstream: FakeModern, issuer: JwtIssuer
+) -> None:
+    client = await make_proxy(modern_upstream)
+    first, refreshed = issuer.mint(aud=PUBLIC), issuer.mint(aud=PUBLIC)
+    async with asyncio.timeout(WAIT):
+        peer = await LegacyPeer.connect(client, headers=bearer(first))
+        stream = await peer.get_stream(headers=bearer(refreshed))  # no request in between
+        assert stream.status == 200
+        listen = await modern_upstream.wait_listen()
+        stream.close()
+    assert listen.call.headers.get("Authorization") == f"Bearer {refreshed}"
+
+
 async def test_an_opaque_token_keeps_the_header_hash_and_reaches_the_upstream(
     make_proxy: Build, modern_upstream: FakeModern, issuer: JwtIssuer
 ) -> None:
