@@ -13,6 +13,7 @@ import aiohttp
 import structlog
 from aiohttp import web
 
+from .auth.discovery import WELL_KNOWN_AUTHORIZATION_SERVER, WELL_KNOWN_OPENID, WELL_KNOWN_RESOURCE, Discovery
 from .auth.identity import Identifier
 from .auth.tokens import TokenVerifier
 from .cache import ResponseCache
@@ -53,6 +54,7 @@ ADMIN = web.AppKey("admin", Admin)
 DETECTOR = web.AppKey("detector", EraDetector)
 CACHE = web.AppKey("cache", ResponseCache)
 FORWARDER = web.AppKey("forwarder", Forwarder)
+DISCOVERY = web.AppKey("discovery", Discovery)  # the OAuth well-known endpoints, the challenges
 INTERNAL = web.AppKey("internal", web.Application)  # the internal listener's application, when configured
 
 
@@ -161,9 +163,13 @@ def create_app(
         watcher.reset()
 
     detector.on_change = era_changed
+    guard = Guard(settings)
+    discovery = Discovery(settings, guard.host_allowed, clock=cache_clock)
     # JWTs of auth.issuers are verified (the caller is their subject; resource_server: the gate).
-    verifier = TokenVerifier(settings.auth) if settings.auth.issuers else None
-    identifier = Identifier(settings, verifier)
+    verifier = None
+    if settings.auth.issuers:
+        verifier = TokenVerifier(settings.auth, issuer_metadata=discovery.issuer_metadata)
+    identifier = Identifier(settings, verifier, discovery.public_resource)
     endpoint = McpEndpoint(
         settings, metrics, detector, router, failures, forwarder, sealer=sealer, boot=boot, identifier=identifier
     )
@@ -182,7 +188,6 @@ def create_app(
         upstream_era=lambda: detector.era.value if detector.era is not None else "unknown",
     )
 
-    guard = Guard(settings)
     app = web.Application(client_max_size=settings.security.max_body_bytes)
     app[METRICS] = metrics
     app[LEGACY_TO_MODERN] = legacy_to_modern
@@ -197,6 +202,16 @@ def create_app(
     app.router.add_get(settings.path, safe(endpoint.get, guard))
     app.router.add_delete(settings.path, safe(endpoint.delete, guard))
     app.router.add_route("*", settings.path, safe(method_not_allowed, guard))
+    app[DISCOVERY] = discovery
+    for prefix, handler in (
+        (WELL_KNOWN_RESOURCE, discovery.protected_resource),
+        (WELL_KNOWN_AUTHORIZATION_SERVER, discovery.authorization_server),
+        (WELL_KNOWN_OPENID, discovery.authorization_server),
+    ):
+        app.router.add_get(prefix + "{tail:.*}", safe(handler))  # GET and HEAD
+        app.router.add_route("*", prefix + "{tail:.*}", safe(discovery.method_not_allowed))
+    # Every challenge that reaches the client names the proxy's metadata, whichever relay wrote it.
+    app.on_response_prepare.append(discovery.on_response_prepare)
 
     admin_app = app if settings.admin_listen is None else web.Application()
     admin_app.router.add_get("/healthz", safe(admin.healthz))
@@ -243,6 +258,7 @@ def create_app(
             await verifier.close()
         if owned_store is not None:
             await owned_store.aclose()
+        await discovery.close()
 
     drain_deadline = [0.0]  # when parked calls must be given up (set as shutdown begins)
 

@@ -13,7 +13,9 @@ Principals of kind 2 carry a prefix no hash has: they never collide with kind 1 
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 
 import orjson
 import structlog
@@ -24,6 +26,7 @@ from ..errors import ProxyError
 from ..protocol import jsonrpc
 from ..sessions import principal_of
 from . import challenge
+from .discovery import derived_resource
 from .tokens import InvalidToken, KeysUnavailable, TokenVerifier, VerifiedToken, unverified_claims
 
 log = structlog.get_logger(__name__)
@@ -51,19 +54,22 @@ def subject_principal(token: VerifiedToken, with_client: bool) -> str:
     return SUBJECT_PREFIX + hashlib.sha256(orjson.dumps(parts)).hexdigest()[:32]
 
 
-def public_resource(request: web.BaseRequest, settings: Settings) -> str:
-    """The MCP endpoint's URL as the client reached it: auth.public_url, else scheme + Host + path."""
-    return settings.auth.public_url or f"{request.scheme}://{request.host}{settings.path}"
-
-
 class Identifier:
     """One per app: identifies each downstream request's caller (refusing it in resource_server
     mode when its token does not do)."""
 
-    def __init__(self, settings: Settings, verifier: TokenVerifier | None) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        verifier: TokenVerifier | None,
+        public_resource: Callable[[web.BaseRequest], str | None] | None = None,
+    ) -> None:
+        """`public_resource(request)`: the MCP endpoint's URL as clients reach it (Discovery's, so
+        the challenges and the metadata name the same one); None for a Host that is no host."""
         auth = settings.auth
         self._settings = settings
         self._verifier = verifier
+        self._public_resource = public_resource or partial(_public_resource, settings)
         self._resource_server = auth.mode == "resource_server"
         self._identity_header = settings.security.identity_header
         self._client_in_identity = auth.client_in_identity
@@ -92,7 +98,7 @@ class Identifier:
                 # RFC 6750 §3.1: a request without credentials gets a challenge with no error code.
                 raise self._refusal(request, 401, None, "authorization required: send a Bearer access token")
             return None
-        audience = self._audience or public_resource(request, self._settings)
+        audience = self._audience or self._resource(request)
         verified = verifier.cached(token, audience)
         if verified is None:
             if not self._resource_server:
@@ -124,10 +130,16 @@ class Identifier:
             )
         return verified
 
+    def _resource(self, request: web.BaseRequest) -> str:
+        resource = self._public_resource(request)
+        if resource is None:  # the guard lets only hosts through; this is the last word
+            raise ProxyError(jsonrpc.INVALID_REQUEST, "the Host header names no host", status=400, outcome="rejected")
+        return resource
+
     def _refusal(
         self, request: web.BaseRequest, status: int, error: str | None, description: str, scope: str | None = None
     ) -> ProxyError:
-        metadata = challenge.metadata_url(public_resource(request, self._settings))
+        metadata = challenge.metadata_url(self._resource(request))
         return ProxyError(
             jsonrpc.INVALID_REQUEST,
             description if status == 401 and error is None else f"{error}: {description}",
@@ -135,3 +147,7 @@ class Identifier:
             headers={"WWW-Authenticate": challenge.bearer(metadata, error, description if error else None, scope)},
             outcome="rejected",
         )
+
+
+def _public_resource(settings: Settings, request: web.BaseRequest) -> str | None:
+    return settings.auth.public_url or derived_resource(request.scheme, request.headers.get("Host"), settings.path)

@@ -1,11 +1,12 @@
 """JWT access tokens (RFC 9068) verified against the issuers' JWKS.
 
 PyJWT checks signatures and claims; the keys are fetched here with aiohttp (PyJWKClient would
-block the event loop on urllib). Everything verified is cached: the JWKS per its Cache-Control
-(bounded by auth.metadata_max_age_s), the metadata that names it, and each verified token until it
-expires, so a repeated token costs one hash and a dict lookup. A `kid` the JWKS does not hold
-refetches it at most once per UNKNOWN_KID_REFETCH_S per JWKS, so a flood of made-up kids is not a
-flood of fetches; concurrent fetches of one URL share one request.
+block the event loop on urllib), from auth.jwks_url or the `jwks_uri` of the issuer's metadata
+(which Discovery fetches and caches). Everything verified is cached: the JWKS per its Cache-Control
+(bounded by auth.metadata_max_age_s) and each verified token until it expires, so a repeated token
+costs one hash and a dict lookup. A `kid` the JWKS does not hold refetches it at most once per
+UNKNOWN_KID_REFETCH_S per JWKS, so a flood of made-up kids is not a flood of fetches; concurrent
+fetches of one URL share one request.
 """
 
 from __future__ import annotations
@@ -16,11 +17,11 @@ import hashlib
 import re
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 import aiohttp
 import jwt
@@ -28,13 +29,14 @@ import orjson
 import structlog
 
 from ..config import AuthConfig
+from .discovery import MetadataError
 
 log = structlog.get_logger(__name__)
 
 UNKNOWN_KID_REFETCH_S = 30.0  # the least time between two fetches of one JWKS for a kid it lacked
 STALE_KEYS_GRACE_S = 3600.0  # expired keys still used this long while their JWKS cannot be fetched
-FETCH_TIMEOUT_S = 5.0  # per document; a request waits for at most the metadata URLs and the JWKS
-MAX_DOCUMENT_BYTES = 1 << 20  # a JWKS or metadata document larger than this is refused
+FETCH_TIMEOUT_S = 5.0  # for the whole JWKS fetch
+MAX_DOCUMENT_BYTES = 1 << 20  # a JWKS larger than this is refused
 TOKEN_CACHE_MAX = 8192  # verified tokens remembered
 
 # Which key type (and curve) can carry each JWS algorithm (RFC 7518 §3, RFC 8037).
@@ -84,21 +86,6 @@ def unverified_claims(token: str) -> dict[str, Any] | None:
     except (ValueError, orjson.JSONDecodeError):
         return None
     return payload if isinstance(payload, dict) else None
-
-
-def metadata_urls(issuer: str) -> list[str]:
-    """Where the issuer's metadata may be (the MCP authorization spec's order): RFC 8414 §3.1
-    path insertion, then OpenID Connect discovery (path insertion, then appended)."""
-    parts = urlsplit(issuer)
-    path = parts.path.rstrip("/")
-
-    def at(p: str) -> str:
-        return urlunsplit((parts.scheme, parts.netloc, p, "", ""))
-
-    urls = [at("/.well-known/oauth-authorization-server" + path), at("/.well-known/openid-configuration" + path)]
-    if path:
-        urls.append(at(path + "/.well-known/openid-configuration"))
-    return urls
 
 
 def max_age(cache_control: str | None, bound: float) -> float:
@@ -159,8 +146,13 @@ class TokenVerifier:
         config: AuthConfig,
         clock: Callable[[], float] = time.time,
         monotonic: Callable[[], float] = time.monotonic,
+        *,
+        issuer_metadata: Callable[[str], Awaitable[dict[str, Any]]] | None = None,
     ) -> None:
+        """`issuer_metadata(issuer)`: the issuer's authorization server metadata (Discovery's),
+        where its `jwks_uri` is unless auth.jwks_url says."""
         self._config = config
+        self._issuer_metadata = issuer_metadata
         self._clock = clock
         self._monotonic = monotonic
         self._issuers = list(config.issuers)
@@ -168,11 +160,11 @@ class TokenVerifier:
         self._bound = config.metadata_max_age_s
         self._client: aiohttp.ClientSession | None = None
         self._jwks: dict[str, _KeySet] = {}  # JWKS URL -> its keys
+        self._jwks_uris: dict[str, str] = {}  # issuer -> where its metadata last said its JWKS is
         self._attempted: dict[str, float] = {}  # JWKS URL -> monotonic time of the last fetch attempt
-        self._jwks_uris: dict[str, tuple[str, float]] = {}  # issuer -> (jwks_uri, monotonic expiry)
         self._flights: dict[str, asyncio.Future[Any]] = {}  # URL -> its fetch under way
         self._verified: OrderedDict[bytes, tuple[VerifiedToken, float]] = OrderedDict()
-        self.fetches = 0  # JWKS and metadata documents fetched (tests and logs)
+        self.fetches = 0  # JWKS documents fetched
 
     # ------------------------------------------------------------ tokens
 
@@ -259,16 +251,22 @@ class TokenVerifier:
     # ------------------------------------------------------------ keys
 
     async def _keys(self, issuer: str, kid: str | None, alg: str) -> list[_Key]:
-        url = self._config.jwks_url or await self._jwks_uri(issuer)
-        keyset = self._jwks.get(url)
         now = self._monotonic()
-        if keyset is None or now >= keyset.expires_at:
+        url = self._config.jwks_url or self._jwks_uris.get(issuer)
+        keyset = self._jwks.get(url) if url is not None else None
+        if url is None or keyset is None or now >= keyset.expires_at:
+            # The metadata is asked only when the keys need fetching: where they are may have moved.
             try:
-                keyset = await self._fetch_jwks(url)
+                fresh = self._config.jwks_url
+                if fresh is None:
+                    fresh = self._jwks_uris[issuer] = await self._jwks_uri(issuer)
+                keyset = await self._fetch_jwks(fresh)
+                url = fresh
             except KeysUnavailable:
                 if keyset is None or now >= keyset.expires_at + STALE_KEYS_GRACE_S:
                     raise
                 log.warning("jwks_stale_used", url=url)  # a passing outage: the last keys still verify
+        assert url is not None
         if not keyset.keys:
             raise KeysUnavailable("the issuer's JWKS holds no signing keys")  # no key yet: not the token's fault
         found = keyset.matching(kid, alg)
@@ -296,7 +294,7 @@ class TokenVerifier:
         return keyset
 
     async def _load_jwks(self, url: str) -> _KeySet:
-        document, lifetime = await self._get(url, "jwks")
+        document, lifetime = await self._get(url)
         raw_keys = document.get("keys")
         if not isinstance(raw_keys, list):
             log.warning("jwks_unavailable", url=url, error="the document has no keys list")
@@ -318,67 +316,50 @@ class TokenVerifier:
             flight.exception()  # retrieved: each caller re-raises it itself
 
     async def _jwks_uri(self, issuer: str) -> str:
-        known = self._jwks_uris.get(issuer)
-        if known is not None and self._monotonic() < known[1]:
-            return known[0]
-        problem = "no metadata found"
-        for url in metadata_urls(issuer):
-            try:
-                flight = self._flights.get(url)
-                if flight is None:
-                    flight = self._flights[url] = asyncio.ensure_future(self._get(url, "metadata"))
-                    flight.add_done_callback(partial(self._landed, url))
-                document, lifetime = await asyncio.shield(flight)
-            except KeysUnavailable as exc:
-                problem = str(exc)
-                continue
-            jwks_uri = document.get("jwks_uri")
-            if not same_url(str(document.get("issuer", "")), issuer):
-                problem = "the metadata names another issuer"  # RFC 8414 §3.3: not this issuer's
-                continue
-            if not isinstance(jwks_uri, str) or urlsplit(jwks_uri).scheme not in ("http", "https"):
-                problem = "the metadata has no jwks_uri"
-                continue
-            self._jwks_uris[issuer] = (jwks_uri, self._monotonic() + lifetime)
-            return jwks_uri
-        if known is not None:
-            return known[0]  # the metadata went away or broke: its last answer stands
-        log.warning("jwks_unavailable", issuer=issuer, error=problem)
-        raise KeysUnavailable(f"the issuer's metadata cannot be had ({problem})")
+        """The issuer's `jwks_uri`, from its authorization server metadata (Discovery fetches and
+        caches it, and checks that it names this issuer: RFC 8414 §3.3)."""
+        if self._issuer_metadata is None:
+            raise KeysUnavailable("neither auth.jwks_url nor the issuer's metadata is at hand")
+        try:
+            document = await self._issuer_metadata(issuer)
+        except MetadataError as exc:
+            log.warning("jwks_unavailable", issuer=issuer, error=exc.description)
+            raise KeysUnavailable(f"the issuer's metadata cannot be had ({exc.description})") from None
+        jwks_uri = document.get("jwks_uri")
+        if not isinstance(jwks_uri, str) or urlsplit(jwks_uri).scheme not in ("http", "https"):
+            log.warning("jwks_unavailable", issuer=issuer, error="the metadata has no jwks_uri")
+            raise KeysUnavailable("the issuer's metadata has no jwks_uri")
+        return jwks_uri
 
-    async def _get(self, url: str, what: str) -> tuple[dict[str, Any], float]:
+    async def _get(self, url: str) -> tuple[dict[str, Any], float]:
+        """The JWKS document and how long it may be used; KeysUnavailable (logged) otherwise."""
         if self._client is None:
             self._client = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=FETCH_TIMEOUT_S), trust_env=False)
         self.fetches += 1
         try:
             async with self._client.get(url, headers={"Accept": "application/json"}) as response:
                 if response.status != 200:
-                    raise KeysUnavailable(f"{what} {url} answered HTTP {response.status}")
+                    raise KeysUnavailable(f"the JWKS {url} answered HTTP {response.status}")
                 lifetime = max_age(response.headers.get("Cache-Control"), self._bound)
                 chunks: list[bytes] = []
                 size = 0
                 async for chunk in response.content.iter_chunked(1 << 16):
                     size += len(chunk)
                     if size > MAX_DOCUMENT_BYTES:
-                        raise KeysUnavailable(f"{what} {url} is too large")
+                        raise KeysUnavailable(f"the JWKS {url} is too large")
                     chunks.append(chunk)
-                body = b"".join(chunks)
+            try:
+                document = orjson.loads(b"".join(chunks))
+            except orjson.JSONDecodeError:
+                document = None
+            if not isinstance(document, dict):
+                raise KeysUnavailable(f"the JWKS {url} is not a JSON object")
         except (aiohttp.ClientError, TimeoutError) as exc:
-            if what == "jwks":
-                log.warning("jwks_unavailable", url=url, error=f"{exc.__class__.__name__}: {exc}"[:300])
-            raise KeysUnavailable(f"{what} {url} unreachable ({exc.__class__.__name__})") from None
+            log.warning("jwks_unavailable", url=url, error=f"{exc.__class__.__name__}: {exc}"[:300])
+            raise KeysUnavailable(f"the JWKS {url} is unreachable ({exc.__class__.__name__})") from None
         except KeysUnavailable as exc:
-            if what == "jwks":
-                log.warning("jwks_unavailable", url=url, error=str(exc))
+            log.warning("jwks_unavailable", url=url, error=str(exc))
             raise
-        try:
-            document = orjson.loads(body)
-        except orjson.JSONDecodeError:
-            document = None
-        if not isinstance(document, dict):
-            if what == "jwks":
-                log.warning("jwks_unavailable", url=url, error="not a JSON object")
-            raise KeysUnavailable(f"{what} {url} is not a JSON object")
         return document, lifetime
 
     async def close(self) -> None:

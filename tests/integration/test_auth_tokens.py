@@ -411,3 +411,16 @@ async def test_in_passthrough_the_upstreams_401_still_reaches_the_client(
         modern = ModernPeer(client, headers=bearer(issuer.mint(aud=PUBLIC)))
         response = (await modern.send("tools/call", {"name": "x", "arguments": {}}))[1]
         assert response.status == 401 and response.headers["WWW-Authenticate"].startswith("Bearer")
+
+
+async def test_the_jwks_is_found_through_the_issuers_metadata(
+    make_proxy: Build, modern_upstream: FakeModern, issuer: JwtIssuer
+) -> None:
+    client = await make_proxy(modern_upstream, "resource_server", **{"auth.jwks_url": None})
+    async with asyncio.timeout(WAIT):
+        for subject in ("alice", "bob"):
+            token = issuer.mint(aud=PUBLIC, sub=subject)
+            assert (await ModernPeer(client, headers=bearer(token)).request("tools/list")).status == 200
+    # Asked once: while the JWKS is fresh the metadata is not asked again (it says no-store).
+    assert issuer.metadata_fetches == ["/.well-known/oauth-authorization-server"]
+    assert issuer.jwks_fetches == 1

@@ -68,6 +68,7 @@ class JwtIssuer:
         self.jwks_body: bytes | None = None  # sent instead of the JWKS (malformed documents)
         self.jwks_gate: asyncio.Event | None = None  # when set, the JWKS answers once it is set
         self.jwks_requested = asyncio.Event()  # a JWKS request arrived
+        self.jwks_in_metadata = True
         self.metadata_issuer: str | None = None  # what the metadata says `issuer` is (default: the issuer)
         self.app = web.Application()
         self.app.router.add_get("/jwks", self._jwks)
@@ -145,12 +146,13 @@ class JwtIssuer:
         }
         if request.path not in expected:
             return web.Response(status=404)
-        return web.json_response(
-            {
-                "issuer": self.metadata_issuer or self.issuer,
-                "jwks_uri": self.jwks_url,
-                "authorization_endpoint": self.issuer + "/authorize",
-                "token_endpoint": self.issuer + "/token",
-                "response_types_supported": ["code"],
-            }
-        )
+        document = {
+            "issuer": self.metadata_issuer or self.issuer,
+            "jwks_uri": self.jwks_url,
+            "authorization_endpoint": self.issuer + "/authorize",
+            "token_endpoint": self.issuer + "/token",
+            "response_types_supported": ["code"],
+        }
+        if not self.jwks_in_metadata:
+            del document["jwks_uri"]
+        return web.json_response(document, headers={"Cache-Control": "no-store"})

@@ -15,16 +15,16 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from proxy.auth import tokens
+from proxy.auth.discovery import Discovery
 from proxy.auth.tokens import (
     InvalidToken,
     KeysUnavailable,
     TokenVerifier,
     max_age,
-    metadata_urls,
     same_url,
     unverified_claims,
 )
-from proxy.config import AuthConfig
+from proxy.config import AuthConfig, load_settings
 from tests.integration.conftest import closed_port_url
 from tests.support.jwt_issuer import JwtIssuer
 
@@ -363,51 +363,57 @@ async def test_stale_keys_still_verify_while_the_jwks_is_down(
         await verifier.verify(issuer.mint(aud=AUD), AUD)
 
 
-async def test_keys_come_from_the_issuers_metadata_with_path_insertion(aiohttp_server: Any, monotonic: Clock) -> None:
+@pytest.fixture
+async def discovered(aiohttp_server: Any, monotonic: Clock) -> AsyncIterator[Any]:
+    """`await discovered(issuer)`: a verifier finding the issuer's JWKS through its metadata, which
+    the proxy's Discovery fetches (as in the app)."""
+    made: list[Any] = []
+
+    async def build(issuer: JwtIssuer) -> TokenVerifier:
+        server = await aiohttp_server(issuer.app)
+        issuer.url = str(server.make_url("")).rstrip("/")
+        settings = load_settings(None, **{"upstream.url": "http://127.0.0.1:9/mcp", "auth.issuers": [issuer.issuer]})
+        discovery = Discovery(settings, lambda host: True)
+        verifier = TokenVerifier(settings.auth, monotonic=monotonic, issuer_metadata=discovery.issuer_metadata)
+        made.extend([verifier, discovery])
+        return verifier
+
+    yield build
+    for closable in made:
+        await closable.close()
+
+
+async def test_keys_come_from_the_issuers_metadata_with_path_insertion(discovered: Any) -> None:
     issuer = JwtIssuer(path="/tenant-1")
-    server = await aiohttp_server(issuer.app)
-    issuer.url = str(server.make_url("")).rstrip("/")
-    verifier = TokenVerifier(AuthConfig(issuers=[issuer.issuer]), monotonic=monotonic)
-    try:
-        await verifier.verify(issuer.mint(aud=AUD), AUD)
-        await verifier.verify(issuer.mint(aud=AUD), AUD)
-        assert issuer.metadata_fetches == ["/.well-known/oauth-authorization-server/tenant-1"]
-        assert issuer.jwks_fetches == 1
-    finally:
-        await verifier.close()
+    verifier = await discovered(issuer)
+    await verifier.verify(issuer.mint(aud=AUD), AUD)
+    await verifier.verify(issuer.mint(aud=AUD, sub="bob"), AUD)
+    assert issuer.metadata_fetches == ["/.well-known/oauth-authorization-server/tenant-1"]
+    assert issuer.jwks_fetches == 1
 
 
-async def test_metadata_naming_another_issuer_is_not_used(aiohttp_server: Any, monotonic: Clock) -> None:
+async def test_metadata_naming_another_issuer_is_not_used(discovered: Any) -> None:
     issuer = JwtIssuer()
-    server = await aiohttp_server(issuer.app)
-    issuer.url = str(server.make_url("")).rstrip("/")
     issuer.metadata_issuer = "https://impostor.example"
-    verifier = TokenVerifier(AuthConfig(issuers=[issuer.issuer]), monotonic=monotonic)
-    try:
-        with pytest.raises(KeysUnavailable, match="another issuer"):
-            await verifier.verify(issuer.mint(aud=AUD), AUD)
-        assert issuer.jwks_fetches == 0
-        assert issuer.metadata_fetches == [
-            "/.well-known/oauth-authorization-server",
-            "/.well-known/openid-configuration",
-        ]
-    finally:
-        await verifier.close()
+    verifier = await discovered(issuer)
+    with pytest.raises(KeysUnavailable, match=r"names issuer 'https://impostor\.example'"):
+        await verifier.verify(issuer.mint(aud=AUD), AUD)
+    assert issuer.jwks_fetches == 0
+
+
+async def test_metadata_without_a_jwks_uri_or_unreachable_makes_keys_unavailable(discovered: Any) -> None:
+    issuer = JwtIssuer()
+    verifier = await discovered(issuer)
+    issuer.down = True
+    with pytest.raises(KeysUnavailable, match="metadata cannot be had"):
+        await verifier.verify(issuer.mint(aud=AUD), AUD)
+    issuer.down = False
+    issuer.jwks_in_metadata = False
+    with pytest.raises(KeysUnavailable, match="no jwks_uri"):
+        await verifier.verify(issuer.mint(aud=AUD), AUD)
 
 
 # ------------------------------------------------------------ helpers
-
-
-def test_metadata_urls_follow_the_spec_order() -> None:
-    assert metadata_urls("https://as.example/t/1") == [
-        "https://as.example/.well-known/oauth-authorization-server/t/1",
-        "https://as.example/.well-known/openid-configuration/t/1",
-        "https://as.example/t/1/.well-known/openid-configuration",
-    ]
-    assert metadata_urls("https://as.example/") == [
-        "https://as.example/.well-known/oauth-authorization-server",
-        "https://as.example/.well-known/openid-configuration",
-    ]
 
 
 @pytest.mark.parametrize(
