@@ -424,3 +424,20 @@ async def test_the_jwks_is_found_through_the_issuers_metadata(
     # Asked once: while the JWKS is fresh the metadata is not asked again (it says no-store).
     assert issuer.metadata_fetches == ["/.well-known/oauth-authorization-server"]
     assert issuer.jwks_fetches == 1
+
+
+async def test_a_refreshed_token_keeps_the_callers_private_cache_entries(
+    make_proxy: Build, modern_upstream: FakeModern, issuer: JwtIssuer
+) -> None:
+    async def tools_list(call: fake_modern.Call) -> fake_modern.Outcome:
+        return fake_modern.complete(tools=[], ttlMs=60_000, cacheScope="private")
+
+    modern_upstream.handlers["tools/list"] = tools_list
+    client = await make_proxy(modern_upstream, **{"cache.watch": False})
+    async with asyncio.timeout(WAIT):
+        for token in (issuer.mint(aud=PUBLIC), issuer.mint(aud=PUBLIC)):  # the second: a refresh
+            assert (await ModernPeer(client, headers=bearer(token)).request("tools/list")).status == 200
+        assert len(modern_upstream.calls_of("tools/list")) == 1  # the refreshed token hit alice's entry
+        bob = ModernPeer(client, headers=bearer(issuer.mint(aud=PUBLIC, sub="bob")))
+        assert (await bob.request("tools/list")).status == 200
+    assert len(modern_upstream.calls_of("tools/list")) == 2  # never alice's entry for bob
