@@ -110,10 +110,11 @@ class Identifier:
             except InvalidToken as exc:
                 log.info("token_refused", reason=str(exc), mode=self._settings.auth.mode)
                 raise self._refusal(request, 401, "invalid_token", str(exc)) from None
-            except KeysUnavailable as exc:
+            except KeysUnavailable:
+                # What failed (a URL, perhaps internal) is logged as jwks_unavailable, not told.
                 raise ProxyError(
                     jsonrpc.INTERNAL_ERROR,
-                    f"the access token cannot be verified now: {exc}",
+                    "the access token cannot be verified now: the authorization server's keys are unavailable",
                     status=503,
                     headers={"Retry-After": "5"},
                     outcome="error",
