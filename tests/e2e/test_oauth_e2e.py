@@ -329,12 +329,13 @@ def test_a_session_presented_with_another_subjects_token_is_refused(
 
 
 @pytest.mark.parametrize("model", ["passthrough", "resource_server"])
+@pytest.mark.parametrize("server", ["legacy", "modern"])
 def test_a_parked_call_retried_with_another_subjects_token_is_refused(
-    model: str, deploy: Callable[..., Deployment], issuer: AuthServer
+    model: str, server: str, deploy: Callable[..., Deployment], issuer: AuthServer
 ) -> None:
-    """A modern client's call parked at the proxy in front of the legacy server, its requestState
-    the proxy's own (bound to the caller)."""
-    deployment = deploy(model, "legacy")
+    """A modern client's input round: parked at the proxy in front of the legacy server (the
+    proxy's requestState), or the modern server's own requestState relayed as it is."""
+    deployment = deploy(model, server)
     asker = Endpoint(deployment.url, authorization=f"Bearer {issuer.mint(sub=USER, aud=deployment.url)}")
     capabilities = {"elicitation": {"form": {}}}
     call = {"name": "confirm", "arguments": {"message": "ok?"}}

@@ -9,7 +9,8 @@ GET and DELETE 405, so a legacy client reaches it only translated.
     python oauth_modern_server.py --port PORT --issuer ISSUER [--jwks URL]
 
 Tools: whoami (the token's subject and client id, JSON), echo, confirm (an elicitation round:
-InputRequiredResult, then the answer with who asked). Env: OAUTH_PEER_AUDIENCES (extra accepted
+InputRequiredResult with a requestState, which the SDK binds to the token's principal, then the
+answer with who asked). Env: OAUTH_PEER_AUDIENCES (extra accepted
 audiences), OAUTH_PEER_BAD_PRM=1 (malformed metadata).
 """
 
@@ -71,9 +72,11 @@ def build(port: int, issuer: str, jwks: str) -> Any:
     @mcp.tool(description="Ask the client to confirm (elicitation), then say who asked.", structured_output=False)
     async def confirm(message: str, ctx: Context) -> str | InputRequiredResult:
         responses = ctx.input_responses or {}
-        if "confirm" not in responses:
+        if "confirm" not in responses or not ctx.request_state:
+            # The round's requestState: the SDK seals it and binds it to the token's principal.
             params = ElicitRequestFormParams(message=message, requested_schema=ELICIT_SCHEMA)
-            return InputRequiredResult(input_requests={"confirm": ElicitRequest(params=params)})
+            state = json.dumps({"asked": message})
+            return InputRequiredResult(input_requests={"confirm": ElicitRequest(params=params)}, request_state=state)
         answer = responses["confirm"]
         action = answer.action if isinstance(answer, ElicitResult) else "missing"
         name = (answer.content or {}).get("name", "") if isinstance(answer, ElicitResult) and action == "accept" else ""
