@@ -37,6 +37,7 @@ from .replicas import Forwarder, Owner, ReplayEndpoint, ServerRequestIds, intern
 from .sealing import Sealer
 from .sessions import InMemorySessionStore, SessionIds, SessionStore
 from .store_redis import RedisSessionStore, redis_store
+from .tracing import Tracing, from_settings
 from .upstream.http import HttpUpstream
 from .upstream.legacy_session import SessionFactory, http_sessions, stdio_sessions
 from .upstream.stdio import StdioChannel, StdioModernUpstream, process_factory
@@ -62,9 +63,12 @@ def create_app(
     client_session: aiohttp.ClientSession | None = None,
     clock: Callable[[], float] = time.time,
     cache_clock: Callable[[], float] = time.monotonic,
+    tracing: Tracing | None = None,
 ) -> tuple[web.Application, web.Application | None]:
-    """The MCP application, and the admin application when it listens separately."""
+    """The MCP application, and the admin application when it listens separately. `tracing`: spans
+    on a provider of the caller's (tracing_otel.OtelTracing); by default per `settings.tracing`."""
     metrics = metrics or Metrics()
+    tracing = tracing if tracing is not None else from_settings(settings.tracing)
     config = settings.upstream
     secret = settings.security.secret.encode() if settings.security.secret else secrets.token_bytes(32)
     previous = [old.encode() for old in settings.security.previous_secrets]
@@ -159,7 +163,9 @@ def create_app(
         watcher.reset()
 
     detector.on_change = era_changed
-    endpoint = McpEndpoint(settings, metrics, detector, router, failures, forwarder, sealer=sealer, boot=boot)
+    endpoint = McpEndpoint(
+        settings, metrics, detector, router, failures, forwarder, sealer=sealer, boot=boot, tracing=tracing
+    )
 
     async def ready() -> None:
         if await detector.current() is Era.MODERN:
@@ -234,6 +240,7 @@ def create_app(
         await forwarder.close()
         if owned_store is not None:
             await owned_store.aclose()
+        await tracing.shutdown()  # the spans of the calls that ended above are exported too
 
     drain_deadline = [0.0]  # when parked calls must be given up (set as shutdown begins)
 
