@@ -53,7 +53,9 @@ class OtelTracing(tracing.Tracing):
         an incoming trace's decision followed (ParentBased)."""
         assert config.otlp_endpoint is not None
         provider = TracerProvider(
-            resource=Resource.create({"service.name": config.service_name, "service.version": __version__}),
+            # Resource() rather than Resource.create(): the latter runs the SDK's resource detectors
+            # on a thread pool and waits for them, blocking the event loop the app is built on.
+            resource=Resource({"service.name": config.service_name, "service.version": __version__}),
             sampler=ParentBased(TraceIdRatioBased(config.sample_ratio)),
         )
         exporter = OTLPSpanExporter(endpoint=config.otlp_endpoint, headers=dict(config.headers) or None)
