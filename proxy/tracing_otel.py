@@ -19,7 +19,7 @@ from opentelemetry.context import Context
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import BatchSpanProcessor
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
 from opentelemetry.trace import Span, SpanKind, StatusCode, Tracer, set_span_in_context
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
@@ -48,17 +48,18 @@ class OtelTracing(tracing.Tracing):
         self._tracer = provider.get_tracer("mcp-era-proxy", __version__)
 
     @classmethod
-    def exporting(cls, config: TracingConfig) -> OtelTracing:
-        """Batched OTLP/HTTP export to `config.otlp_endpoint`; new traces sampled at `sample_ratio`,
-        an incoming trace's decision followed (ParentBased)."""
-        assert config.otlp_endpoint is not None
+    def exporting(cls, config: TracingConfig, exporter: SpanExporter | None = None) -> OtelTracing:
+        """Batched OTLP/HTTP export to `config.otlp_endpoint` (or to `exporter`); new traces sampled
+        at `sample_ratio`, an incoming trace's decision followed (ParentBased)."""
+        assert config.otlp_endpoint is not None or exporter is not None
         provider = TracerProvider(
             # Resource() rather than Resource.create(): the latter runs the SDK's resource detectors
             # on a thread pool and waits for them, blocking the event loop the app is built on.
             resource=Resource({"service.name": config.service_name, "service.version": __version__}),
             sampler=ParentBased(TraceIdRatioBased(config.sample_ratio)),
         )
-        exporter = OTLPSpanExporter(endpoint=config.otlp_endpoint, headers=dict(config.headers) or None)
+        if exporter is None:
+            exporter = OTLPSpanExporter(endpoint=config.otlp_endpoint, headers=dict(config.headers) or None)
         provider.add_span_processor(BatchSpanProcessor(exporter))
         return cls(provider, owned=True)
 

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import textwrap
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -284,6 +285,45 @@ async def test_the_proxy_shuts_its_own_provider_down_exporting_what_is_left(
     payload = b"".join(bodies)
     assert b"proxy-under-test" in payload and b"tools/list" in payload
     assert bytes.fromhex(CLIENT_TRACE) in payload
+
+
+STDIO_SERVER = Path(__file__).resolve().parents[1] / "support" / "stdio_server.py"
+
+
+@pytest.mark.parametrize("era", ["modern", "legacy"])
+async def test_a_stdio_request_carries_its_upstream_spans_context_in_meta(
+    aiohttp_server: Any, aiohttp_client: Any, provider: TracerProvider, exporter: InMemorySpanExporter, era: str
+) -> None:
+    """Modern: the one shared process; legacy: a process per session. No headers on stdio: `_meta`."""
+    settings = load_settings(
+        None,
+        **{
+            "upstream.command": [sys.executable, str(STDIO_SERVER)],
+            "upstream.era": era,
+            "upstream.env": {"STDIO_SERVER_ERA": era},
+            "upstream.name": "scripted-stdio",
+            "cache.watch": False,
+        },
+    )
+    app, _ = create_app(settings, tracing=OtelTracing(provider))
+    client = await aiohttp_client(await serve(aiohttp_server, app))
+    async with asyncio.timeout(WAIT):
+        if era == "modern":
+            reply = await ModernPeer(client, headers={"traceparent": TRACEPARENT}).request(
+                "tools/call", {"name": "trace", "arguments": {}}
+            )
+            received = reply.result["content"][0]["text"]
+        else:
+            peer = await LegacyPeer.connect(client, headers={"traceparent": TRACEPARENT})
+            received = (await peer.request("tools/call", {"name": "trace", "arguments": {}})).result["content"][0][
+                "text"
+            ]
+    downstream = only(of_kind(exporter, SpanKind.SERVER, "tools/call trace"))
+    assert parent_of(downstream) == CLIENT_SPAN
+    upstream = only(of_kind(exporter, SpanKind.CLIENT, "tools/call trace"))
+    assert parent_of(upstream) == hexes(downstream)[1]
+    assert (upstream.attributes or {})["network.transport"] == "pipe"
+    assert received == traceparent_of(upstream)
 
 
 def test_with_no_endpoint_nothing_of_opentelemetry_is_imported() -> None:
