@@ -11,10 +11,12 @@ it) or else its headers, and written into both on the way upstream.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Mapping
 from typing import Any
 
+import structlog
 from opentelemetry.context import Context
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.resources import Resource
@@ -29,6 +31,7 @@ from .config import TracingConfig
 from .metrics import method_label
 from .protocol import meta
 
+log = structlog.get_logger(__name__)
 JSONDict = dict[str, Any]
 AttrValue = str | bool | int | float
 _PROPAGATOR = TraceContextTextMapPropagator()
@@ -61,6 +64,13 @@ class OtelTracing(tracing.Tracing):
         if exporter is None:
             exporter = OTLPSpanExporter(endpoint=config.otlp_endpoint, headers=dict(config.headers) or None)
         provider.add_span_processor(BatchSpanProcessor(exporter))
+        _sdk_logs_as_events()
+        log.info(
+            "tracing_enabled",
+            endpoint=config.otlp_endpoint,
+            service_name=config.service_name,
+            sample_ratio=config.sample_ratio,
+        )
         return cls(provider, owned=True)
 
     def downstream(self, http_method: str, headers: Mapping[str, str]) -> tracing.DownstreamSpan:
@@ -70,6 +80,21 @@ class OtelTracing(tracing.Tracing):
         if self._owned:
             # Flushes the batch (an HTTP export, blocking): off the event loop.
             await asyncio.to_thread(self._provider.shutdown)
+
+
+class _SdkLogs(logging.Handler):
+    """The SDK's own warnings (a batch the endpoint refused or could not take, spans dropped from a
+    full queue) as the proxy's JSON log events, not stray plain-text lines on stderr."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        log.warning("tracing_export_problem", logger=record.name, message=record.getMessage()[:500])
+
+
+def _sdk_logs_as_events() -> None:
+    sdk = logging.getLogger("opentelemetry")
+    if not any(isinstance(handler, _SdkLogs) for handler in sdk.handlers):
+        sdk.addHandler(_SdkLogs(logging.WARNING))
+        sdk.propagate = False
 
 
 def _carrier(source: Mapping[str, Any] | None) -> dict[str, str]:

@@ -18,6 +18,7 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
+from structlog.testing import capture_logs
 
 from proxy.app import create_app
 from proxy.config import load_settings
@@ -354,3 +355,33 @@ def test_with_no_endpoint_nothing_of_opentelemetry_is_imported() -> None:
     )
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+async def test_a_batch_the_endpoint_refuses_is_a_log_event_not_a_stray_line(
+    aiohttp_server: Any, aiohttp_client: Any, fake: FakeModern
+) -> None:
+    async def refuse(request: web.Request) -> web.Response:
+        await request.read()
+        return web.Response(status=400, text="bad batch")
+
+    collector = web.Application()
+    collector.router.add_post("/v1/traces", refuse)
+    collector_server = await aiohttp_server(collector)
+    settings = load_settings(
+        None,
+        **{
+            "upstream.url": fake.url,
+            "upstream.era": "modern",
+            "cache.watch": False,
+            "tracing.otlp_endpoint": str(collector_server.make_url("/v1/traces")),
+        },
+    )
+    with capture_logs() as logs:
+        app, _ = create_app(settings)
+        client = await aiohttp_client(await serve(aiohttp_server, app))
+        await LegacyPeer.connect(client)
+        await client.close()  # flushes: the endpoint answers 400
+    events = [entry["event"] for entry in logs]
+    assert "tracing_enabled" in events
+    problems = [entry for entry in logs if entry["event"] == "tracing_export_problem"]
+    assert problems and "400" in problems[0]["message"], logs
