@@ -15,11 +15,11 @@ being handed a tracer, and a task the request starts inherits it. A task that ou
 from __future__ import annotations
 
 import contextvars
+import importlib.util
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from .config import TracingConfig
+from .config import ConfigError, TracingConfig
 
 JSONDict = dict[str, Any]
 
@@ -117,15 +117,31 @@ def background() -> contextvars.Context | None:
     return context
 
 
+# What tracing_otel.py imports: the `[otel]` extra.
+_OTEL_MODULES = ("opentelemetry.sdk.trace", "opentelemetry.exporter.otlp.proto.http.trace_exporter")
+
+
+def require(config: TracingConfig) -> None:
+    """Refuse (ConfigError: exit 2, like any bad setting) an endpoint without the `[otel]` extra,
+    before the proxy starts rather than at its first request."""
+    if config.otlp_endpoint is None:
+        return
+    for name in _OTEL_MODULES:
+        try:
+            found = importlib.util.find_spec(name) is not None
+        except ModuleNotFoundError:  # a parent package is missing
+            found = False
+        if not found:
+            raise ConfigError(
+                f"tracing.otlp_endpoint is set but {name} is not installed: pip install 'mcp-era-proxy[otel]'"
+            )
+
+
 def from_settings(config: TracingConfig) -> Tracing:
     """The proxy's tracing for its `tracing` settings: none without an endpoint."""
     if config.otlp_endpoint is None:
         return NO_TRACING
-    try:
-        from .tracing_otel import OtelTracing
-    except ImportError as exc:
-        raise RuntimeError(
-            f"tracing.otlp_endpoint is set but OpenTelemetry is not installed ({exc}): "
-            "pip install 'mcp-era-proxy[otel]'"
-        ) from None
+    require(config)
+    from .tracing_otel import OtelTracing
+
     return OtelTracing.exporting(config)

@@ -4,6 +4,7 @@ sampling, propagation and parenting rules."""
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 from collections.abc import Iterator
 
 import pytest
@@ -16,7 +17,7 @@ from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
 from opentelemetry.trace import SpanKind
 
 from proxy import tracing
-from proxy.config import TracingConfig
+from proxy.config import ConfigError, TracingConfig
 from proxy.protocol import meta
 from proxy.tracing_otel import OtelTracing
 
@@ -210,3 +211,17 @@ def test_span_names_stay_few_a_made_up_method_is_other(traced: OtelTracing, expo
     assert names == ["other", "prompts/get greet", "batch"]
     made_up = exporter.get_finished_spans()[0]
     assert len(str((made_up.attributes or {})["mcp.method.name"])) == 200
+
+
+def test_an_endpoint_without_the_otel_extra_is_a_configuration_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    real = importlib.util.find_spec
+
+    def without_exporter(name: str, package: str | None = None) -> object:
+        if name.startswith("opentelemetry.exporter"):
+            raise ModuleNotFoundError(name)
+        return real(name, package)
+
+    monkeypatch.setattr(importlib.util, "find_spec", without_exporter)
+    tracing.require(TracingConfig())  # off: nothing is looked for
+    with pytest.raises(ConfigError, match=r"tracing.otlp_endpoint is set but .* pip install 'mcp-era-proxy\[otel\]'"):
+        tracing.require(TracingConfig(otlp_endpoint="http://127.0.0.1:4318/v1/traces"))
