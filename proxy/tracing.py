@@ -68,7 +68,9 @@ class DownstreamSpan:
     ) -> None:
         """The reply is sent (for a stream: the stream ended); the span ends."""
 
-    def upstream(self, message: JSONDict | None, transport: str, http_method: str) -> UpstreamSpan:
+    def upstream(
+        self, message: JSONDict | None, transport: str, http_method: str, name: str | None = None
+    ) -> UpstreamSpan:
         return NULL_UPSTREAM
 
 
@@ -95,10 +97,13 @@ NO_TRACING = Tracing()
 CURRENT: contextvars.ContextVar[DownstreamSpan | None] = contextvars.ContextVar("mcp_era_proxy_span", default=None)
 
 
-def upstream(message: JSONDict | None, transport: str, http_method: str = "POST") -> UpstreamSpan:
-    """The span of one upstream exchange: a child of the request being served, if any."""
+def upstream(
+    message: JSONDict | None, transport: str, http_method: str = "POST", name: str | None = None
+) -> UpstreamSpan:
+    """The span of one upstream exchange (`name`: its span name when it is not `message`'s), a child
+    of the request being served, if any."""
     span = CURRENT.get()
-    return NULL_UPSTREAM if span is None else span.upstream(message, transport, http_method)
+    return NULL_UPSTREAM if span is None else span.upstream(message, transport, http_method, name)
 
 
 def input_round() -> None:

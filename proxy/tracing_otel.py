@@ -217,10 +217,13 @@ class _Downstream(tracing.DownstreamSpan):
             span.set_status(StatusCode.ERROR, outcome)
         span.end()
 
-    def upstream(self, message: JSONDict | None, transport: str, http_method: str) -> tracing.UpstreamSpan:
+    def upstream(
+        self, message: JSONDict | None, transport: str, http_method: str, name: str | None = None
+    ) -> tracing.UpstreamSpan:
         if self._ended or self._span is None:
             return tracing.NULL_UPSTREAM  # a task that outlived its request: it parents on nothing
-        name, attributes = _describe(message)
+        described, attributes = _describe(message)
+        name = name or described
         attributes["network.transport"] = "pipe" if transport == "stdio" else "tcp"
         if transport != "stdio":
             attributes["http.request.method"] = http_method
