@@ -13,6 +13,7 @@ import aiohttp
 import structlog
 from aiohttp import web
 
+from .auth.discovery import WELL_KNOWN_AUTHORIZATION_SERVER, WELL_KNOWN_OPENID, WELL_KNOWN_RESOURCE, Discovery
 from .cache import ResponseCache
 from .config import Settings
 from .downstream.admin import Admin
@@ -52,6 +53,7 @@ ADMIN = web.AppKey("admin", Admin)
 DETECTOR = web.AppKey("detector", EraDetector)
 CACHE = web.AppKey("cache", ResponseCache)
 FORWARDER = web.AppKey("forwarder", Forwarder)
+DISCOVERY = web.AppKey("discovery", Discovery)  # the OAuth well-known endpoints, the challenges
 INTERNAL = web.AppKey("internal", web.Application)  # the internal listener's application, when configured
 
 
@@ -196,6 +198,17 @@ def create_app(
     app.router.add_get(settings.path, safe(endpoint.get, guard))
     app.router.add_delete(settings.path, safe(endpoint.delete, guard))
     app.router.add_route("*", settings.path, safe(method_not_allowed, guard))
+    discovery = Discovery(settings, guard.host_allowed, clock=cache_clock)
+    app[DISCOVERY] = discovery
+    for prefix, handler in (
+        (WELL_KNOWN_RESOURCE, discovery.protected_resource),
+        (WELL_KNOWN_AUTHORIZATION_SERVER, discovery.authorization_server),
+        (WELL_KNOWN_OPENID, discovery.authorization_server),
+    ):
+        app.router.add_get(prefix + "{tail:.*}", safe(handler))  # GET and HEAD
+        app.router.add_route("*", prefix + "{tail:.*}", safe(discovery.method_not_allowed))
+    # Every challenge that reaches the client names the proxy's metadata, whichever relay wrote it.
+    app.on_response_prepare.append(discovery.on_response_prepare)
 
     admin_app = app if settings.admin_listen is None else web.Application()
     admin_app.router.add_get("/healthz", safe(admin.healthz))
@@ -240,6 +253,7 @@ def create_app(
         await forwarder.close()
         if owned_store is not None:
             await owned_store.aclose()
+        await discovery.close()
         await tracing.shutdown()  # the spans of the calls that ended above are exported too
 
     drain_deadline = [0.0]  # when parked calls must be given up (set as shutdown begins)

@@ -121,12 +121,47 @@ def compose_config(values: dict[str, Any]) -> dict[str, Any]:
         store.setdefault("namespace", values["store"]["namespace"])
         store.setdefault("timeout_ms", values["store"]["timeoutMs"])
         cfg["store"] = store
+    auth = cfg.get("auth") or {}
+    chart_auth = values["auth"]
+    computed = {
+        "mode": chart_auth["mode"],
+        "public_url": public_url(values),
+        "issuers": chart_auth["issuers"],
+        "audience": chart_auth["audience"],
+        "jwks_url": chart_auth["jwksUrl"],
+        "required_scopes": chart_auth["requiredScopes"],
+        "client_in_identity": chart_auth["clientInIdentity"],
+        "metadata_max_age_s": chart_auth["metadataMaxAgeS"],
+    }
+    for key, value in computed.items():
+        # Empty strings and lists are left out (the proxy's default); booleans and numbers never are.
+        if key not in auth and (isinstance(value, bool | int | float) or value):
+            auth[key] = value
+    cfg["auth"] = auth
     if values["mode"] == "sidecar":
         upstream = cfg.get("upstream") or {}
         sidecar = values["sidecar"]
         upstream["url"] = f"http://127.0.0.1:{sidecar['upstreamPort']}{sidecar['upstreamPath']}"
         cfg["upstream"] = upstream
     return cfg
+
+
+def public_url(values: dict[str, Any]) -> str:
+    """auth.public_url as the chart computes it ("mcp-era-proxy.publicUrl"): auth.publicUrl, else
+    the first ingress host (https when ingress.tls names it), else the first HTTPRoute hostname
+    (https), with config.path; empty with neither."""
+    path = (values.get("config") or {}).get("path", "/mcp")
+    if values["auth"]["publicUrl"]:
+        return str(values["auth"]["publicUrl"])
+    ingress = values["ingress"]
+    if ingress["enabled"] and ingress["hosts"] and ingress["hosts"][0].get("host"):
+        host = ingress["hosts"][0]["host"]
+        tls = any(host in (entry.get("hosts") or []) for entry in ingress["tls"])
+        return f"{'https' if tls else 'http'}://{host}{path}"
+    route = values["httpRoute"]
+    if route["enabled"] and route["hostnames"]:
+        return f"https://{route['hostnames'][0]}{path}"
+    return ""
 
 
 def has_store(values: dict[str, Any]) -> bool:

@@ -2,8 +2,8 @@
 
 For the chart defaults (with an upstream URL, which they leave to the user) and each
 helm/mcp-era-proxy/examples/*.yaml: compose the config exactly as templates/configmap.yaml does
-(values `config` plus the computed listen, admin_listen, allowed_hosts, shutdown.grace_s, with a
-store its namespace and timeout_ms, and, in sidecar mode, upstream.url), write it to a temp file and run
+(values `config` plus the computed listen, admin_listen, allowed_hosts, shutdown.grace_s, the auth
+values, with a store its namespace and timeout_ms, and, in sidecar mode, upstream.url), write it to a temp file and run
 `python -m proxy --config FILE [extraArgs] --check-config` with the environment the pod would have
 (MCP_ERA_PROXY_SECURITY__SECRET when a session secret is configured; with a store its URL and the
 internal listener and advertised address the Deployment computes; literal MCP_ERA_PROXY_*
@@ -126,6 +126,8 @@ def check_constants() -> bool:
         ("shutdown", "grace_s"): r'dig "shutdown" "grace_s" (\d+(?:\.\d+)?)',
         ("readiness", "probe_timeout_s"): r'dig "readiness" "probe_timeout_s" (\d+(?:\.\d+)?)',
         ("upstream", "shutdown_grace_s"): r'dig "shutdown_grace_s" (\d+(?:\.\d+)?)',
+        ("sessions", "max_sessions"): r'dig "sessions" "max_sessions" (\d+)',
+        ("input", "max_parked"): r'dig "input" "max_parked" (\d+)',
     }
     for path, pattern in assumed.items():
         found = re.findall(pattern, helpers)
@@ -141,6 +143,18 @@ def check_constants() -> bool:
             failed.append(
                 f"values.yaml store.{key} is {chart_store[key]!r}, the proxy's store.{field} default is "
                 f"{field_default(Settings, 'store', field)!r}"
+            )
+    # The chart's auth defaults are the proxy's own.
+    chart_auth = defaults()["auth"]
+    for key, field in (
+        ("mode", "mode"),
+        ("clientInIdentity", "client_in_identity"),
+        ("metadataMaxAgeS", "metadata_max_age_s"),
+    ):
+        if chart_auth[key] != field_default(Settings, "auth", field):
+            failed.append(
+                f"values.yaml auth.{key} is {chart_auth[key]!r}, the proxy's auth.{field} default is "
+                f"{field_default(Settings, 'auth', field)!r}"
             )
     computed_grace = re.findall(r'set \$shutdown "grace_s" (\d+(?:\.\d+)?)', helpers)
     if [float(v) for v in computed_grace] != [float(field_default(Settings, "shutdown", "grace_s"))]:
@@ -172,7 +186,8 @@ def check_rendered(directory: Path) -> bool:
     for name, values in cases():
         rendered = directory / Path(name).name
         docs = [d for d in yaml.safe_load_all(rendered.read_text(encoding="utf-8")) if d]
-        maps = [d for d in docs if d.get("kind") == "ConfigMap"]
+        # The proxy's config map (the dashboards' ConfigMap, when enabled, holds no config.yaml).
+        maps = [d for d in docs if d.get("kind") == "ConfigMap" and "config.yaml" in (d.get("data") or {})]
         same = len(maps) == 1 and yaml.safe_load(maps[0]["data"]["config.yaml"]) == compose_config(values)
         print(f"{'ok  ' if same else 'FAIL'} helm-rendered config = the config checked above: {name}")
         ok &= same

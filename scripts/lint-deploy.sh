@@ -13,8 +13,13 @@
 #      (scripts/check_chart_config.py).
 #   6. helm lint --strict and helm template per example, the rendered manifests validated against
 #      the Kubernetes schemas (kubernetes-validate --strict) and, for the custom resources
-#      (HTTPRoute, ServiceMonitor), their CRD schemas (scripts/crd-validate), the rendered config
-#      equal to the one checked in 5, and value combinations the chart must refuse refused.
+#      (HTTPRoute, ServiceMonitor, PrometheusRule), their CRD schemas (scripts/crd-validate), the
+#      rendered config equal to the one checked in 5, and value combinations the chart must refuse
+#      refused.
+#   7. the chart's alert rules and Grafana dashboard (tests/test_ops.py, tests/ops): promtool check
+#      rules and test rules (tests/ops/alerts.test.yaml), every dashboard query parses, every metric
+#      and label the rules and the dashboard name is one the proxy exports, and both evaluate in a
+#      real Prometheus scraping a real proxy.
 # Tools go into their own virtualenvs ($CACHE/venvs/lint-deploy*, made by peer_venv in lib.sh),
 # pinned below. helm is $HELM when set, else a pinned official release binary (see fetch_helm),
 # else `helm` on PATH.
@@ -42,7 +47,7 @@ step() { printf '\n== %s\n' "$*"; }
 # crd-validate below, so their "no schema" notice is expected; any failure is not.
 kubernetes_validate() {  # manifests.yaml
   "$RENDER_TOOLS/bin/kubernetes-validate" --strict --quiet -k "$KUBERNETES_VERSION" "$1" \
-    | { grep -Ev "Couldn't find schema for kind (ServiceMonitor|HTTPRoute)" || true; }
+    | { grep -Ev "Couldn't find schema for kind (ServiceMonitor|HTTPRoute|PrometheusRule)" || true; }
 }
 
 crd_validator() {  # installs scripts/crd-validate (npm ci, pinned by its lockfile) into $CRD_TOOLS
@@ -138,7 +143,8 @@ done
 .venv/bin/python scripts/check_chart_config.py --rendered "$rendered"
 
 # The optional parts together (HPA, PDB by percentage, admin port, IPv6, digest, created Secret,
-# no affinity annotations, no startup probe, no preStop hook) render valid manifests too.
+# no affinity annotations, no startup probe, no preStop hook, the dashboard and the alerts with a
+# selector of their own and one alert off) render valid manifests too.
 "$HELM" template mcp-era-proxy "$CHART" -f "$CHART/examples/standalone.yaml" \
   --set autoscaling.enabled=true,autoscaling.targetMemoryUtilizationPercentage=70 \
   --set service.admin.enabled=true,listenAddress=::,ingress.sessionAffinity.enabled=false \
@@ -148,7 +154,9 @@ done
   --set probes.startup.enabled=false,preStopSleepSeconds=0,tmpVolume.sizeLimit= \
   --set httpRoute.enabled=true,httpRoute.parentRefs[0].name=gw,httpRoute.parentRefs[0].port=443 \
   --set httpRoute.hostnames[0]=mcp.example.org,httpRoute.timeouts.backendRequest=10m \
-  --set httpRoute.annotations.team=mcp >"$rendered/options.yaml"
+  --set httpRoute.annotations.team=mcp \
+  --set dashboards.enabled=true,prometheusRule.enabled=true,prometheusRule.selector='job="mcp"' \
+  --set prometheusRule.alerts.latency.enabled=false >"$rendered/options.yaml"
 kubernetes_validate "$rendered/options.yaml"
 echo "ok   helm template, kubernetes-validate $KUBERNETES_VERSION: every optional resource and setting at once"
 
@@ -163,9 +171,32 @@ grep -q 'endPort: 8082' "$rendered/replicas-options.yaml" && grep -q '"\[$(POD_I
 for manifest in replicas-options sidecar-store; do kubernetes_validate "$rendered/$manifest.yaml"; done
 echo "ok   helm template, kubernetes-validate $KUBERNETES_VERSION: replicas with 2 workers on IPv6, a sidecar with the store"
 
-step "custom resources (HTTPRoute, ServiceMonitor) against their CRD schemas"
+# OAuth discovery: the Ingress and the HTTPRoute route the well-known prefixes beside the MCP path
+# (and not when turned off); resource_server mode with its issuers renders valid manifests.
+for manifest in standalone gateway-api; do
+  for prefix in oauth-protected-resource oauth-authorization-server openid-configuration; do
+    grep -q "/.well-known/$prefix\$" "$rendered/$manifest.yaml" \
+      || { echo "FAIL examples/$manifest.yaml: /.well-known/$prefix is not routed to the Service"; exit 1; }
+  done
+done
+"$HELM" template mcp-era-proxy "$CHART" -f "$CHART/examples/standalone.yaml" --set ingress.wellKnownPaths=false \
+  | grep -q "/.well-known/" && { echo "FAIL ingress.wellKnownPaths=false still routes /.well-known/"; exit 1; }
+"$HELM" template mcp-era-proxy "$CHART" -f "$CHART/examples/gateway-api.yaml" \
+  --set auth.mode=resource_server,auth.issuers[0]=https://auth.example.com,auth.requiredScopes[0]=mcp \
+  --set config.upstream.forward_authorization=false >"$rendered/resource-server.yaml"
+grep -q "public_url: https://mcp.example.com/mcp" "$rendered/resource-server.yaml" \
+  || { echo "FAIL auth.public_url is not computed from the HTTPRoute hostname"; exit 1; }
+kubernetes_validate "$rendered/resource-server.yaml"
+echo "ok   OAuth discovery prefixes routed (Ingress, HTTPRoute); auth values rendered, resource_server valid"
+
+step "custom resources (HTTPRoute, ServiceMonitor, PrometheusRule) against their CRD schemas"
 crd_validator
 node "$CRD_TOOLS/validate.mjs" "$rendered"/*.yaml
+
+step "alert rules and dashboard queries: promtool check rules / test rules, metric and label names"
+# tests/test_ops.py renders the chart with this helm and runs promtool; tests/ops runs the rules and
+# the dashboard's queries in a real Prometheus scraping a real proxy (both: scripts/setup-services.sh).
+HELM="$HELM" .venv/bin/pytest -q -p no:cacheprovider --no-header tests/test_ops.py tests/ops
 
 # Value combinations the chart's validate helper must refuse: "message fragment|--set args".
 refused=(
@@ -189,6 +220,7 @@ refused=(
   "would block every node drain|-f $CHART/examples/standalone.yaml --set podDisruptionBudget.maxUnavailable= --set podDisruptionBudget.minAvailable=1"
   "is a wildcard|-f $CHART/examples/standalone.yaml --set ingress.hosts[0].host=*.example.com"
   "httpRoute.parentRefs must name the Gateway|-f $CHART/examples/standalone.yaml --set httpRoute.enabled=true"
+  "auth.mode resource_server needs auth.issuers|-f $CHART/examples/standalone.yaml --set auth.mode=resource_server"
   "httpRoute hostname *.example.org is a wildcard|-f $CHART/examples/gateway-api.yaml --set httpRoute.hostnames[0]=*.example.org"
 )
 for case in "${refused[@]}"; do

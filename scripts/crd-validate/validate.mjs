@@ -6,11 +6,13 @@ import { readFileSync } from "node:fs";
 import { basename } from "node:path";
 import { parseAllDocuments } from "yaml";
 import { HTTPRoute } from "@kubernetes-models/gateway-api/gateway.networking.k8s.io/v1/HTTPRoute";
+import { PrometheusRule } from "@kubernetes-models/prometheus-operator/monitoring.coreos.com/v1/PrometheusRule";
 import { ServiceMonitor } from "@kubernetes-models/prometheus-operator/monitoring.coreos.com/v1/ServiceMonitor";
 
 const MODELS = {
   "gateway.networking.k8s.io/v1 HTTPRoute": HTTPRoute,
   "monitoring.coreos.com/v1 ServiceMonitor": ServiceMonitor,
+  "monitoring.coreos.com/v1 PrometheusRule": PrometheusRule,
 };
 
 let failed = false;
@@ -32,7 +34,7 @@ for (const file of process.argv.slice(2)) {
   }
 }
 if (validated === 0) {
-  console.log("FAIL CRD schema: no HTTPRoute or ServiceMonitor in the manifests given");
+  console.log("FAIL CRD schema: no HTTPRoute, ServiceMonitor or PrometheusRule in the manifests given");
   failed = true;
 }
 process.exit(failed ? 1 : 0);

@@ -879,7 +879,9 @@ async def test_an_upstream_401_is_relayed_with_its_www_authenticate_header(
             fake.handlers["resources/list"] = respond_with(unauthorized)
             _, response = await peer.send("resources/list")
         assert response.status == 401
-        assert response.headers.get("WWW-Authenticate") == challenge
+        # Relayed, naming the proxy's metadata (tests/integration/test_oauth_discovery.py).
+        metadata = proxy.client.make_url("/.well-known/oauth-protected-resource/mcp")
+        assert response.headers.get("WWW-Authenticate") == f'Bearer resource_metadata="{metadata}"'
         await error_body(response)
 
 

@@ -51,7 +51,8 @@ async def test_a_batch_item_that_needs_its_own_status_cancels_its_siblings_and_t
             ]
         )
         assert response.status == 401
-        assert response.headers["WWW-Authenticate"] == "Bearer"
+        metadata = proxy.client.make_url("/.well-known/oauth-protected-resource/mcp")
+        assert response.headers["WWW-Authenticate"] == f'Bearer resource_metadata="{metadata}"'  # the proxy's
         await response.read()
         release.set()
         await slow_calls[0].done.wait()  # cancelled, or (the defect) finished writing

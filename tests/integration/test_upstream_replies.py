@@ -84,6 +84,12 @@ async def exchange(proxy: Proxy, era: Era, *, until_close: bool = False) -> RawR
     )
 
 
+def proxy_metadata(proxy: Proxy) -> str:
+    """The metadata URL the proxy names in challenges: derived from the Host raw_exchange sends."""
+    server = proxy.client.server
+    return f"http://{server.host}:{server.port}/.well-known/oauth-protected-resource/mcp"
+
+
 def one_reply(reply: RawReply) -> None:
     """Exactly one HTTP response, ended as its framing says, and then the connection closed."""
     assert reply.status == 200, reply.head
@@ -307,14 +313,17 @@ async def test_a_notification_accepted_with_202_stays_a_202(make_proxy: MakeProx
 async def test_a_401_with_www_authenticate_is_relayed_as_it_came(
     make_proxy: MakeProxy, raw: RawUpstream, era: Era
 ) -> None:
+    """...as it came, but for `resource_metadata`: the proxy's metadata, not the upstream's
+    (tests/integration/test_oauth_discovery.py covers the rewriting)."""
     proxy = await make_proxy(upstream_url=raw.url, **era.config)
     body = b'{"error": "invalid_token"}'
-    challenge = 'WWW-Authenticate: Bearer resource_metadata="http://127.0.0.1/.well-known/oauth-protected-resource"'
-    raw.script = whole(401, "application/json", body, extra=challenge)
+    challenge = 'Bearer error="invalid_token", resource_metadata="http://10.0.0.9/.well-known/oauth-protected-resource"'
+    raw.script = whole(401, "application/json", body, extra=f"WWW-Authenticate: {challenge}")
     async with asyncio.timeout(WAIT):
         reply = await exchange(proxy, era)
     assert reply.status == 401 and reply.body == body
-    assert challenge in reply.head
+    relayed = 'Bearer error="invalid_token", resource_metadata="' + proxy_metadata(proxy) + '"'
+    assert f"WWW-Authenticate: {relayed}" in reply.head.split("\r\n")
 
 
 @pytest.mark.parametrize("era", ERAS)
@@ -326,7 +335,8 @@ async def test_a_401_with_a_login_page_keeps_its_status_and_challenge_and_loses_
     raw.script = whole(401, "text/html", b"<html><title>Sign in</title></html>", extra=f"WWW-Authenticate: {challenge}")
     async with asyncio.timeout(WAIT):
         reply = await exchange(proxy, era)
-    assert reply.status == 401 and f"www-authenticate: {challenge}".lower() in reply.head.lower()
+    relayed = f'Bearer resource_metadata="{proxy_metadata(proxy)}", realm="mcp"'
+    assert reply.status == 401 and f"www-authenticate: {relayed}".lower() in reply.head.lower()
     message = json.loads(reply.body)
     assert message["id"] == 7 and message["error"]["code"] == jsonrpc.INVALID_REQUEST
     assert message["error"]["message"] == "upstream refused the credentials (HTTP 401)"

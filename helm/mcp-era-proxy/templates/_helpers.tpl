@@ -154,6 +154,14 @@ values leave unset (scripts/check_chart_config.py composes it the same way and r
 {{- end }}
 {{- $_ := set $cfg "store" $store }}
 {{- end }}
+{{- $auth := get $cfg "auth" | default dict }}
+{{- $authValues := dict "mode" .Values.auth.mode "public_url" (include "mcp-era-proxy.publicUrl" .) "issuers" .Values.auth.issuers "audience" .Values.auth.audience "jwks_url" .Values.auth.jwksUrl "required_scopes" .Values.auth.requiredScopes "client_in_identity" .Values.auth.clientInIdentity "metadata_max_age_s" .Values.auth.metadataMaxAgeS }}
+{{- range $key, $value := $authValues }}
+{{- if and (not (hasKey $auth $key)) (or (kindIs "bool" $value) (kindIs "float64" $value) (kindIs "int" $value) (kindIs "int64" $value) (not (empty $value))) }}
+{{- $_ := set $auth $key $value }}
+{{- end }}
+{{- end }}
+{{- $_ := set $cfg "auth" $auth }}
 {{- if eq .Values.mode "sidecar" }}
 {{- $upstream := get $cfg "upstream" | default dict }}
 {{- $_ := set $upstream "url" (printf "http://127.0.0.1:%d%s" (int .Values.sidecar.upstreamPort) .Values.sidecar.upstreamPath) }}
@@ -163,10 +171,59 @@ values leave unset (scripts/check_chart_config.py composes it the same way and r
 {{- end }}
 
 {{/*
+The public URL of the MCP endpoint (config auth.public_url): auth.publicUrl, else the first ingress
+host (https when ingress.tls names it), else the first HTTPRoute hostname (https), with config.path;
+empty when there is neither (the proxy then derives it from each request).
+*/}}
+{{- define "mcp-era-proxy.publicUrl" -}}
+{{- $path := dig "path" "/mcp" (.Values.config | default dict) }}
+{{- if .Values.auth.publicUrl }}
+{{- .Values.auth.publicUrl }}
+{{- else if and .Values.ingress.enabled .Values.ingress.hosts (first .Values.ingress.hosts).host }}
+{{- $host := (first .Values.ingress.hosts).host }}
+{{- $tls := false }}
+{{- range .Values.ingress.tls }}
+{{- if has $host (.hosts | default list) }}
+{{- $tls = true }}
+{{- end }}
+{{- end }}
+{{- printf "%s://%s%s" (ternary "https" "http" $tls) $host $path }}
+{{- else if and .Values.httpRoute.enabled .Values.httpRoute.hostnames }}
+{{- printf "https://%s%s" (first .Values.httpRoute.hostnames) $path }}
+{{- end }}
+{{- end }}
+
+{{/*
+The OAuth discovery prefixes routed beside the MCP path (README.md, "OAuth discovery").
+*/}}
+{{- define "mcp-era-proxy.wellKnownPaths" -}}
+{{- toYaml (list "/.well-known/oauth-protected-resource" "/.well-known/oauth-authorization-server" "/.well-known/openid-configuration") }}
+{{- end }}
+
+{{/*
 The proxy's shutdown.grace_s (its default, 20, unless config sets it).
 */}}
 {{- define "mcp-era-proxy.graceSeconds" -}}
 {{- dig "shutdown" "grace_s" 20 (.Values.config | default dict) }}
+{{- end }}
+
+{{/*
+The proxy's limits the alerts compare with (its defaults unless config sets them): legacy sessions
+(sessions.max_sessions) and parked calls (input.max_parked), each per worker.
+*/}}
+{{- define "mcp-era-proxy.maxSessions" -}}
+{{- dig "sessions" "max_sessions" 50000 (.Values.config | default dict) }}
+{{- end }}
+{{- define "mcp-era-proxy.maxParked" -}}
+{{- dig "input" "max_parked" 1000 (.Values.config | default dict) }}
+{{- end }}
+
+{{/*
+The label matchers of the alerts' queries: prometheusRule.selector, else the namespace and job
+(the Service's name) the chart's ServiceMonitor gives its targets.
+*/}}
+{{- define "mcp-era-proxy.ruleSelector" -}}
+{{- .Values.prometheusRule.selector | default (printf "namespace=%q,job=%q" .Release.Namespace (include "mcp-era-proxy.fullname" .)) }}
 {{- end }}
 
 {{/*
@@ -284,6 +341,10 @@ ConfigMap and the Deployment.
     {{- $errors = append $errors (printf "ingress host %s is a wildcard, which the computed security.allowed_hosts cannot express: set config.security.allowed_hosts" .host) }}
     {{- end }}
   {{- end }}
+{{- end }}
+{{- $authCfg := get $cfg "auth" | default dict }}
+{{- if and (eq (get $authCfg "mode" | default .Values.auth.mode) "resource_server") (not (get $authCfg "issuers" | default .Values.auth.issuers)) }}
+{{- $errors = append $errors "auth.mode resource_server needs auth.issuers: the authorization servers whose tokens the proxy accepts" }}
 {{- end }}
 {{- if .Values.httpRoute.enabled }}
   {{- if not .Values.httpRoute.parentRefs }}
