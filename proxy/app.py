@@ -14,6 +14,8 @@ import structlog
 from aiohttp import web
 
 from .auth.discovery import WELL_KNOWN_AUTHORIZATION_SERVER, WELL_KNOWN_OPENID, WELL_KNOWN_RESOURCE, Discovery
+from .auth.identity import Identifier
+from .auth.tokens import TokenVerifier
 from .cache import ResponseCache
 from .config import Settings
 from .downstream.admin import Admin
@@ -84,7 +86,7 @@ def create_app(
     server_ids = ServerRequestIds(sealer, owner)
     forwarder = Forwarder(settings, sealer, owner, codec, server_ids, metrics, clock)
     cache = ResponseCache(settings.cache, metrics, cache_clock)
-    failures = UpstreamFailures(metrics)
+    failures = UpstreamFailures(metrics, own_credentials=settings.auth.mode == "resource_server")
     http: HttpUpstream | None = None
     stdio: StdioModernUpstream | None = None
     byte_relay: ByteRelay | None = None
@@ -165,8 +167,24 @@ def create_app(
         watcher.reset()
 
     detector.on_change = era_changed
+    guard = Guard(settings)
+    discovery = Discovery(settings, guard.host_allowed, clock=cache_clock)
+    # JWTs of auth.issuers are verified (the caller is their subject; resource_server: the gate).
+    verifier = None
+    if settings.auth.issuers:
+        verifier = TokenVerifier(settings.auth, issuer_metadata=discovery.issuer_metadata)
+    identifier = Identifier(settings, verifier, discovery.public_resource)
     endpoint = McpEndpoint(
-        settings, metrics, detector, router, failures, forwarder, sealer=sealer, boot=boot, tracing=tracing
+        settings,
+        metrics,
+        detector,
+        router,
+        failures,
+        forwarder,
+        sealer=sealer,
+        boot=boot,
+        identifier=identifier,
+        tracing=tracing,
     )
 
     async def ready() -> None:
@@ -183,7 +201,6 @@ def create_app(
         upstream_era=lambda: detector.era.value if detector.era is not None else "unknown",
     )
 
-    guard = Guard(settings)
     app = web.Application(client_max_size=settings.security.max_body_bytes)
     app[METRICS] = metrics
     app[LEGACY_TO_MODERN] = legacy_to_modern
@@ -198,7 +215,6 @@ def create_app(
     app.router.add_get(settings.path, safe(endpoint.get, guard))
     app.router.add_delete(settings.path, safe(endpoint.delete, guard))
     app.router.add_route("*", settings.path, safe(method_not_allowed, guard))
-    discovery = Discovery(settings, guard.host_allowed, clock=cache_clock)
     app[DISCOVERY] = discovery
     for prefix, handler in (
         (WELL_KNOWN_RESOURCE, discovery.protected_resource),
@@ -251,6 +267,8 @@ def create_app(
         if http is not None and owns_session:
             await http.close()
         await forwarder.close()
+        if verifier is not None:
+            await verifier.close()
         if owned_store is not None:
             await owned_store.aclose()
         await discovery.close()

@@ -568,6 +568,18 @@ class Settings(BaseSettings):
         return self
 
     @model_validator(mode="after")
+    def _one_audience(self) -> Settings:
+        # A request one replica forwards to another is verified there again, and there its Host is
+        # the internal listener's: an audience derived from the Host would not be the client's.
+        if self.auth.issuers and self.replicas.internal_listen is not None:
+            if self.auth.public_url is None and self.auth.audience is None:
+                raise ValueError(
+                    "auth.issuers with replicas.internal_listen needs auth.public_url (or auth.audience): "
+                    "every replica must verify tokens for the same audience"
+                )
+        return self
+
+    @model_validator(mode="after")
     def _worker_ports(self) -> Settings:
         """Under --workers, worker i listens on the admin and internal ports + i (proxy/workers.py):
         those ranges must exist and not overlap each other or the shared MCP port."""

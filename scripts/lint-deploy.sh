@@ -221,6 +221,7 @@ refused=(
   "is a wildcard|-f $CHART/examples/standalone.yaml --set ingress.hosts[0].host=*.example.com"
   "httpRoute.parentRefs must name the Gateway|-f $CHART/examples/standalone.yaml --set httpRoute.enabled=true"
   "auth.mode resource_server needs auth.issuers|-f $CHART/examples/standalone.yaml --set auth.mode=resource_server"
+  "auth.issuers with replicas (store.existingSecret) needs auth.publicUrl|-f $CHART/examples/replicas.yaml --set auth.issuers[0]=https://as.example --set ingress.enabled=false --set httpRoute.enabled=false"
   "httpRoute hostname *.example.org is a wildcard|-f $CHART/examples/gateway-api.yaml --set httpRoute.hostnames[0]=*.example.org"
 )
 for case in "${refused[@]}"; do

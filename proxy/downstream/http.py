@@ -17,6 +17,7 @@ from typing import Any
 import structlog
 from aiohttp import web
 
+from ..auth.identity import Identifier, Identity
 from ..config import Settings
 from ..errors import ProxyError, session_not_found
 from ..metrics import Metrics, RequestMetrics, method_label
@@ -34,7 +35,7 @@ from ..relay.legacy_sessions import LegacySessionHost
 from ..relay.routes import Router
 from ..replicas import Forwarder, OwnerGone, call_lost
 from ..sealing import Sealer
-from ..sessions import LegacySession, principal_of, short_hash
+from ..sessions import LegacySession, short_hash
 from ..tracing import NO_TRACING, NULL_DOWNSTREAM, DownstreamSpan, Tracing
 from .resume import EventIds, lost_stream_events, open_event_id
 from .sse import RequestReply, SseStream, json_response, relay_reply
@@ -48,6 +49,8 @@ _PASSTHROUGH_PREFIXES = ("mcp-",)
 _SESSION_HEADER_LOWER = SESSION_HEADER.lower()
 _STREAM_SCOPED = frozenset({"resources/subscribe", "resources/unsubscribe"})
 _LOGGED_METHOD_MAX = 200  # characters of a client's method name the access log keeps
+# The request's Identity, once computed (RequestKey: aiohttp 3.13 and later; a string before).
+_IDENTITY: Any = web.RequestKey("identity", Identity) if hasattr(web, "RequestKey") else "mcp_era_proxy.identity"
 
 
 def error_reply(exc: ProxyError, era: Era, request_id: Any = None) -> web.Response:
@@ -65,10 +68,14 @@ class McpEndpoint:
         forwarder: Forwarder | None = None,
         sealer: Sealer | None = None,
         boot: str = "",
+        identifier: Identifier | None = None,
         tracing: Tracing = NO_TRACING,
     ) -> None:
         self._settings = settings
         self._tracing = tracing  # one span per request, parented on its trace context (tracing.py)
+        self._identifier = identifier or Identifier(settings, None)
+        # resource_server: the proxy is the token's audience; passing the token on is forbidden.
+        self._forward_authorization = settings.upstream.forward_authorization and not self._identifier.resource_server
         self._forwarder = forwarder
         self._sealer = sealer  # event ids on legacy POST streams (downstream/resume.py)
         self._boot = boot
@@ -102,17 +109,23 @@ class McpEndpoint:
                     jsonrpc.INVALID_REQUEST, f"Invalid Request: header {name} is not valid UTF-8", refused=True
                 )
 
-    def _caller(self, request: web.BaseRequest, *, same_era: bool = False, legacy: bool = False) -> Caller:
-        """Who calls; `same_era`: the request goes upstream as it came, with the headers it brought."""
+    async def _caller(self, request: web.BaseRequest, *, same_era: bool = False, legacy: bool = False) -> Caller:
+        """Who calls; `same_era`: the request goes upstream as it came, with the headers it brought.
+
+        The caller is identified once per request (proxy/auth/identity.py); in resource_server
+        mode that refuses a request without a valid token (401/403), and the client's
+        Authorization is never among what goes upstream: upstream.headers carry the proxy's own."""
+        identity: Identity | None = request.get(_IDENTITY)
+        if identity is None:
+            identity = request[_IDENTITY] = await self._identifier.identify(request)
         headers = request.headers
         credentials: dict[str, str] = {}
-        if self._settings.upstream.forward_authorization and "Authorization" in headers:
+        if self._forward_authorization and "Authorization" in headers:
             credentials["Authorization"] = headers["Authorization"]
         for name in meta.TRACE_KEYS:
             if name in headers:
                 credentials[name] = headers[name]
-        principal = principal_of(headers.get(self._settings.security.identity_header or "Authorization"))
-        return Caller(principal, credentials, _forwarded(request, credentials, legacy) if same_era else {})
+        return Caller(identity.principal, credentials, _forwarded(request, credentials, legacy) if same_era else {})
 
     # ------------------------------------------------------------ POST
 
@@ -151,6 +164,9 @@ class McpEndpoint:
         record.method = _method_of(body)
         record.span.begin(body)  # before any upstream exchange: theirs are its children
         self._check_headers(request)
+        # Before anything reaches the upstream (era detection included): refused here in
+        # resource_server mode without a valid token.
+        await self._caller(request)
         if client_checks.too_deep(body, self._max_depth, raw):
             raise ProxyError.rejected(client_checks.depth_rejection(self._max_depth))
         session_id = request.headers.get(SESSION_HEADER)
@@ -172,7 +188,7 @@ class McpEndpoint:
             if any(jsonrpc.kind(item) == "invalid" for item in (body if isinstance(body, list) else [body])):
                 raise ProxyError(jsonrpc.INVALID_REQUEST, "not a valid JSON-RPC 2.0 message", refused=True)
             return await self._bytes(request, "POST", raw, record, legacy=True, message=body)
-        caller = self._caller(request)
+        caller = await self._caller(request)
         if route is Route.LEGACY_INITIALIZE:
             return await self._initialize(host, body, caller, record)
         assert session_id is not None  # classify_post routes session-less legacy messages elsewhere
@@ -369,7 +385,7 @@ class McpEndpoint:
         route = self._router[era]
         if route.modern_bytes and checked.method not in CACHEABLE_METHODS and checked.method != "subscriptions/listen":
             return await self._bytes(request, "POST", raw, record, legacy=False, message=body)
-        caller = self._caller(request, same_era=era is Era.MODERN)
+        caller = await self._caller(request, same_era=era is Era.MODERN)
         state = jsonrpc.params_of(body).get("requestState") if era is Era.LEGACY else None
         if state is not None and self._forwarder is not None:
             # A retry of a call parked on a legacy upstream: served where the call is parked.
@@ -436,7 +452,7 @@ class McpEndpoint:
     ) -> web.StreamResponse:
         relay = self._router.byte_relay
         assert relay is not None, "byte for byte needs an HTTP upstream"
-        headers = self._caller(request, same_era=True, legacy=legacy).forwarded
+        headers = (await self._caller(request, same_era=True, legacy=legacy)).forwarded
         forward = relay.forward(method, raw, headers, legacy=legacy, message=message)
         response, record.outcome = await relay_reply(request, forward)
         return response
@@ -480,17 +496,18 @@ class McpEndpoint:
             return _method_not_allowed()
         try:
             self._check_headers(request)
+            caller = await self._caller(request)
         except ProxyError as exc:
             return error_reply(exc, Era.LEGACY)
         host = await self._legacy_host(request, "GET")
         if not isinstance(host, LegacySessionHost):
             return host
         try:
-            session = await self._session(request, host, session_id, self._caller(request))
+            session = await self._session(request, host, session_id, caller)
             last_event_id = request.headers.get("Last-Event-ID")
             if last_event_id is not None:
                 return await self._resume(request, host, session, last_event_id)
-            stream_handle = await host.open_get_stream(session)
+            stream_handle = await host.open_get_stream(session, caller.credentials)
         except ProxyError as exc:
             return error_reply(exc, Era.LEGACY)
         sse = SseStream(request, self._keepalive_s)
@@ -526,7 +543,7 @@ class McpEndpoint:
                 status=400,
                 outcome="rejected",
             )
-        caller = self._caller(request)
+        caller = await self._caller(request)
         async with RequestReply(request, self._keepalive_s, self._event_ids(session, resumed.request_id)) as reply:
             stream = reply.stream
             await stream.start()  # an SSE stream whatever comes: the client resumes one
@@ -550,12 +567,13 @@ class McpEndpoint:
             return _method_not_allowed()
         try:
             self._check_headers(request)
+            caller = await self._caller(request)
         except ProxyError as exc:
             return error_reply(exc, Era.LEGACY)
         host = await self._legacy_host(request, "DELETE")
         if not isinstance(host, LegacySessionHost):
             return host
-        session = await host.resolve(session_id, self._caller(request).principal)
+        session = await host.resolve(session_id, caller.principal)
         if session is None:
             return error_reply(session_not_found(), Era.LEGACY)
         await host.close(session.id, reason="deleted")

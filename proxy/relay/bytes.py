@@ -19,7 +19,7 @@ import structlog
 
 from .. import tracing
 from ..errors import ProxyError
-from ..protocol import relayed_reply
+from ..protocol import jsonrpc, relayed_reply
 from ..protocol.headers import SESSION_HEADER
 from ..protocol.outcome import UpstreamFailure
 from ..protocol.relayed_reply import EventCheck, Sent
@@ -83,6 +83,11 @@ class ByteRelay:
         headers = response.headers
         returned = {name: headers[name] for name in (_RETURNED_LEGACY if legacy else _RETURNED) if name in headers}
         content_type = headers.get("Content-Type", "").split(";")[0].strip().lower()
+        if response.status in (401, 403) and self._failures.own_credentials:
+            # The proxy's own credentials refused (resource_server): the client gets a 502, not the challenge.
+            detail = f"answered HTTP {response.status}"
+            failure = UpstreamFailure(upstream.name, "http", jsonrpc.UPSTREAM_UNAVAILABLE, detail, response.status)
+            raise self.refuse(failure)
         if relayed_reply.streams(response.status, content_type):
             check = EventCheck(sent, upstream.name, upstream.max_reply_bytes)
             return ByteReply(response.status, returned, None, _Events(self, response.content, check), check)

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Awaitable
 from typing import TypeVar
 
+import structlog
+
 from ..errors import ProxyError
 from ..metrics import Metrics
 from ..protocol import jsonrpc
@@ -12,11 +14,15 @@ from ..protocol.outcome import UpstreamFailure, timed_out
 from ..upstream.errors import UpstreamError
 
 T = TypeVar("T")
+log = structlog.get_logger(__name__)
 
 
 class UpstreamFailures:
-    def __init__(self, metrics: Metrics) -> None:
+    def __init__(self, metrics: Metrics, *, own_credentials: bool = False) -> None:
         self._metrics = metrics
+        # auth.mode resource_server: the upstream is sent the proxy's own credentials, so its
+        # 401/403 is the proxy's misconfiguration, nothing the client's token can fix.
+        self.own_credentials = own_credentials
 
     def client_error(
         self,
@@ -32,6 +38,15 @@ class UpstreamFailures:
         if isinstance(failure, UpstreamError):
             failure = failure.failure
         self._metrics.upstream_errors.labels(failure.upstream, failure.kind).inc()
+        if self.own_credentials and failure.is_auth:
+            # Relayed, its challenge would send the client to authorize again, and again.
+            log.warning("upstream_refused_proxy_credentials", upstream=failure.upstream, status=failure.http_status)
+            return ProxyError(
+                jsonrpc.UPSTREAM_UNAVAILABLE,
+                f"upstream {failure.upstream!r} refused the proxy's own credentials (HTTP {failure.http_status})",
+                status=502,
+                outcome="upstream_error",
+            )
         return to_client_error(failure, status=status, headers=headers)
 
     def timeout(self, upstream: str) -> ProxyError:

@@ -103,9 +103,12 @@ class LegacyBackend(Protocol[L]):
     async def respond(self, session: LegacySession, runtime: SessionRuntime[L], message: JSONDict) -> bool:
         """A client's reply to a server-to-client request; False if nothing waited for it."""
 
-    def get_stream_opened(self, session: LegacySession, runtime: SessionRuntime[L], moved: bool) -> None:
+    def get_stream_opened(
+        self, session: LegacySession, runtime: SessionRuntime[L], moved: bool, auth_headers: dict[str, str] | None
+    ) -> None:
         """The session opened a GET stream (it wants what the server says unasked); `moved`: its
-        last one was on another replica, so what was said meanwhile may be lost."""
+        last one was on another replica, so what was said meanwhile may be lost; `auth_headers`:
+        the credentials the GET came with (the caller's latest, a refreshed token perhaps)."""
 
     async def close(self, runtime: SessionRuntime[L]) -> None:
         """The session ended here: release its live part."""
@@ -438,7 +441,7 @@ class LegacySessionHost(Generic[L]):
 
     # ------------------------------------------------------------ GET streams
 
-    async def open_get_stream(self, session: LegacySession) -> GetStream:
+    async def open_get_stream(self, session: LegacySession, auth_headers: dict[str, str] | None = None) -> GetStream:
         runtime = self._runtime(session)
         if runtime is None:
             raise ProxyError(jsonrpc.INTERNAL_ERROR, "the session can no longer be served here")
@@ -455,7 +458,7 @@ class LegacySessionHost(Generic[L]):
             except StoreUnavailable:
                 log.warning("stream_owner_not_shared", session=short_hash(session.id))
             runtime.session = session
-        self.backend.get_stream_opened(session, runtime, moved=bool(previous) and previous != self.owner)
+        self.backend.get_stream_opened(session, runtime, bool(previous) and previous != self.owner, auth_headers)
         return stream
 
     def close_get_stream(self, session_id: str, stream: GetStream) -> None:

@@ -173,7 +173,9 @@ class ProcessBackend:
     ) -> JSONDict | None:
         return None  # a session that is a process lives on one replica only
 
-    def get_stream_opened(self, session: LegacySession, runtime: Runtime, moved: bool) -> None:
+    def get_stream_opened(
+        self, session: LegacySession, runtime: Runtime, moved: bool, auth_headers: dict[str, str] | None
+    ) -> None:
         pass  # the process says what it says; the GET stream carries what no request can
 
     def _unsolicited(self, process: Process, message: JSONDict) -> None:

@@ -299,7 +299,7 @@ class ModernToLegacy:
         principal, auth_headers = caller.principal, caller.credentials
         params = jsonrpc.params_of(request.message)
         if "requestState" in params:
-            outcome = await self._resume(request, channel, principal)
+            outcome = await self._resume(request, channel, principal, auth_headers)
         else:
             key = self._cache.key_for(request.method, params, request.version, request.capabilities)
             if key is None:
@@ -472,7 +472,9 @@ class ModernToLegacy:
         result = input_required_result(park.input_requests, token, call.machine.state.server_info)
         return Outcome(jsonrpc.result_response(park.request_id, result))
 
-    async def _resume(self, request: ModernRequest, channel: ReplyChannel, principal: str) -> Outcome:
+    async def _resume(
+        self, request: ModernRequest, channel: ReplyChannel, principal: str, auth_headers: dict[str, str]
+    ) -> Outcome:
         params = jsonrpc.params_of(request.message)
         request_id = request.message["id"]
         claims = self.codec.verify(params.get("requestState"), principal)
@@ -490,6 +492,9 @@ class ModernToLegacy:
             return refusal.outcome
         call.disarm()
         self.unpark(call)
+        # The retry may bring a refreshed token (the same principal): the answers and whatever
+        # follows on the call's session go upstream with it, not with the one it was parked with.
+        call.session.auth_headers = {k: v for k, v in auth_headers.items() if k.lower() not in meta.TRACE_KEYS}
         if actions and isinstance(actions[0], DeliverAnswers):
             try:
                 for response in actions[0].responses:

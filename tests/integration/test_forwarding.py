@@ -50,6 +50,7 @@ from tests.integration.conftest import serve
 from tests.support import fake_legacy, fake_modern
 from tests.support.fake_legacy import Call, FakeLegacy
 from tests.support.fake_modern import FakeModern, complete, input_required
+from tests.support.jwt_issuer import JwtIssuer
 from tests.support.legacy_peer import LegacyPeer, SseReader
 from tests.support.modern_peer import ModernPeer, ModernReply
 
@@ -250,6 +251,32 @@ async def test_a_forwarded_retry_is_a_hop_of_the_clients_trace(
     assert on_b.context is not None and hop.parent.span_id == on_b.context.span_id
     assert on_a.parent is not None and on_a.parent.span_id == hop.context.span_id
     assert {s.context.trace_id for s in (on_a, on_b, hop) if s.context} == {0x0AF7651916CD43DD8448EB211C80319C}
+
+
+async def test_a_retry_with_a_refreshed_token_on_another_replica_resumes_the_call_of_the_same_subject(
+    make_replica: MakeReplica, legacy_upstream: FakeLegacy, aiohttp_server: Any
+) -> None:
+    """The caller is (issuer, subject): the owner check on B and the parked call's binding on A
+    both hold for a new token of the same subject, and A answers upstream with the new token."""
+    issuer = JwtIssuer()
+    issuer.url = str((await aiohttp_server(issuer.app)).make_url("")).rstrip("/")
+    public = "https://mcp.example.com/mcp"
+    auth = {"auth.issuers": [issuer.issuer], "auth.jwks_url": issuer.jwks_url, "auth.public_url": public}
+    a = await make_replica(legacy_upstream.url, "legacy", **auth)
+    b = await make_replica(legacy_upstream.url, "legacy", **auth)
+    legacy_upstream.handlers["tools/call"] = confirm_then_deploy
+    first, refreshed = issuer.mint(aud=public), issuer.mint(aud=public)
+    async with asyncio.timeout(WAIT):
+        state, key = parked_state(await a.modern(f"Bearer {first}").request("tools/call", DEPLOY))
+        stranger = await b.modern(f"Bearer {issuer.mint(aud=public, sub='bob')}").request(
+            "tools/call", retry(state, {key: ACCEPTED})
+        )
+        assert stranger.status == 400 and stranger.error["code"] == jsonrpc.INVALID_PARAMS
+        final = await b.modern(f"Bearer {refreshed}").request("tools/call", retry(state, {key: ACCEPTED}))
+    assert final.status == 200 and final.result["content"] == [{"type": "text", "text": "deployed: accept"}]
+    assert b.forwards("resume", "ok") == 1
+    [answer] = legacy_upstream.responses
+    assert answer.headers.get("Authorization") == f"Bearer {refreshed}"
 
 
 async def test_a_forwarded_resume_whose_reply_streams_comes_back_as_the_same_sse_stream(

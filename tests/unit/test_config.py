@@ -280,3 +280,17 @@ def test_previous_secrets_need_the_secret_that_replaces_them() -> None:
         },
     )
     assert settings.security.previous_secrets == ["o" * 16]
+
+
+def test_replicas_verifying_tokens_need_one_configured_audience() -> None:
+    base = {
+        "upstream.url": "http://127.0.0.1:9/mcp",
+        "security.secret": "s" * 32,
+        "replicas.internal_listen": "127.0.0.1:9100",
+        "auth.issuers": ["https://as.example"],
+    }
+    with pytest.raises(ConfigError, match=r"auth\.public_url \(or auth\.audience\)"):
+        load_settings(None, **base)
+    assert load_settings(None, **base, **{"auth.public_url": "https://mcp.example.com/mcp"}).auth.issuers
+    assert load_settings(None, **base, **{"auth.audience": "api://mcp"}).auth.issuers
+    assert load_settings(None, **{**base, "auth.issuers": []}).auth.issuers == []

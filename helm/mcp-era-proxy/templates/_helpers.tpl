@@ -346,6 +346,9 @@ ConfigMap and the Deployment.
 {{- if and (eq (get $authCfg "mode" | default .Values.auth.mode) "resource_server") (not (get $authCfg "issuers" | default .Values.auth.issuers)) }}
 {{- $errors = append $errors "auth.mode resource_server needs auth.issuers: the authorization servers whose tokens the proxy accepts" }}
 {{- end }}
+{{- if and (include "mcp-era-proxy.hasStore" .) (get $authCfg "issuers" | default .Values.auth.issuers) (not (get $authCfg "public_url" | default (include "mcp-era-proxy.publicUrl" .))) (not (get $authCfg "audience" | default .Values.auth.audience)) }}
+{{- $errors = append $errors "auth.issuers with replicas (store.existingSecret) needs auth.publicUrl, an ingress or HTTPRoute host, or auth.audience: every replica must verify tokens for the same audience" }}
+{{- end }}
 {{- if .Values.httpRoute.enabled }}
   {{- if not .Values.httpRoute.parentRefs }}
   {{- $errors = append $errors "httpRoute.parentRefs must name the Gateway the route attaches to" }}

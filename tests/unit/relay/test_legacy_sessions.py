@@ -69,7 +69,7 @@ class Backend:
         self.calls.append(("respond", message["id"]))
         return True
 
-    def get_stream_opened(self, session: LegacySession, runtime: Any, moved: bool) -> None:
+    def get_stream_opened(self, session: LegacySession, runtime: Any, moved: bool, auth_headers: Any) -> None:
         self.calls.append(("get_stream", session.id))
 
     async def close(self, runtime: SessionRuntime[str]) -> None:
