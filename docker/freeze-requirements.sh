@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Regenerates docker/requirements.txt: the project's runtime dependencies, exactly as pip resolves
-# them today in a fresh virtualenv (`pip install .[redis]`, then `pip freeze --exclude mcp-era-proxy`).
+# them today in a fresh virtualenv (`pip install .[redis,otel]`, then `pip freeze --exclude mcp-era-proxy`).
 # Run it with the Python minor of the image's base (3.11), after changing [project].dependencies:
 #   PYTHON=python3.11 bash docker/freeze-requirements.sh
 set -euo pipefail
@@ -12,7 +12,7 @@ trap 'rm -rf "$work"' EXIT
 mkdir "$work/src"
 cp -r "$REPO/pyproject.toml" "$REPO/README.md" "$REPO/proxy" "$work/src/"
 "$PYTHON" -m venv "$work/venv"
-"$work/venv/bin/pip" install -q --disable-pip-version-check "$work/src[redis]"  # the image serves replicas too
+"$work/venv/bin/pip" install -q --disable-pip-version-check "$work/src[redis,otel]"  # replicas, spans
 minor="$("$work/venv/bin/python" -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")')"
 {
   echo "# Runtime dependencies of mcp-era-proxy, pinned exactly: the image installs these in a layer of"

@@ -40,6 +40,7 @@ from .replicas import Forwarder, Owner, ReplayEndpoint, ServerRequestIds, intern
 from .sealing import Sealer
 from .sessions import InMemorySessionStore, SessionIds, SessionStore
 from .store_redis import RedisSessionStore, redis_store
+from .tracing import Tracing, from_settings
 from .upstream.http import HttpUpstream
 from .upstream.legacy_session import SessionFactory, http_sessions, stdio_sessions
 from .upstream.stdio import StdioChannel, StdioModernUpstream, process_factory
@@ -66,9 +67,12 @@ def create_app(
     client_session: aiohttp.ClientSession | None = None,
     clock: Callable[[], float] = time.time,
     cache_clock: Callable[[], float] = time.monotonic,
+    tracing: Tracing | None = None,
 ) -> tuple[web.Application, web.Application | None]:
-    """The MCP application, and the admin application when it listens separately."""
+    """The MCP application, and the admin application when it listens separately. `tracing`: spans
+    on a provider of the caller's (tracing_otel.OtelTracing); by default per `settings.tracing`."""
     metrics = metrics or Metrics()
+    tracing = tracing if tracing is not None else from_settings(settings.tracing)
     config = settings.upstream
     secret = settings.security.secret.encode() if settings.security.secret else secrets.token_bytes(32)
     previous = [old.encode() for old in settings.security.previous_secrets]
@@ -171,7 +175,16 @@ def create_app(
         verifier = TokenVerifier(settings.auth, issuer_metadata=discovery.issuer_metadata)
     identifier = Identifier(settings, verifier, discovery.public_resource)
     endpoint = McpEndpoint(
-        settings, metrics, detector, router, failures, forwarder, sealer=sealer, boot=boot, identifier=identifier
+        settings,
+        metrics,
+        detector,
+        router,
+        failures,
+        forwarder,
+        sealer=sealer,
+        boot=boot,
+        identifier=identifier,
+        tracing=tracing,
     )
 
     async def ready() -> None:
@@ -259,6 +272,7 @@ def create_app(
         if owned_store is not None:
             await owned_store.aclose()
         await discovery.close()
+        await tracing.shutdown()  # the spans of the calls that ended above are exported too
 
     drain_deadline = [0.0]  # when parked calls must be given up (set as shutdown begins)
 

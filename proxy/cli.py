@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 import structlog
 from aiohttp import web
 
-from . import __version__
+from . import __version__, tracing
 from .app import ADMIN, INTERNAL, create_app
 from .config import ENV_PREFIX, ConfigError, Settings, load_settings, parse_listen
 from .downstream.server import runner as make_runner
@@ -147,6 +147,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     try:
         settings = settings_from_args(args)
+        tracing.require(settings.tracing)
     except ConfigError as exc:
         print(f"mcp-era-proxy: {exc}", file=sys.stderr)
         return 2

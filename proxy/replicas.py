@@ -28,6 +28,7 @@ import structlog
 from aiohttp import web
 from multidict import CIMultiDict, CIMultiDictProxy
 
+from . import tracing
 from .config import Settings
 from .metrics import Metrics
 from .protocol import jsonrpc, meta
@@ -304,9 +305,11 @@ class Forwarder:
 
     def _send(self, request: web.Request, body: bytes, owner: Owner, kind: str) -> _Sent:
         assert owner.address is not None
-        envelope = Envelope(request.method, replayed_headers(request.headers, self._identity), body)
+        # A hop of the request's trace: the owner's span is the child of this one.
+        span = tracing.upstream(None, "http", "POST", name=f"replay {kind}")
+        envelope = Envelope(request.method, replayed_headers(span.headers(request.headers), self._identity), body)
         token = seal_envelope(self._sealer, owner.boot, envelope, self._clock())
-        return _Sent(self, owner, token, kind)
+        return _Sent(self, owner, token, kind, span)
 
     def _count(self, kind: str, outcome: str) -> None:
         self._metrics.forwards.labels(kind, outcome).inc()
@@ -316,14 +319,22 @@ class _Sent:
     """One replay in flight: entered, the owner's reply (its status and headers in); OwnerGone
     (counted) when there is none to relay."""
 
-    def __init__(self, forwarder: Forwarder, owner: Owner, token: str, kind: str) -> None:
+    def __init__(self, forwarder: Forwarder, owner: Owner, token: str, kind: str, span: tracing.UpstreamSpan) -> None:
         self._forwarder = forwarder
         self._owner = owner
         self._token = token
         self._kind = kind
+        self._span = span
         self._response: aiohttp.ClientResponse | None = None
 
     async def __aenter__(self) -> aiohttp.ClientResponse:
+        try:
+            return await self._open()
+        except BaseException as exc:
+            self._span.end(exc)  # __aexit__ does not run
+            raise
+
+    async def _open(self) -> aiohttp.ClientResponse:
         forwarder, owner = self._forwarder, self._owner
         client = forwarder._client
         if client is None:
@@ -334,6 +345,7 @@ class _Sent:
             response = await client.post(url, data=self._token.encode("ascii"), headers=headers)
         except (aiohttp.ClientError, TimeoutError, OSError) as exc:
             raise self._gone("owner_gone", f"{type(exc).__name__}: {exc}") from None
+        self._span.status(response.status)
         refused = response.headers.get(REFUSED_HEADER)
         if refused is not None or response.headers.get(REPLAYED_HEADER) != owner.boot:
             response.release()
@@ -343,12 +355,15 @@ class _Sent:
         self._response = response
         return response
 
-    async def __aexit__(self, exc_type: object, *_: object) -> None:
-        if self._response is not None:
-            if exc_type is None:
-                self._response.release()
-            else:  # the client went (or the copy failed): the owner sees its client go too
-                self._response.close()
+    async def __aexit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
+        try:
+            if self._response is not None:
+                if exc_type is None:
+                    self._response.release()
+                else:  # the client went (or the copy failed): the owner sees its client go too
+                    self._response.close()
+        finally:
+            self._span.end(exc)
 
     def _gone(self, outcome: str, detail: str) -> OwnerGone:
         self._forwarder._count(self._kind, outcome)

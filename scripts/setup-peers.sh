@@ -2,7 +2,8 @@
 # Installs the third-party peers the end-to-end tests and benchmarks talk to:
 #   - the npm peers and the official conformance runner, pinned in tests/peers (package-lock.json),
 #     with the project's conformance fixture, into $MCP_PEERS_HOME (npm ci; the clone stays clean),
-#   - mcp==1.30.0 (legacy-only) and mcp==2.3.0 (dual-era) in their own test-only virtualenvs.
+#   - mcp==1.30.0 (legacy-only) and mcp==2.3.0 (dual-era) in their own test-only virtualenvs,
+#   - for the tracing e2e, mcp==2.3.0 with the OpenTelemetry SDK, and the Phoenix OTLP receiver.
 # Idempotent: a second run only checks that everything is in place.
 . "$(dirname "$0")/lib.sh"
 SRC="$REPO/tests/peers"
@@ -25,4 +26,9 @@ if [ "$(cat "$MCP_PEERS_HOME/node_modules/.installed-lock-sha256" 2>/dev/null)" 
 fi
 peer_venv mcp1 "mcp==1.30.0"
 peer_venv mcp2 "mcp==2.3.0"
+# Tracing e2e: the mcp 2.3 server exporting its own spans (the SDK and exporter at the version the
+# [otel] extra resolves to), and Arize Phoenix, a real OTLP/HTTP receiver with a REST API to read
+# the spans back (Jaeger and the collector are not on PyPI, Debian or npm).
+peer_venv mcp2otel "mcp==2.3.0 opentelemetry-sdk==1.45.2 opentelemetry-exporter-otlp-proto-http==1.45.2"
+peer_venv phoenix "arize-phoenix==20.26.1"
 echo "peers ready: npm peers in $MCP_PEERS_HOME, SDK virtualenvs in $CACHE/venvs" >&2

@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from typing import Any
 
 import structlog
@@ -36,6 +36,7 @@ from ..relay.routes import Router
 from ..replicas import Forwarder, OwnerGone, call_lost
 from ..sealing import Sealer
 from ..sessions import LegacySession, short_hash
+from ..tracing import NO_TRACING, NULL_DOWNSTREAM, DownstreamSpan, Tracing
 from .resume import EventIds, lost_stream_events, open_event_id
 from .sse import RequestReply, SseStream, json_response, relay_reply
 
@@ -68,8 +69,10 @@ class McpEndpoint:
         sealer: Sealer | None = None,
         boot: str = "",
         identifier: Identifier | None = None,
+        tracing: Tracing = NO_TRACING,
     ) -> None:
         self._settings = settings
+        self._tracing = tracing  # one span per request, parented on its trace context (tracing.py)
         self._identifier = identifier or Identifier(settings, None)
         # resource_server: the proxy is the token's audience; passing the token on is forbidden.
         self._forward_authorization = settings.upstream.forward_authorization and not self._identifier.resource_server
@@ -128,11 +131,12 @@ class McpEndpoint:
 
     async def post(self, request: web.Request) -> web.StreamResponse:
         started = time.perf_counter()
-        record = _Record()
+        record = _Record(self._tracing.downstream("POST", request.headers))
         try:
             response = await self._post(request, record)
         except ProxyError as exc:
             record.outcome = exc.outcome if exc.outcome != "error" else "rejected"
+            record.error_code = exc.code
             response = error_reply(exc, Era(record.downstream_era), record.request_id)
         except asyncio.CancelledError:
             record.outcome = "cancelled"
@@ -158,6 +162,7 @@ class McpEndpoint:
             raise ProxyError(jsonrpc.PARSE_ERROR, "Parse error: body is not valid JSON", refused=True) from None
         record.request_id = jsonrpc.id_of(body)
         record.method = _method_of(body)
+        record.span.begin(body)  # before any upstream exchange: theirs are its children
         self._check_headers(request)
         # Before anything reaches the upstream (era detection included): refused here in
         # resource_server mode without a valid token.
@@ -205,6 +210,7 @@ class McpEndpoint:
             result, session_id = await host.initialize(body, caller.principal, caller.credentials)
         except ProxyError as exc:
             record.outcome = exc.outcome
+            record.error_code = exc.code
             return error_reply(exc, Era.LEGACY, body["id"])
         record.session = session_id
         return json_response(jsonrpc.result_response(body["id"], result), headers={SESSION_HEADER: session_id})
@@ -298,6 +304,7 @@ class McpEndpoint:
             message = await host.handle_request(session, body, reply, caller.credentials)
         except ProxyError as exc:
             record.outcome = exc.outcome
+            record.error_code = exc.code
             # A batch shares `reply`: only an error that needs its own HTTP status stops it opening.
             if exc.status_for(Era.LEGACY) != 200 and not await reply.streaming():
                 raise  # e.g. an upstream 401: relayed with its status and WWW-Authenticate
@@ -306,6 +313,7 @@ class McpEndpoint:
             record.outcome = "cancelled"
         elif "error" in message:
             record.outcome = "error"
+            record.error_code = _error_code(message)
         return message
 
     async def _batch(
@@ -400,6 +408,7 @@ class McpEndpoint:
                 message, status = exc.reply(body["id"]), 200
             if "error" in message:
                 record.outcome = "error" if status == 200 else "rejected"
+                record.error_code = _error_code(message)
             return await reply.finish(message, status)
 
     async def _listen(
@@ -461,6 +470,27 @@ class McpEndpoint:
         return host
 
     async def get(self, request: web.Request) -> web.StreamResponse:
+        return await self._traced("GET", self._get, request)
+
+    async def delete(self, request: web.Request) -> web.StreamResponse:
+        return await self._traced("DELETE", self._delete, request)
+
+    async def _traced(
+        self, method: str, handler: Callable[[web.Request], Awaitable[web.StreamResponse]], request: web.Request
+    ) -> web.StreamResponse:
+        """A GET or DELETE in its span (a GET stream's lasts as long as the stream)."""
+        span = self._tracing.downstream(method, request.headers)
+        span.begin(None)
+        outcome, status = "cancelled", 499
+        try:
+            response = await handler(request)
+            outcome, status = ("ok" if response.status < 400 else "rejected"), response.status
+            return response
+        finally:
+            era = self._detector.known
+            span.finish(method, "legacy", era.value if era is not None else "unknown", outcome, status)
+
+    async def _get(self, request: web.Request) -> web.StreamResponse:
         session_id = request.headers.get(SESSION_HEADER)
         if session_id is None:
             return _method_not_allowed()
@@ -531,7 +561,7 @@ class McpEndpoint:
                     await stream.write(lost_stream_events(resumed, self._boot))
             return await stream.close()
 
-    async def delete(self, request: web.Request) -> web.StreamResponse:
+    async def _delete(self, request: web.Request) -> web.StreamResponse:
         session_id = request.headers.get(SESSION_HEADER)
         if session_id is None:
             return _method_not_allowed()
@@ -553,6 +583,9 @@ class McpEndpoint:
 
     def _observe(self, record: _Record, started: float) -> None:
         elapsed = time.perf_counter() - started
+        record.span.finish(
+            record.method, record.downstream_era, record.upstream_era, record.outcome, record.status, record.error_code
+        )
         self._request_metrics.observe(
             method_label(record.method), record.downstream_era, record.upstream_era, record.outcome, elapsed
         )
@@ -573,9 +606,21 @@ class McpEndpoint:
 class _Record:
     """What the access log and metrics say about one POST."""
 
-    __slots__ = ("downstream_era", "method", "outcome", "request_id", "session", "status", "upstream_era")
+    __slots__ = (
+        "downstream_era",
+        "error_code",
+        "method",
+        "outcome",
+        "request_id",
+        "session",
+        "span",
+        "status",
+        "upstream_era",
+    )
 
-    def __init__(self) -> None:
+    def __init__(self, span: DownstreamSpan = NULL_DOWNSTREAM) -> None:
+        self.span = span  # its trace span (the null one while tracing is off)
+        self.error_code: object = None  # the JSON-RPC error code of an error reply
         self.method: Any = None
         self.downstream_era = "legacy"
         self.upstream_era = "unknown"
@@ -590,6 +635,11 @@ def _method_of(body: object) -> object:
     if isinstance(body, list):
         return "batch"
     return body.get("method") if isinstance(body, dict) else None
+
+
+def _error_code(message: dict[str, Any]) -> object:
+    error = message.get("error")
+    return error.get("code") if isinstance(error, dict) else None
 
 
 def _is_utf8(value: str) -> bool:

@@ -17,6 +17,7 @@ from typing import Any
 import aiohttp
 import structlog
 
+from .. import tracing
 from ..errors import ProxyError
 from ..protocol import jsonrpc, relayed_reply
 from ..protocol.headers import SESSION_HEADER
@@ -68,7 +69,7 @@ class ByteRelay:
         request timeout, body included; GET streams are not."""
         in_session = legacy and any(name.lower() == _SESSION_LOWER for name in headers)
         sent = Sent.of(method, message, legacy=legacy, in_session=in_session)
-        return _Forward(self, method, body, headers, legacy, sent)
+        return _Forward(self, method, body, headers, legacy, sent, message)
 
     def refuse(
         self, failure: UpstreamFailure, status: int | None = None, headers: dict[str, str] | None = None
@@ -140,12 +141,31 @@ class _Events:
 class _Forward:
     """One relayed request (a class, not a generator: it runs once per request)."""
 
-    __slots__ = ("_body", "_deadline", "_headers", "_legacy", "_method", "_relay", "_response", "_sent")
+    __slots__ = (
+        "_body",
+        "_deadline",
+        "_headers",
+        "_legacy",
+        "_message",
+        "_method",
+        "_relay",
+        "_response",
+        "_sent",
+        "_span",
+    )
 
     def __init__(
-        self, relay: ByteRelay, method: str, body: bytes | None, headers: Mapping[str, str], legacy: bool, sent: Sent
+        self,
+        relay: ByteRelay,
+        method: str,
+        body: bytes | None,
+        headers: Mapping[str, str],
+        legacy: bool,
+        sent: Sent,
+        message: Any = None,
     ):
         self._relay = relay
+        self._message = message
         self._method = method
         self._body = body
         self._headers = headers
@@ -153,13 +173,20 @@ class _Forward:
         self._sent = sent
         self._deadline: Deadline | None = None
         self._response: aiohttp.ClientResponse | None = None
+        self._span = tracing.NULL_UPSTREAM
 
     async def __aenter__(self) -> ByteReply:
         if self._method == "POST":
             self._deadline = Deadline(self._relay._request_timeout_s)
             self._deadline.__enter__()
+        # The body goes as it came (its `_meta` too); the headers carry this exchange's context.
+        message = self._message if isinstance(self._message, dict) else None
+        span = self._span = tracing.upstream(message, "http", self._method)
         try:
-            response = self._response = await self._relay._upstream.forward(self._method, self._body, self._headers)
+            response = self._response = await self._relay._upstream.forward(
+                self._method, self._body, span.headers(self._headers)
+            )
+            span.status(response.status)
             return await self._relay._reply(response, self._sent, self._legacy)
         except BaseException as exc:
             if self._response is not None:
@@ -175,6 +202,7 @@ class _Forward:
     def _end(self, exc: BaseException | None) -> None:
         """Leave the deadline; an upstream failure or the deadline becomes the client's error."""
         relay = self._relay
+        self._span.end(exc)
         if self._deadline is not None:
             try:
                 self._deadline.__exit__(type(exc) if exc is not None else None, exc, None)

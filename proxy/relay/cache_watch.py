@@ -18,6 +18,7 @@ from typing import Any
 
 import structlog
 
+from .. import tracing
 from ..cache import ResponseCache
 from ..config import Settings
 from ..errors import ProxyError
@@ -63,7 +64,7 @@ class CacheWatcher:
         if not self._settings.cache.watch:
             return
         if self._task is None or self._task.done():
-            self._task = asyncio.create_task(self._run(), name="cache-watch")
+            self._task = asyncio.create_task(self._run(), name="cache-watch", context=tracing.background())
         elif uri is not None and uri not in self._subscribed:
             self._dirty.set()
 

@@ -15,6 +15,7 @@ from typing import Any
 
 import structlog
 
+from .. import tracing
 from ..config import Settings
 from ..errors import ProxyError
 from ..protocol import jsonrpc
@@ -127,19 +128,28 @@ class ProcessBackend:
             raise self._failures.timeout(self._name) from None
 
     async def _exchange(self, process: Process, message: JSONDict, channel: ReplyChannel | None) -> JSONDict:
+        span = tracing.upstream(message, "stdio")
+        if span is not tracing.NULL_UPSTREAM:  # stdio has no headers: the trace context goes in `_meta`
+            message = span.message(message) or message
         route = process.channel.open_route(message)
         process.routes[message["id"]] = (route, channel)
         try:
             await process.channel.send(message)
             async for incoming in route.messages():
                 if "method" not in incoming:
+                    span.end()
                     return incoming
                 if channel is not None and channel.can_stream:
                     await channel.send(incoming)  # progress, or what the server sends meanwhile
+        except BaseException as exc:
+            span.end(exc)
+            raise
         finally:
             process.channel.close_route(route)
             process.routes.pop(message["id"], None)
-        raise UpstreamUnavailable(self._name, "ended the request without a reply")
+        ended = UpstreamUnavailable(self._name, "ended the request without a reply")
+        span.end(ended)
+        raise ended
 
     async def notify(self, session: LegacySession, runtime: Runtime, message: JSONDict) -> None:
         with contextlib.suppress(ConnectionError):

@@ -23,6 +23,7 @@ from typing import Any
 import orjson
 import structlog
 
+from .. import tracing
 from ..cache import ResponseCache, request_key
 from ..config import Settings
 from ..errors import ProxyError
@@ -330,6 +331,7 @@ class TranslatingBackend:
                     self.on_era_mismatch(reason)
                 case InputRound():
                     self._metrics.input_rounds.labels("legacy_to_modern", method_label(call.method)).inc()
+                    tracing.input_round()
                 case Log():
                     self._log(action)
                 case Fail(failure=failure):

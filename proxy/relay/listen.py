@@ -14,6 +14,7 @@ from typing import Any
 
 import structlog
 
+from .. import tracing
 from ..protocol import jsonrpc
 from ..protocol.legacy_to_modern import gap_notifications
 from ..protocol.methods import LIST_CHANGED
@@ -72,7 +73,7 @@ class SessionListener:
                     await self._stop(active)
                 return {}
             fresh = _Listen(wanted, asyncio.get_running_loop().create_future())
-            fresh.task = asyncio.create_task(self._run(fresh), name="upstream-listen")
+            fresh.task = asyncio.create_task(self._run(fresh), name="upstream-listen", context=tracing.background())
             try:
                 async with asyncio.timeout(ACK_TIMEOUT_S):
                     ack = await asyncio.shield(fresh.acked)

@@ -21,6 +21,7 @@ from typing import Any
 
 import structlog
 
+from .. import tracing
 from ..cache import ResponseCache
 from ..config import Settings
 from ..errors import ProxyError
@@ -463,6 +464,7 @@ class ModernToLegacy:
         self._metrics.parked_calls.set(len(self._parked))
         call.arm(input_settings.park_timeout_s, call.machine.park_expired)
         self._metrics.input_rounds.labels("modern_to_legacy", method_label(call.method)).inc()
+        tracing.input_round()
         claims = park.claims
         token = self.codec.mint(
             claims.park_id, claims.principal, claims.method, claims.digest, claims.round, input_settings.park_timeout_s

@@ -16,7 +16,7 @@ from typing import Any
 
 import aiohttp
 
-from .. import __version__
+from .. import __version__, tracing
 from ..config import UpstreamConfig
 from ..protocol import jsonrpc
 from ..protocol.headers import SESSION_HEADER
@@ -268,7 +268,7 @@ class _Exchange:
     """`HttpUpstream.exchange`: leaving it closes the response (a class, not a generator: it runs
     once per upstream request)."""
 
-    __slots__ = ("_headers", "_message", "_messages", "_method", "_response", "_upstream")
+    __slots__ = ("_headers", "_message", "_messages", "_method", "_response", "_span", "_upstream")
 
     def __init__(
         self, upstream: HttpUpstream, method: str, message: JSONDict | None, headers: Mapping[str, str]
@@ -279,26 +279,38 @@ class _Exchange:
         self._headers = headers
         self._response: aiohttp.ClientResponse | None = None
         self._messages: AsyncIterator[JSONDict] | None = None
+        self._span = tracing.NULL_UPSTREAM
 
     async def __aenter__(self) -> Reply:
-        upstream, message = self._upstream, self._message
-        response = await upstream._request(
-            self._method, None if message is None else jsonrpc.encode(message), self._headers
-        )
-        self._response = response
-        if response.status == 404 and SESSION_HEADER in self._headers:
-            response.close()
-            raise UpstreamSessionGone(upstream.name, "no longer knows the session (HTTP 404)")
+        upstream, message, headers = self._upstream, self._message, self._headers
+        span = self._span = tracing.upstream(message, "http", self._method)
+        if span is not tracing.NULL_UPSTREAM:  # the trace context sent upstream is this span's
+            message, headers = span.message(message), span.headers(headers)
+        try:
+            response = await upstream._request(
+                self._method, None if message is None else jsonrpc.encode(message), headers
+            )
+            self._response = response
+            span.status(response.status)
+            if response.status == 404 and SESSION_HEADER in headers:
+                response.close()
+                raise UpstreamSessionGone(upstream.name, "no longer knows the session (HTTP 404)")
+        except BaseException as exc:
+            span.end(exc)  # __aexit__ does not run
+            raise
         self._messages = upstream._messages(response)
         return Reply(response, self._messages)
 
-    async def __aexit__(self, *exc_info: object) -> None:
+    async def __aexit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
         # Closed here, not left to the event loop's finalizer: a reader that stops at the reply
         # leaves the generator suspended, and finalizing it would cost a task per request.
-        if isinstance(self._messages, AsyncGenerator):
-            await self._messages.aclose()
-        if self._response is not None:
-            self._response.close()
+        try:
+            if isinstance(self._messages, AsyncGenerator):
+                await self._messages.aclose()
+            if self._response is not None:
+                self._response.close()
+        finally:
+            self._span.end(exc)
 
 
 __all__ = ["HttpUpstream", "UpstreamError"]

@@ -23,6 +23,7 @@ from typing import Any, Protocol
 
 import structlog
 
+from .. import tracing
 from ..config import PoolConfig
 from ..errors import ProxyError
 from ..identity import PROXY_INFO
@@ -295,7 +296,7 @@ class HttpSessionTransport:
     async def open_push(self, session: LegacyUpstreamSession, wait_s: float) -> bool:
         loop = asyncio.get_running_loop()
         self._get_ready = loop.create_future()
-        self._get_task = asyncio.create_task(self._run_get(session), name="upstream-get")
+        self._get_task = asyncio.create_task(self._run_get(session), name="upstream-get", context=tracing.background())
         # Some servers send the GET stream's headers only with its first event, so waiting for
         # the stream to open could take forever: assume it will, unless it is refused quickly.
         if wait_s <= 0:
@@ -381,13 +382,21 @@ class StdioSessionTransport:
 
     @asynccontextmanager
     async def exchange(self, message: JSONDict, headers: Mapping[str, str]) -> AsyncIterator[Reply]:
-        channel = self._running()
-        route = channel.open_route(message)
+        span = tracing.upstream(message, "stdio")
         try:
-            await channel.send(message)
-            yield StdioReply(route)
-        finally:
-            channel.close_route(route)
+            if span is not tracing.NULL_UPSTREAM:  # the trace context the server reads is this span's
+                message = span.message(message) or message
+            channel = self._running()
+            route = channel.open_route(message)
+            try:
+                await channel.send(message)
+                yield StdioReply(route)
+            finally:
+                channel.close_route(route)
+        except BaseException as exc:
+            span.end(exc)
+            raise
+        span.end()
 
     async def send(self, message: JSONDict, headers: Mapping[str, str]) -> None:
         await self._running().send(message)

@@ -18,6 +18,7 @@ from typing import Any, Protocol
 
 import structlog
 
+from .. import tracing
 from ..protocol import jsonrpc, meta
 from .errors import UpstreamUnavailable
 
@@ -401,17 +402,25 @@ class StdioModernUpstream:
 
     @asynccontextmanager
     async def exchange(self, message: JSONDict, headers: Mapping[str, str] | None = None) -> AsyncIterator[StdioReply]:
-        channel = await self._running_channel()
-        route = channel.open_route(message)
+        span = tracing.upstream(message, "stdio")
         try:
-            await channel.send(message)
-            yield StdioReply(route, on_message=self.answered)
-        finally:
-            channel.close_route(route)
-            if not route.done and channel.running:
-                # No per-request stream to close on stdio: cancellation is a notification.
-                with contextlib.suppress(ConnectionError):
-                    await channel.write(jsonrpc.notification("notifications/cancelled", {"requestId": route.id}))
+            if span is not tracing.NULL_UPSTREAM:  # the trace context the server reads is this span's
+                message = span.message(message) or message
+            channel = await self._running_channel()
+            route = channel.open_route(message)
+            try:
+                await channel.send(message)
+                yield StdioReply(route, on_message=self.answered)
+            finally:
+                channel.close_route(route)
+                if not route.done and channel.running:
+                    # No per-request stream to close on stdio: cancellation is a notification.
+                    with contextlib.suppress(ConnectionError):
+                        await channel.write(jsonrpc.notification("notifications/cancelled", {"requestId": route.id}))
+        except BaseException as exc:
+            span.end(exc)
+            raise
+        span.end()
 
     def answered(self) -> None:
         self.last_ok = self._clock()

@@ -25,6 +25,10 @@ import aiohttp
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import SpanKind
 
 from proxy.app import FORWARDER, INTERNAL, METRICS, create_app
 from proxy.config import Settings, load_settings
@@ -40,6 +44,8 @@ from proxy.replicas import (
 )
 from proxy.sealing import Sealer
 from proxy.sessions import InMemorySessionStore, SessionStore
+from proxy.tracing import Tracing
+from proxy.tracing_otel import OtelTracing
 from tests.integration.conftest import serve
 from tests.support import fake_legacy, fake_modern
 from tests.support.fake_legacy import Call, FakeLegacy
@@ -117,6 +123,7 @@ async def make_replica(aiohttp_server: Any, aiohttp_client: Any) -> AsyncIterato
         store: SessionStore | None = None,
         internal_port: int | None = None,
         start_internal: bool = True,
+        tracing: Tracing | None = None,
         **overrides: Any,
     ) -> Replica:
         port = internal_port or free_port()
@@ -135,7 +142,7 @@ async def make_replica(aiohttp_server: Any, aiohttp_client: Any) -> AsyncIterato
                 **overrides,
             },
         )
-        app, _ = create_app(settings, store=store)
+        app, _ = create_app(settings, store=store, tracing=tracing)
         server = await serve(aiohttp_server, app)
         internal: web.AppRunner | None = None
         if start_internal:
@@ -216,6 +223,34 @@ async def test_a_retry_landing_on_another_replica_resumes_the_call_parked_on_its
     assert asked.response.result()["result"] == ACCEPTED  # the user was asked once, and answered once
     assert legacy_upstream.calls_of("tools/call") == [upstream]  # resumed, never sent again
     assert b.forwards("resume", "ok") == 1 and a.forwards("resume", "ok") == 0
+
+
+async def test_a_forwarded_retry_is_a_hop_of_the_clients_trace(
+    make_replica: MakeReplica, legacy_upstream: FakeLegacy
+) -> None:
+    """B's replay is a CLIENT span of B's request; A's span for the replayed request is its child."""
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    a = await make_replica(legacy_upstream.url, "legacy", tracing=OtelTracing(provider))
+    b = await make_replica(legacy_upstream.url, "legacy", tracing=OtelTracing(provider))
+    traceparent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    async with asyncio.timeout(WAIT):
+        state, key, _ = await park_on(a, legacy_upstream)
+        exporter.clear()
+        peer = ModernPeer(b.http, headers={"Authorization": "Bearer alice", "traceparent": traceparent})
+        final = await peer.request("tools/call", retry(state, {key: ACCEPTED}))
+    assert final.result["resultType"] == "complete"
+    spans = exporter.get_finished_spans()
+    provider.shutdown()
+    servers = [s for s in spans if s.kind is SpanKind.SERVER and s.name == "tools/call deploy"]
+    (hop,) = [s for s in spans if s.kind is SpanKind.CLIENT and s.name == "replay resume"]
+    assert hop.parent is not None and hop.context is not None
+    on_b = next(s for s in servers if s.parent is not None and s.parent.span_id == 0xB7AD6B7169203331)
+    on_a = next(s for s in servers if s is not on_b)
+    assert on_b.context is not None and hop.parent.span_id == on_b.context.span_id
+    assert on_a.parent is not None and on_a.parent.span_id == hop.context.span_id
+    assert {s.context.trace_id for s in (on_a, on_b, hop) if s.context} == {0x0AF7651916CD43DD8448EB211C80319C}
 
 
 async def test_a_retry_with_a_refreshed_token_on_another_replica_resumes_the_call_of_the_same_subject(

@@ -56,3 +56,13 @@ def mcp2_python() -> Path:
     return _require(
         Path(os.environ.get("MCP2_PYTHON", CACHE / "venvs" / "mcp2" / "bin" / "python")), "mcp==2.3.0 virtualenv"
     )
+
+
+def mcp2otel_python() -> Path:
+    """Interpreter with mcp==2.3.0 and the OpenTelemetry SDK with its OTLP/HTTP exporter."""
+    return _require(CACHE / "venvs" / "mcp2otel" / "bin" / "python", "mcp==2.3.0 + opentelemetry virtualenv")
+
+
+def phoenix_bin() -> Path:
+    """Arize Phoenix's `phoenix` command: an OTLP/HTTP receiver whose REST API reads spans back."""
+    return _require(CACHE / "venvs" / "phoenix" / "bin" / "phoenix", "arize-phoenix virtualenv")

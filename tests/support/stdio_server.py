@@ -97,6 +97,8 @@ def main() -> None:
             sys.exit(4)
         elif method == "tools/call" and params.get("name") == "echo":
             result(message, text(str((params.get("arguments") or {}).get("text", ""))))
+        elif method == "tools/call" and params.get("name") == "trace":  # the trace context it was sent
+            result(message, text(str((params.get("_meta") or {}).get("traceparent"))))
         elif method == "tools/call" and params.get("name") == "pid":
             result(message, text(str(os.getpid())))
         elif method == "tools/call" and params.get("name") == "hold":

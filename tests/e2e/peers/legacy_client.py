@@ -422,6 +422,7 @@ async def run(url: str, scenario: str, args: dict[str, Any], timeout: float, obs
     with anyio.fail_after(timeout):
         http_client = httpx.AsyncClient(
             timeout=httpx.Timeout(30.0, read=300.0),  # the SDK's defaults; --timeout bounds the run
+            headers=args.get("headers") or None,  # sent on every request (e.g. a W3C traceparent)
             event_hooks={"request": [obs.on_request], "response": [obs.on_response]},
         )
         async with http_client:
