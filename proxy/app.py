@@ -173,7 +173,7 @@ def create_app(
     verifier = None
     if settings.auth.issuers:
         verifier = TokenVerifier(settings.auth, issuer_metadata=discovery.issuer_metadata)
-    identifier = Identifier(settings, verifier, discovery.public_resource)
+    identifier = Identifier(settings, verifier, discovery.public_resource, metrics)
     endpoint = McpEndpoint(
         settings,
         metrics,

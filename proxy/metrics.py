@@ -177,6 +177,14 @@ class Metrics:
             "Legacy sessions served again from their id after the shared store lost their record.",
             registry=r,
         )
+        self.token_checks = Counter(
+            PREFIX + "token_checks_total",
+            "Access tokens checked against auth.issuers: result verified (signature checked), cached "
+            "(verified before, still valid), invalid (401 invalid_token), missing (resource_server, no "
+            "token), insufficient_scope (403) or keys_unavailable (the issuer's keys unreachable: 503).",
+            ["result"],
+            registry=r,
+        )
         # Where a leak of the proxy's own shows first: the tasks on its event loop, read at scrape time.
         self.event_loop_tasks = Gauge(PREFIX + "event_loop_tasks", "Tasks alive on the event loop.", registry=r)
         self.event_loop_tasks.set_function(_loop_tasks)

@@ -452,7 +452,7 @@ def test_every_alert_names_only_what_the_proxy_exports_and_is_documented():
     readme = (REPO / "README.md").read_text(encoding="utf-8")
     section = readme.split("\n## Dashboard and alerts\n", 1)[1].split("\n## ", 1)[0]
     rules = alerts(default_rule())
-    assert len(rules) == 11
+    assert len(rules) == 12
     for rule in rules:
         assert problems(rule["expr"]) == [], rule["alert"]
         assert rule["labels"]["severity"] in ("critical", "warning"), rule["alert"]
@@ -470,7 +470,7 @@ def test_the_limits_follow_the_proxy_config_and_the_values():
         "prometheusRule.alerts.down.enabled=false,prometheusRule.alerts.storeDown.for=7m",
     )
     by_name = {r["alert"]: r for r in alerts(rule)}
-    assert "McpEraProxyDown" not in by_name and len(by_name) == 10
+    assert "McpEraProxyDown" not in by_name and len(by_name) == 11
     assert by_name["McpEraProxySessionsNearLimit"]["expr"].endswith("> 180")
     assert by_name["McpEraProxyParkedCallsNearLimit"]["expr"].endswith("> 40")
     assert by_name["McpEraProxyStoreDown"]["for"] == "7m"

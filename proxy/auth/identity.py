@@ -23,6 +23,7 @@ from aiohttp import web
 
 from ..config import Settings
 from ..errors import ProxyError
+from ..metrics import Metrics
 from ..protocol import jsonrpc
 from ..sessions import principal_of
 from . import challenge
@@ -63,6 +64,7 @@ class Identifier:
         settings: Settings,
         verifier: TokenVerifier | None,
         public_resource: Callable[[web.BaseRequest], str | None] | None = None,
+        metrics: Metrics | None = None,
     ) -> None:
         """`public_resource(request)`: the MCP endpoint's URL as clients reach it (Discovery's, so
         the challenges and the metadata name the same one); None for a Host that is no host."""
@@ -75,6 +77,12 @@ class Identifier:
         self._client_in_identity = auth.client_in_identity
         self._required = frozenset(auth.required_scopes)
         self._audience = auth.audience or auth.public_url
+        checks = (metrics or Metrics()).token_checks
+        # Children resolved once: counting a check costs an increment, not a label lookup.
+        self._checked = {
+            result: checks.labels(result)
+            for result in ("verified", "cached", "invalid", "missing", "insufficient_scope", "keys_unavailable")
+        }
 
     @property
     def resource_server(self) -> bool:
@@ -95,12 +103,15 @@ class Identifier:
         token = bearer_token(authorization)
         if verifier is None or token is None:
             if self._resource_server:
+                self._checked["missing"].inc()
                 # RFC 6750 §3.1: a request without credentials gets a challenge with no error code.
                 raise self._refusal(request, 401, None, "authorization required: send a Bearer access token")
             return None
         audience = self._audience or self._resource(request)
         verified = verifier.cached(token, audience)
-        if verified is None:
+        if verified is not None:
+            self._checked["cached"].inc()
+        else:
             if not self._resource_server:
                 claims = unverified_claims(token)
                 if claims is None or verifier.issuer_of(claims) is None:
@@ -108,9 +119,11 @@ class Identifier:
             try:
                 verified = await verifier.verify(token, audience)
             except InvalidToken as exc:
+                self._checked["invalid"].inc()
                 log.info("token_refused", reason=str(exc), mode=self._settings.auth.mode)
                 raise self._refusal(request, 401, "invalid_token", str(exc)) from None
             except KeysUnavailable:
+                self._checked["keys_unavailable"].inc()
                 # What failed (a URL, perhaps internal) is logged as jwks_unavailable, not told.
                 raise ProxyError(
                     jsonrpc.INTERNAL_ERROR,
@@ -119,7 +132,9 @@ class Identifier:
                     headers={"Retry-After": "5"},
                     outcome="error",
                 ) from None
+            self._checked["verified"].inc()
         if self._resource_server and not self._required <= verified.scopes:
+            self._checked["insufficient_scope"].inc()
             missing = " ".join(sorted(self._required - verified.scopes))
             log.info("token_refused", reason=f"missing scopes {missing}", mode=self._settings.auth.mode)
             raise self._refusal(

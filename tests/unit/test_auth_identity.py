@@ -12,6 +12,7 @@ from proxy.auth.identity import SUBJECT_PREFIX, Identifier, bearer_token
 from proxy.auth.tokens import TokenVerifier
 from proxy.config import Settings, load_settings
 from proxy.errors import ProxyError
+from proxy.metrics import Metrics
 from proxy.sessions import principal_of
 from tests.support.jwt_issuer import JwtIssuer
 
@@ -176,3 +177,26 @@ async def test_keys_unavailable_is_a_503_not_a_401(issuer: JwtIssuer, make: Any)
         identifier = make(settings_for(issuer, **{"auth.mode": mode}))
         error = await refusal(identifier, request("Bearer " + issuer.mint(aud=RESOURCE)))
         assert error.status == 503 and "WWW-Authenticate" not in error.headers
+
+
+async def test_each_check_is_counted_by_result(issuer: JwtIssuer) -> None:
+    metrics = Metrics()
+    settings = settings_for(issuer, **{"auth.mode": "resource_server", "auth.required_scopes": ["mcp:tools"]})
+    verifier = TokenVerifier(settings.auth)
+    identifier = Identifier(settings, verifier, metrics=metrics)
+    token = issuer.mint(aud=RESOURCE, scope="mcp:tools")
+    try:
+        await identifier.identify(request("Bearer " + token))  # verified
+        await identifier.identify(request("Bearer " + token))  # cached
+        await refusal(identifier, request("Bearer " + issuer.mint(aud="https://elsewhere/mcp")))  # invalid
+        await refusal(identifier, request())  # missing
+        await refusal(identifier, request("Bearer " + issuer.mint(aud=RESOURCE, scope="other")))  # scope
+    finally:
+        await verifier.close()
+
+    def count(result: str) -> float:
+        return metrics.registry.get_sample_value("mcp_era_proxy_token_checks_total", {"result": result}) or 0.0
+
+    # The scope refusal's token was verified first: two signatures checked.
+    assert [count(r) for r in ("verified", "cached", "invalid", "missing", "insufficient_scope")] == [2, 1, 1, 1, 1]
+    assert count("keys_unavailable") == 0
