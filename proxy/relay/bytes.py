@@ -179,12 +179,19 @@ class _Forward:
         if self._method == "POST":
             self._deadline = Deadline(self._relay._request_timeout_s)
             self._deadline.__enter__()
-        # The body goes as it came (its `_meta` too); the headers carry this exchange's context.
         message = self._message if isinstance(self._message, dict) else None
         span = self._span = tracing.upstream(message, "http", self._method)
+        body = self._body
+        if span is not tracing.NULL_UPSTREAM and message is not None and body is not None:
+            # Traced: a request's `_meta` carries this exchange's context as its headers do (an
+            # upstream such as the mcp SDK reads only `_meta`), so the upstream's span is the
+            # exchange's child. Only then is the body written again; the rest of it as it came.
+            traced = span.message(message)
+            if traced is not message:
+                body = jsonrpc.encode(traced)
         try:
             response = self._response = await self._relay._upstream.forward(
-                self._method, self._body, span.headers(self._headers)
+                self._method, body, span.headers(self._headers)
             )
             span.status(response.status)
             return await self._relay._reply(response, self._sent, self._legacy)

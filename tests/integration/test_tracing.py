@@ -158,7 +158,12 @@ async def test_a_modern_request_parents_on_its_meta_traceparent_before_its_heade
     meta_trace, meta_span = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
     fake.handlers["tools/call"] = lambda call: _complete()
     peer = ModernPeer(traced.client, headers={"traceparent": TRACEPARENT})
-    params = {"name": "echo", "arguments": {}, "_meta": {"traceparent": f"00-{meta_trace}-{meta_span}-01"}}
+    params = {
+        "name": "echo",
+        "arguments": {"k": [1, {"deep": None}]},
+        "x-unknown": True,
+        "_meta": {"traceparent": f"00-{meta_trace}-{meta_span}-01", "io.example/keep": "yes"},
+    }
     reply = await peer.request("tools/call", params)
     assert reply.status == 200
     downstream = only(of_kind(exporter, SpanKind.SERVER))
@@ -167,10 +172,12 @@ async def test_a_modern_request_parents_on_its_meta_traceparent_before_its_heade
     assert (downstream.attributes or {})["mcp.protocol.version"] == "2026-07-28"
     upstream = only(of_kind(exporter, SpanKind.CLIENT))
     assert parent_of(upstream) == hexes(downstream)[1]
-    # Relayed byte for byte: the body (its `_meta`) as the client wrote it, the headers the span's.
+    # Relayed as it came but for its trace context: headers and `_meta` name the exchange's span.
     (call,) = fake.calls_of("tools/call")
     assert call.headers["traceparent"] == traceparent_of(upstream)
-    assert call.meta["traceparent"] == f"00-{meta_trace}-{meta_span}-01"
+    assert call.meta["traceparent"] == traceparent_of(upstream)
+    assert call.meta["io.example/keep"] == "yes"
+    assert call.params["arguments"] == {"k": [1, {"deep": None}]} and call.params["x-unknown"] is True
 
 
 async def _complete() -> Outcome:
