@@ -22,13 +22,12 @@ from .downstream.admin import Admin
 from .downstream.guard import Guard, method_not_allowed, not_found, safe
 from .downstream.http import McpEndpoint
 from .metrics import Metrics
-from .protocol.detection import Detected
 from .protocol.request_state import RequestStateCodec
 from .protocol.versions import Era
 from .relay.binding import CallerBinding
 from .relay.bytes import ByteRelay
 from .relay.cache_watch import CacheWatcher
-from .relay.detect import EraDetector, probe_http, probe_stdio
+from .relay.detect import EraDetector, Probe, probe_http, probe_stdio
 from .relay.failures import UpstreamFailures
 from .relay.legacy_sessions import LegacySessionHost
 from .relay.legacy_stdio import ProcessBackend
@@ -42,6 +41,7 @@ from .sealing import Sealer
 from .sessions import InMemorySessionStore, SessionIds, SessionStore
 from .store_redis import RedisSessionStore, redis_store
 from .tracing import Tracing, from_settings
+from .upstream.errors import UpstreamHTTPError
 from .upstream.http import HttpUpstream
 from .upstream.legacy_session import SessionFactory, http_sessions, stdio_sessions
 from .upstream.stdio import StdioChannel, StdioModernUpstream, process_factory
@@ -102,7 +102,7 @@ def create_app(
         http = modern_upstream = HttpUpstream(config, client_session or HttpUpstream.client_session(config))
         byte_relay = ByteRelay(http, failures, config.request_timeout_s, binding)
         legacy_sessions = http_sessions(http, config.initialize_timeout_s)
-        probe: Callable[[], Awaitable[Detected]] = partial(probe_http, http, config.probe_timeout_s)
+        probe: Probe = partial(probe_http, http, config.probe_timeout_s)
     else:
         assert config.command is not None
         make = process_factory(
@@ -192,10 +192,16 @@ def create_app(
     )
 
     async def ready() -> None:
-        if await detector.current() is Era.MODERN:
-            await translating_backend.probe()
-        else:
-            await probe_legacy(modern_to_legacy)
+        try:
+            if await detector.current() is Era.MODERN:
+                await translating_backend.probe()
+            else:
+                await probe_legacy(modern_to_legacy)
+        except UpstreamHTTPError as exc:
+            if exc.status not in (401, 403):
+                raise
+            # It answered: an OAuth-protected upstream refuses a probe without a caller's token,
+            # and is as ready as it will be (its era is learnt with the first caller's).
 
     admin = Admin(
         settings,

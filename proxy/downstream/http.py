@@ -94,9 +94,15 @@ class McpEndpoint:
         # The access log line is built (and the session id hashed) only when info is logged.
         self._log_requests = logging.getLevelNamesMapping()[settings.logging.level.upper()] <= logging.INFO
 
-    async def _era(self) -> Era:
+    async def _era(self, request: web.BaseRequest) -> Era:
         era = self._detector.known
-        return era if era is not None else await self._failures.reaching(self._detector.current())
+        if era is not None:
+            return era
+        # Probed with the caller's Authorization when it may go upstream: a protected upstream
+        # refuses an anonymous probe, and its 401 (challenge rewritten) starts the client's OAuth.
+        authorization = request.headers.get("Authorization") if self._forward_authorization else None
+        credentials = {"Authorization": authorization} if authorization else {}
+        return await self._failures.reaching(self._detector.current(credentials))
 
     # ------------------------------------------------------------ caller context
 
@@ -178,7 +184,7 @@ class McpEndpoint:
                 problem = client_checks.message_problem(item) if isinstance(item, dict) else None
                 if problem is not None:
                     raise ProxyError.rejected(problem)
-        era = await self._era()
+        era = await self._era(request)
         record.upstream_era = era.value
         if route is Route.MODERN:
             record.downstream_era = "modern"
@@ -464,7 +470,7 @@ class McpEndpoint:
     async def _legacy_host(self, request: web.Request, method: str) -> Host | web.StreamResponse:
         """Who holds the session a GET or DELETE names, or the reply already made for it."""
         try:
-            host = self._router[await self._era()].legacy
+            host = self._router[await self._era(request)].legacy
             if host is None:
                 return await self._bytes(request, method, None, _Record(), legacy=True)
         except ProxyError as exc:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import structlog
@@ -15,7 +15,10 @@ from ..protocol.versions import LATEST_MODERN, Era
 from ..upstream.errors import UpstreamError, UpstreamHTTPError, UpstreamProtocolError
 
 log = structlog.get_logger(__name__)
-Probe = Callable[[], Awaitable[Detected]]
+# A probe gets the credentials of the request that needs the era (none at start): a protected
+# upstream answers an anonymous probe with 401, which says nothing of its era.
+Probe = Callable[[Mapping[str, str]], Awaitable[Detected]]
+_NO_CREDENTIALS: Mapping[str, str] = {}
 
 
 class EraDetector:
@@ -40,13 +43,16 @@ class EraDetector:
         detected = self._detected
         return detected.era if detected is not None else None
 
-    async def current(self) -> Era:
+    async def current(self, credentials: Mapping[str, str] = _NO_CREDENTIALS) -> Era:
+        """The era, probing with `credentials` (the caller's Authorization, when it may go upstream)
+        if it is not known; an upstream that refuses them raises its UpstreamHTTPError (401/403),
+        nothing cached, so the client authenticates and the next request probes again."""
         detected = self._detected
         if detected is not None:
             return detected.era
         async with self._lock:
             if self._detected is None:
-                found = await self._probe()
+                found = await self._probe(credentials)
                 previous, self._last = self._last, found.era
                 self._detected, self.probed_at = found, self._clock()
                 log.info("upstream_era_detected", era=found.era.value, version=found.version)
@@ -61,29 +67,36 @@ class EraDetector:
             self._detected = None
 
 
-async def probe_http(upstream: Any, timeout_s: float) -> Detected:
-    """server/discover over HTTP; the status does not matter, the body does (docs/translation.md §1.3)."""
+async def probe_http(upstream: Any, timeout_s: float, credentials: Mapping[str, str] = _NO_CREDENTIALS) -> Detected:
+    """server/discover over HTTP; the status does not matter, the body does (docs/translation.md §1.3),
+    except 401/403: an OAuth-protected server of either era refuses before it reads the body."""
     message = probe_request("era-probe")
+    headers = upstream_headers(message, LATEST_MODERN)
+    if credentials:
+        headers = {**headers, **credentials}
     try:
-        async with (
-            asyncio.timeout(timeout_s),
-            upstream.exchange(message, upstream_headers(message, LATEST_MODERN)) as reply,
-        ):
+        async with asyncio.timeout(timeout_s), upstream.exchange(message, headers) as reply:
             async for message in reply:
                 if "method" not in message:
                     return era_from_reply(message)
-    except (UpstreamHTTPError, UpstreamProtocolError):
+    except UpstreamHTTPError as exc:
+        if exc.status in (401, 403):
+            raise  # unknown: the caller authenticates, then a probe with its token tells
+    except UpstreamProtocolError:
         pass  # a body that is not a recognized modern reply: legacy
     except TimeoutError:
         raise UpstreamError(upstream.name, "did not answer the era probe in time") from None
     return era_from_reply(None)
 
 
-async def probe_stdio(start: Callable[[], Awaitable[Any]], timeout_s: float) -> Detected:
+async def probe_stdio(
+    start: Callable[[], Awaitable[Any]], timeout_s: float, credentials: Mapping[str, str] = _NO_CREDENTIALS
+) -> Detected:
     """server/discover as the first line; silence past the timeout means legacy (docs/translation.md §1.4).
 
     A program that cannot be started says nothing of its era: its UpstreamUnavailable propagates,
     nothing is cached, and the next request probes again, as for an HTTP upstream that is down.
+    A stdio server has no credentials: `credentials` is ignored.
     """
     channel = await start()
     try:

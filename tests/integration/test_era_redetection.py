@@ -70,3 +70,37 @@ async def test_a_modern_upstream_replaced_by_a_legacy_one_is_detected_again(
     assert again.status == 200 and body["result"]["serverInfo"] == LEGACY_SERVER_INFO  # the upstream's own answer
     ready = await (await client.get("/readyz")).json()
     assert ready["upstream_era"] == "legacy"
+
+
+async def test_a_protected_upstream_is_detected_with_the_first_callers_token(
+    aiohttp_server: Any, aiohttp_client: Any, switchable: tuple[Tap, str, str, str]
+) -> None:
+    """An OAuth-protected modern server answers an anonymous probe with 401 and an OAuth error body,
+    which says nothing of its era (it used to be taken for legacy): the client gets the challenge,
+    the proxy stays ready, and the era is learnt with the caller's token."""
+    tap, _, _, _ = switchable
+    challenge = 'Bearer error="invalid_token", resource_metadata="http://10.0.0.9/.well-known/oauth-protected-resource"'
+
+    async def protected(request: web.Request) -> web.StreamResponse:
+        if request.headers.get("Authorization") != "Bearer good":
+            return web.json_response({"error": "invalid_token"}, status=401, headers={"WWW-Authenticate": challenge})
+        return await tap.handle(request)
+
+    front_app = web.Application()
+    front_app.router.add_route("*", PATH, protected)
+    front = str((await serve(aiohttp_server, front_app)).make_url(PATH))
+    settings = load_settings(None, **{"upstream.url": front})  # era: auto
+    app, _ = create_app(settings)
+    client = await aiohttp_client(await serve(aiohttp_server, app))
+    detector = app[DETECTOR]
+
+    anonymous = await client.post(PATH, json=INITIALIZE, headers=HEADERS)
+    assert anonymous.status == 401
+    assert "/.well-known/oauth-protected-resource/mcp" in anonymous.headers["WWW-Authenticate"]
+    assert "10.0.0.9" not in anonymous.headers["WWW-Authenticate"]
+    assert detector.known is None
+    assert (await client.get("/readyz")).status == 200  # it answered: ready, era still to learn
+
+    authorized = await client.post(PATH, json=INITIALIZE, headers={**HEADERS, "Authorization": "Bearer good"})
+    assert authorized.status == 200 and detector.era is Era.MODERN
+    assert "result" in await authorized.json()

@@ -9,7 +9,7 @@ import pytest
 from proxy.protocol.detection import Detected
 from proxy.protocol.versions import LATEST_MODERN, Era
 from proxy.relay.detect import EraDetector
-from proxy.upstream.errors import UpstreamUnavailable
+from proxy.upstream.errors import UpstreamHTTPError, UpstreamUnavailable
 
 WAIT = 5.0
 MODERN = Detected(Era.MODERN, LATEST_MODERN)
@@ -33,12 +33,14 @@ class FakeProbe:
     def __init__(self, *outcomes: Detected | BaseException, hold: bool = False) -> None:
         self.outcomes = list(outcomes)
         self.calls = 0
+        self.credentials: list[dict[str, str]] = []
         self.hold = hold
         self.started = asyncio.Event()
         self.release = asyncio.Event()
 
-    async def __call__(self) -> Detected:
+    async def __call__(self, credentials=None) -> Detected:
         self.calls += 1
+        self.credentials.append(dict(credentials or {}))
         self.started.set()
         if self.hold:
             await self.release.wait()
@@ -190,3 +192,18 @@ async def test_a_caller_queued_behind_a_failing_probe_probes_again_itself():
             await first
         assert await second is Era.MODERN
     assert probe.calls == 2
+
+
+async def test_an_upstream_refusing_an_anonymous_probe_is_probed_again_with_the_callers_token():
+    # An OAuth-protected server of either era answers 401 before it reads the body: its era is
+    # unknown until a caller's token is sent, and the 401 is the caller's to see (its challenge).
+    refusal = UpstreamHTTPError("up", 401, b"{}", 'Bearer resource_metadata="http://u/.well-known/x"')
+    probe = FakeProbe(refusal, MODERN)
+    detector = detector_with(probe)
+    with pytest.raises(UpstreamHTTPError) as raised:
+        await detector.current()
+    assert raised.value.status == 401 and detector.known is None  # nothing cached
+    token = {"Authorization": "Bearer t"}
+    assert await detector.current(token) is Era.MODERN
+    assert await detector.current() is Era.MODERN  # cached: no third probe
+    assert probe.credentials == [{}, token]
