@@ -90,7 +90,9 @@ def create_app(
     failures = UpstreamFailures(metrics, own_credentials=settings.auth.mode == "resource_server")
     # resource_server: the upstream sees only the proxy's credentials, so the proxy binds a same-era
     # upstream's session ids and requestState to the caller (relay/binding.py).
-    binding = CallerBinding(sealer) if settings.auth.mode == "resource_server" else None
+    binding = None
+    if settings.auth.mode == "resource_server":
+        binding = CallerBinding(sealer, max_state_chars=settings.security.max_body_bytes)
     http: HttpUpstream | None = None
     stdio: StdioModernUpstream | None = None
     byte_relay: ByteRelay | None = None

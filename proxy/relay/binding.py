@@ -14,17 +14,20 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..sealing import Sealer
+from ..sealing import MAX_TOKEN_CHARS, Sealer
 
 SESSION_PURPOSE = "rs-sid"  # a legacy upstream's Mcp-Session-Id
 STATE_PURPOSE = "rs-rst"  # a modern upstream's requestState
 
 
 class CallerBinding:
-    __slots__ = ("_sealer",)
+    __slots__ = ("_max_state_chars", "_sealer")
 
-    def __init__(self, sealer: Sealer) -> None:
+    def __init__(self, sealer: Sealer, max_state_chars: int = MAX_TOKEN_CHARS) -> None:
+        """`max_state_chars`: the longest sealed requestState opened. The upstream's is opaque and
+        unbounded, so the app sets it to the request body bound: whatever a client can send back opens."""
         self._sealer = sealer
+        self._max_state_chars = max_state_chars
 
     def seal_session(self, upstream_id: str, principal: str) -> str:
         return self._sealer.seal(SESSION_PURPOSE, upstream_id.encode(), principal.encode())
@@ -37,7 +40,7 @@ class CallerBinding:
         return self._sealer.seal(STATE_PURPOSE, state.encode(), principal.encode())
 
     def open_state(self, token: object, principal: str) -> str | None:
-        return _text(self._sealer.open(STATE_PURPOSE, token, principal.encode()))
+        return _text(self._sealer.open(STATE_PURPOSE, token, principal.encode(), self._max_state_chars))
 
     def request(self, message: Any, principal: str) -> tuple[Any, bool] | None:
         """A modern request with the upstream's own requestState back in place of the sealed one:

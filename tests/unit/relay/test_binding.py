@@ -41,3 +41,11 @@ def test_a_reply_gets_each_results_request_state_sealed_and_the_retry_gets_it_ba
     assert binding.request(retry, BOB) is None
     plain = jsonrpc.request(4, "tools/call", {"name": "x"})
     assert binding.request(plain, BOB) == (plain, False)  # nothing to open: it goes as it came
+
+
+def test_an_upstream_request_state_of_any_size_a_body_can_carry_opens():
+    binding = CallerBinding(Sealer(SECRET), max_state_chars=1 << 20)
+    large = "x" * 100_000  # sealed, far over the proxy's own tokens' bound
+    sealed = binding.reply(jsonrpc.result_response(1, {"requestState": large}), ALICE)["result"]["requestState"]
+    assert binding.open_state(sealed, ALICE) == large
+    assert CallerBinding(Sealer(SECRET), max_state_chars=1000).open_state(sealed, ALICE) is None
