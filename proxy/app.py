@@ -24,6 +24,7 @@ from .downstream.http import McpEndpoint
 from .metrics import Metrics
 from .protocol.request_state import RequestStateCodec
 from .protocol.versions import Era
+from .relay.binding import CallerBinding
 from .relay.bytes import ByteRelay
 from .relay.cache_watch import CacheWatcher
 from .relay.detect import EraDetector, Probe, probe_http, probe_stdio
@@ -87,6 +88,11 @@ def create_app(
     forwarder = Forwarder(settings, sealer, owner, codec, server_ids, metrics, clock)
     cache = ResponseCache(settings.cache, metrics, cache_clock)
     failures = UpstreamFailures(metrics, own_credentials=settings.auth.mode == "resource_server")
+    # resource_server: the upstream sees only the proxy's credentials, so the proxy binds a same-era
+    # upstream's session ids and requestState to the caller (relay/binding.py).
+    binding = None
+    if settings.auth.mode == "resource_server":
+        binding = CallerBinding(sealer, max_state_chars=settings.security.max_body_bytes)
     http: HttpUpstream | None = None
     stdio: StdioModernUpstream | None = None
     byte_relay: ByteRelay | None = None
@@ -96,7 +102,7 @@ def create_app(
     modern_upstream: HttpUpstream | StdioModernUpstream
     if config.transport == "http":
         http = modern_upstream = HttpUpstream(config, client_session or HttpUpstream.client_session(config))
-        byte_relay = ByteRelay(http, failures, config.request_timeout_s)
+        byte_relay = ByteRelay(http, failures, config.request_timeout_s, binding)
         legacy_sessions = http_sessions(http, config.initialize_timeout_s)
         probe: Probe = partial(probe_http, http, config.probe_timeout_s)
     else:
@@ -147,7 +153,7 @@ def create_app(
     legacy_to_modern = LegacySessionHost(
         translating_backend, settings, store, ids, metrics, clock, owner=f"{boot}@{settings.replicas.advertised or ''}"
     )
-    same_era = ModernPassThrough(settings, modern_upstream, metrics, cache, failures)
+    same_era = ModernPassThrough(settings, modern_upstream, metrics, cache, failures, binding)
     modern_to_legacy = ModernToLegacy(settings, legacy_sessions, metrics, codec, clock, cache=cache, failures=failures)
     modern_to_legacy.on_era_mismatch = detector.suspect
     translating_backend.claimant = legacy_to_modern.owner

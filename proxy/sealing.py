@@ -48,9 +48,10 @@ class Sealer:
         sealed = self._key(self._kid, purpose, day).encrypt(nonce, plaintext, aad)
         return b64url(self._kid + struct.pack(">H", day) + nonce + sealed)
 
-    def open(self, purpose: str, token: object, aad: bytes = b"") -> bytes | None:
-        """The plaintext of a token sealed here for `purpose` and `aad`; None for anything else."""
-        if not isinstance(token, str) or not token or len(token) > MAX_TOKEN_CHARS:
+    def open(self, purpose: str, token: object, aad: bytes = b"", max_chars: int = MAX_TOKEN_CHARS) -> bytes | None:
+        """The plaintext of a token sealed here for `purpose` and `aad`; None for anything else
+        (a token over `max_chars` is not even decoded)."""
+        if not isinstance(token, str) or not token or len(token) > max_chars:
             return None
         try:
             raw = unb64url(token)

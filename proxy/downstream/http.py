@@ -458,8 +458,10 @@ class McpEndpoint:
     ) -> web.StreamResponse:
         relay = self._router.byte_relay
         assert relay is not None, "byte for byte needs an HTTP upstream"
-        headers = (await self._caller(request, same_era=True, legacy=legacy)).forwarded
-        forward = relay.forward(method, raw, headers, legacy=legacy, message=message)
+        caller = await self._caller(request, same_era=True, legacy=legacy)
+        # The principal binds what the upstream hands out when the relay has a binding (resource_server).
+        forwarded, principal = caller.forwarded, caller.principal
+        forward = relay.forward(method, raw, forwarded, legacy=legacy, message=message, principal=principal)
         response, record.outcome = await relay_reply(request, forward)
         return response
 

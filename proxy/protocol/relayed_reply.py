@@ -16,12 +16,17 @@ relayed, each must be JSON-RPC, and a POST's stream may answer only the requests
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from . import jsonrpc
 from .outcome import UpstreamFailure, invalid
-from .sse import Decoder
+from .sse import Decoder, Event, encode_event
+
+# A rewrite of a relayed reply's decoded JSON: the value to relay instead, or None to relay it as it
+# came (resource_server mode seals a modern upstream's requestState: relay/binding.py).
+Rewrite = Callable[[Any], Any]
 
 _EXCERPT = 100  # characters of a body quoted in an error message
 _TITLE = re.compile(r"<title[^>]*>(.*?)</title", re.IGNORECASE | re.DOTALL)
@@ -77,7 +82,25 @@ def streams(status: int, content_type: str) -> bool:
 def check_body(sent: Sent, status: int, content_type: str, body: bytes, upstream: str) -> Refusal | None:
     """None if a whole (not streamed) reply may reach the client as it came, else why not."""
     if 200 <= status < 300:
-        return _check_success(sent, status, content_type, body, upstream)
+        return _check_success(sent, status, content_type, body, upstream)[0]
+    return _check_failure(sent, status, content_type, body, upstream)
+
+
+def check_and_rewrite(
+    sent: Sent, status: int, content_type: str, body: bytes, upstream: str, rewrite: Rewrite
+) -> tuple[Refusal | None, bytes]:
+    """check_body, and the body the client gets: a successful JSON reply `rewrite` changes is
+    encoded anew (parsed once, for both)."""
+    if not 200 <= status < 300:
+        return _check_failure(sent, status, content_type, body, upstream), body
+    refusal, value = _check_success(sent, status, content_type, body, upstream)
+    if refusal is not None or value is _NOT_JSON:
+        return refusal, body
+    rewritten = rewrite(value)
+    return None, body if rewritten is None else jsonrpc.encode(rewritten)
+
+
+def _check_failure(sent: Sent, status: int, content_type: str, body: bytes, upstream: str) -> Refusal | None:
     kept = _transport_status(sent, status)
     if not body.strip():
         return None if kept else Refusal(http_failure(upstream, status, body))
@@ -107,19 +130,23 @@ def _json(content_type: str, body: bytes) -> Any:
         return _NOT_JSON
 
 
-def _check_success(sent: Sent, status: int, content_type: str, body: bytes, upstream: str) -> Refusal | None:
+def _check_success(
+    sent: Sent, status: int, content_type: str, body: bytes, upstream: str
+) -> tuple[Refusal | None, Any]:
+    """Why a successful reply may not pass, and its JSON value (_NOT_JSON when none was read)."""
     if sent.method != "POST":
-        return None  # a DELETE's 200, whatever it says
+        return None, _NOT_JSON  # a DELETE's 200, whatever it says
     if not body.strip():
-        return Refusal(invalid(upstream, f"answered HTTP {status} with no reply")) if sent.awaited else None
+        empty = Refusal(invalid(upstream, f"answered HTTP {status} with no reply")) if sent.awaited else None
+        return empty, _NOT_JSON
     value = _json(content_type, body)
     if value is _NOT_JSON:
         if content_type == "application/json" or body.lstrip()[:1] in (b"{", b"["):
-            return Refusal(invalid(upstream, f"sent a body that is not JSON: {excerpt(body)!r}"))
+            return Refusal(invalid(upstream, f"sent a body that is not JSON: {excerpt(body)!r}")), value
         typed = content_type or "untyped"
-        return Refusal(invalid(upstream, f"sent a {typed} body that is not JSON-RPC: {excerpt(body)!r}"))
+        return Refusal(invalid(upstream, f"sent a {typed} body that is not JSON-RPC: {excerpt(body)!r}")), value
     problem = _answers(value, sent)
-    return Refusal(invalid(upstream, problem)) if problem is not None else None
+    return (Refusal(invalid(upstream, problem)) if problem is not None else None), value
 
 
 def _transport_status(sent: Sent, status: int) -> bool:
@@ -187,13 +214,15 @@ class EventCheck:
         "_held_size",
         "_limit",
         "_line_start",
+        "_rewrite",
         "_upstream",
         "sent",
         "unanswered",
     )
 
-    def __init__(self, sent: Sent, upstream: str, limit: int) -> None:
+    def __init__(self, sent: Sent, upstream: str, limit: int, rewrite: Rewrite | None = None) -> None:
         self.sent = sent
+        self._rewrite = rewrite  # an event it changes is encoded anew
         self.unanswered = set(sent.awaited)
         self._upstream = upstream
         self._limit = limit
@@ -220,7 +249,7 @@ class EventCheck:
             if self._held:
                 block = b"".join([*self._held, block])
                 self._held, self._held_size = [], 0
-            problem = self._check(block)
+            problem, block = self._check(block)
             if problem is not None:
                 return b"".join(relayed), invalid(self._upstream, problem)
             relayed.append(block)
@@ -269,8 +298,10 @@ class EventCheck:
         self._cr = chunk.endswith(b"\r")
         return ends
 
-    def _check(self, block: bytes) -> str | None:
+    def _check(self, block: bytes) -> tuple[str | None, bytes]:
+        """Why the events of `block` may not pass, and the bytes to relay for them."""
         # A block ending in CR: the decoder waits to see whether a LF follows; it ends the line either way.
+        rewritten: list[bytes] | None = None
         for event in self._decoder.feed(block + b"\n" if block.endswith(b"\r") else block):
             if event.id:
                 self._event_id = True
@@ -279,12 +310,23 @@ class EventCheck:
             try:
                 value = jsonrpc.decode(event.data)
             except jsonrpc.DecodeError:
-                return f"sent an SSE event that is not JSON: {excerpt(event.data)!r}"
+                return f"sent an SSE event that is not JSON: {excerpt(event.data)!r}", block
             for item in value if isinstance(value, list) else [value]:
                 problem = _answer(item, self.sent, self.unanswered)
                 if problem is not None:
-                    return problem
-        return None
+                    return problem, block
+            if self._rewrite is not None:
+                new = self._rewrite(value)
+                if new is not None:
+                    rewritten = [] if rewritten is None else rewritten
+                    rewritten.append(_event_bytes(event, jsonrpc.encode(new)))
+        # A block holds one event (it ends at the first empty line): rewritten, that event replaces it.
+        return None, block if rewritten is None else b"".join(rewritten)
+
+
+def _event_bytes(event: Event, data: bytes) -> bytes:
+    encoded = encode_event(data, event=event.event, event_id=event.id)
+    return encoded if event.retry is None else b"retry: %d\n" % event.retry + encoded
 
 
 def _bound(limit: int) -> str:

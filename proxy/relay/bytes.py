@@ -2,6 +2,10 @@
 bytes come back unchanged. A legacy session maps one to one onto the upstream's (its id and
 Last-Event-ID pass through).
 
+In `auth.mode: resource_server` two things are rewritten, as the upstream cannot tell callers
+apart there (relay/binding.py): a legacy session id, and a modern upstream's `requestState`, reach
+the client sealed for its caller and go back upstream as the upstream's own.
+
 Unchanged, but not unchecked (protocol/relayed_reply.py): a whole reply is read (up to
 `upstream.max_reply_bytes`) and parsed once before the client gets it, an SSE reply is relayed
 event by event as each is complete and checked; what is no answer to the request (an HTML error
@@ -18,13 +22,15 @@ import aiohttp
 import structlog
 
 from .. import tracing
-from ..errors import ProxyError
+from ..errors import ProxyError, session_not_found
 from ..protocol import jsonrpc, relayed_reply
 from ..protocol.headers import SESSION_HEADER
 from ..protocol.outcome import UpstreamFailure
+from ..protocol.parked_call import invalid_state
 from ..protocol.relayed_reply import EventCheck, Sent
 from ..upstream.errors import UpstreamError, UpstreamUnavailable
 from ..upstream.http import HttpUpstream
+from .binding import CallerBinding
 from .failures import UpstreamFailures
 from .tasks import Deadline
 
@@ -55,21 +61,52 @@ class ByteReply:
 
 
 class ByteRelay:
-    def __init__(self, upstream: HttpUpstream, failures: UpstreamFailures, request_timeout_s: float) -> None:
+    def __init__(
+        self,
+        upstream: HttpUpstream,
+        failures: UpstreamFailures,
+        request_timeout_s: float,
+        binding: CallerBinding | None = None,
+    ) -> None:
         self._upstream = upstream
         self._failures = failures
         self._request_timeout_s = request_timeout_s
+        self.binding = binding  # resource_server mode: what the upstream hands out is bound to the caller
 
     def forward(
-        self, method: str, body: bytes | None, headers: Mapping[str, str], *, legacy: bool, message: Any = None
+        self,
+        method: str,
+        body: bytes | None,
+        headers: Mapping[str, str],
+        *,
+        legacy: bool,
+        message: Any = None,
+        principal: str | None = None,
     ) -> _Forward:
         """Relay one request (`message`: its body, decoded); entering yields the reply, leaving
         closes it. A failure to reach the upstream, or a reply that is no answer, is the client's
         ProxyError (raised on entering, or by the chunks of a stream). A POST is bounded by the
-        request timeout, body included; GET streams are not."""
+        request timeout, body included; GET streams are not. With a binding, `principal` is the
+        caller's: a session id or requestState not sealed for it is refused here (ProxyError),
+        before anything reaches the upstream."""
         in_session = legacy and any(name.lower() == _SESSION_LOWER for name in headers)
+        binding = self.binding if principal is not None else None
+        if binding is not None and principal is not None:
+            if in_session:
+                headers = _unsealed_session(binding, headers, principal)
+            elif not legacy:
+                opened = binding.request(message, principal)
+                if opened is None:
+                    refusal = invalid_state(message["id"])  # a validated modern request
+                    error = refusal.message["error"]
+                    raise ProxyError(
+                        error["code"], error["message"], status=refusal.status, refused=True, outcome="rejected"
+                    )
+                message, changed = opened
+                if changed:
+                    body = jsonrpc.encode(message)
         sent = Sent.of(method, message, legacy=legacy, in_session=in_session)
-        return _Forward(self, method, body, headers, legacy, sent, message)
+        return _Forward(self, method, body, headers, legacy, sent, message, principal if binding else None)
 
     def refuse(
         self, failure: UpstreamFailure, status: int | None = None, headers: dict[str, str] | None = None
@@ -78,10 +115,22 @@ class ByteRelay:
         log.warning("upstream_failed", upstream=failure.upstream, error=failure.detail)
         return self._failures.client_error(failure, status=status, headers=headers)
 
-    async def _reply(self, response: aiohttp.ClientResponse, sent: Sent, legacy: bool) -> ByteReply:
+    async def _reply(
+        self, response: aiohttp.ClientResponse, sent: Sent, legacy: bool, principal: str | None
+    ) -> ByteReply:
         upstream = self._upstream
         headers = response.headers
         returned = {name: headers[name] for name in (_RETURNED_LEGACY if legacy else _RETURNED) if name in headers}
+        binding = self.binding if principal is not None else None
+        rewrite: relayed_reply.Rewrite | None = None
+        if binding is not None and principal is not None:
+            if SESSION_HEADER in returned:
+                returned[SESSION_HEADER] = binding.seal_session(returned[SESSION_HEADER], principal)
+            if not legacy:
+
+                def rewrite(value: Any) -> Any:
+                    return binding.reply(value, principal)
+
         content_type = headers.get("Content-Type", "").split(";")[0].strip().lower()
         if response.status in (401, 403) and self._failures.own_credentials:
             # The proxy's own credentials refused (resource_server): the client gets a 502, not the challenge.
@@ -89,14 +138,33 @@ class ByteRelay:
             failure = UpstreamFailure(upstream.name, "http", jsonrpc.UPSTREAM_UNAVAILABLE, detail, response.status)
             raise self.refuse(failure)
         if relayed_reply.streams(response.status, content_type):
-            check = EventCheck(sent, upstream.name, upstream.max_reply_bytes)
+            check = EventCheck(sent, upstream.name, upstream.max_reply_bytes, rewrite)
             return ByteReply(response.status, returned, None, _Events(self, response.content, check), check)
         body = await upstream.read_body(response)
-        refusal = relayed_reply.check_body(sent, response.status, content_type, body, upstream.name)
+        if rewrite is None:
+            refusal = relayed_reply.check_body(sent, response.status, content_type, body, upstream.name)
+        else:
+            refusal, body = relayed_reply.check_and_rewrite(
+                sent, response.status, content_type, body, upstream.name, rewrite
+            )
         if refusal is not None:
             kept = {name: value for name, value in returned.items() if name in _KEPT_ON_REFUSAL}
             raise self.refuse(refusal.failure, refusal.status, kept)
         return ByteReply(response.status, returned, body)
+
+
+def _unsealed_session(binding: CallerBinding, headers: Mapping[str, str], principal: str) -> dict[str, str]:
+    """The headers with the upstream's own session id in place of the one sealed for the caller;
+    a session id not sealed for this caller is no session of theirs (404, like any unknown one)."""
+    unsealed: dict[str, str] = {}
+    for name, value in headers.items():
+        if name.lower() == _SESSION_LOWER:
+            opened = binding.open_session(value, principal)
+            if opened is None:
+                raise session_not_found()
+            value = opened
+        unsealed[name] = value
+    return unsealed
 
 
 class _Events:
@@ -148,6 +216,7 @@ class _Forward:
         "_legacy",
         "_message",
         "_method",
+        "_principal",
         "_relay",
         "_response",
         "_sent",
@@ -163,8 +232,10 @@ class _Forward:
         legacy: bool,
         sent: Sent,
         message: Any = None,
+        principal: str | None = None,
     ):
         self._relay = relay
+        self._principal = principal
         self._message = message
         self._method = method
         self._body = body
@@ -194,7 +265,7 @@ class _Forward:
                 self._method, body, span.headers(self._headers)
             )
             span.status(response.status)
-            return await self._relay._reply(response, self._sent, self._legacy)
+            return await self._relay._reply(response, self._sent, self._legacy, self._principal)
         except BaseException as exc:
             if self._response is not None:
                 self._response.close()

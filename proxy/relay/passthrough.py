@@ -9,6 +9,7 @@ HTTP the cacheable requests come here too, so the response cache can serve them.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 from collections.abc import AsyncGenerator, Mapping
 from typing import Any
@@ -22,10 +23,12 @@ from ..protocol import jsonrpc, meta
 from ..protocol.modern_to_legacy import listen_closed
 from ..protocol.modern_validate import ModernRequest
 from ..protocol.outcome import Outcome
+from ..protocol.parked_call import invalid_state
 from ..protocol.status import status_of
 from ..protocol.versions import Era
 from ..upstream.base import Upstream
 from ..upstream.errors import UpstreamError, UpstreamProtocolError, UpstreamUnavailable
+from .binding import CallerBinding
 from .channel import Caller, ReplyChannel
 from .failures import UpstreamFailures
 from .tasks import Deadline
@@ -55,8 +58,11 @@ class ModernPassThrough:
         metrics: Metrics,
         cache: ResponseCache | None = None,
         failures: UpstreamFailures | None = None,
+        binding: CallerBinding | None = None,
     ) -> None:
         self._settings = settings
+        # resource_server: the upstream's requestState is sealed for the caller (relay/binding.py).
+        self._binding = binding
         self._upstream = upstream
         self._metrics = metrics
         self._cache = cache if cache is not None else ResponseCache(settings.cache, metrics)
@@ -92,6 +98,20 @@ class ModernPassThrough:
         return incoming
 
     async def handle(self, request: ModernRequest, channel: ReplyChannel, caller: Caller) -> tuple[JSONDict, int]:
+        binding = self._binding
+        if binding is not None:
+            opened = binding.request(request.message, caller.principal)
+            if opened is None:
+                refusal = invalid_state(request.message["id"])
+                return refusal.message, refusal.status
+            if opened[1]:
+                request = dataclasses.replace(request, message=opened[0])
+        reply, status = await self._handle(request, channel, caller)
+        if binding is not None:
+            reply = binding.reply(reply, caller.principal) or reply
+        return reply, status
+
+    async def _handle(self, request: ModernRequest, channel: ReplyChannel, caller: Caller) -> tuple[JSONDict, int]:
         params = jsonrpc.params_of(request.message)
         key = self._cache.key_for(request.method, params, request.version, request.capabilities)
         headers = caller.forwarded

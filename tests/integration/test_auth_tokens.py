@@ -441,3 +441,96 @@ async def test_a_refreshed_token_keeps_the_callers_private_cache_entries(
         bob = ModernPeer(client, headers=bearer(issuer.mint(aud=PUBLIC, sub="bob")))
         assert (await bob.request("tools/list")).status == 200
     assert len(modern_upstream.calls_of("tools/list")) == 2  # never alice's entry for bob
+
+
+# ---------------------------------------------------------------- resource_server: same-era state bound to the caller
+# The upstream sees only the proxy's credentials here, so it cannot tell callers apart: the proxy
+# binds what it hands out (a legacy session id, a modern requestState) to the caller instead.
+
+
+@pytest.mark.parametrize("mode", ["passthrough", "resource_server"])
+async def test_a_relayed_legacy_session_is_its_callers_alone(
+    make_proxy: Build, legacy_upstream: FakeLegacy, issuer: JwtIssuer, mode: str
+) -> None:
+    client = await make_proxy(legacy_upstream, mode)
+    bob = bearer(issuer.mint(aud=PUBLIC, sub="bob"))
+    async with asyncio.timeout(WAIT):
+        peer = await LegacyPeer.connect(client, headers=bearer(issuer.mint(aud=PUBLIC)))
+        [upstream_id] = [session.id for session in legacy_upstream.sessions]
+        if mode == "resource_server":
+            assert peer.session_id != upstream_id  # sealed for its caller around the upstream's own
+        else:
+            assert peer.session_id == upstream_id  # the upstream binds it to the token it sees
+        kept = await peer.request("tools/list", headers=bearer(issuer.mint(aud=PUBLIC)))  # a refreshed token
+        assert kept.status == 200, kept.final
+        assert legacy_upstream.calls_of("tools/list")[-1].session_id == upstream_id
+        seen = len(legacy_upstream.calls)
+        if mode == "passthrough":
+            return  # the upstream's to refuse (the e2e suite runs a real one)
+        refused = await peer.request("tools/list", headers=bob)
+        assert refused.status == 404 and refused.error == {"code": -32001, "message": "Session not found"}
+        assert (await peer.get_stream(headers=bob)).status == 404
+        assert (await peer.delete(headers=bob)).status == 404
+        # The upstream's own id is no session of the proxy's either (a client never had it).
+        raw = await client.post(
+            "/mcp",
+            json={"jsonrpc": "2.0", "id": 9, "method": "tools/list"},
+            headers={"Accept": ACCEPT, SESSION_HEADER: upstream_id, **bearer(issuer.mint(aud=PUBLIC))},
+        )
+        assert raw.status == 404 and (await error_body(raw))["code"] == -32001
+        assert len(legacy_upstream.calls) == seen  # none of these reached the upstream
+        assert (await peer.request("tools/list")).status == 200  # the refusals did not end it
+        assert (await peer.delete()).status == 200
+    assert legacy_upstream.calls[-1].http_method == "DELETE"
+    assert legacy_upstream.calls[-1].session_id == upstream_id
+
+
+@pytest.mark.parametrize("reply", ["json", "sse"])
+@pytest.mark.parametrize("method", ["tools/call", "resources/read"])  # relayed byte for byte / message by message
+@pytest.mark.parametrize("mode", ["passthrough", "resource_server"])
+async def test_a_modern_upstreams_request_state_is_its_callers_alone(
+    make_proxy: Build, modern_upstream: FakeModern, issuer: JwtIssuer, mode: str, method: str, reply: str
+) -> None:
+    upstream_state = "upstream-state-1"
+    asked = {"confirm": {"method": "elicitation/create", "params": ELICIT}}
+
+    async def handler(call: fake_modern.Call) -> fake_modern.Outcome:
+        if reply == "sse":  # an interim message first: the reply is an SSE stream
+            await call.send(fake_modern.notification("notifications/message", {"level": "info", "data": "working"}))
+        if "requestState" not in call.params:
+            return fake_modern.input_required(asked, upstream_state)
+        if method == "resources/read":
+            return fake_modern.complete(
+                contents=[{"uri": "file:///a", "text": call.params["requestState"]}], ttlMs=0, cacheScope="private"
+            )
+        return fake_modern.complete(content=[{"type": "text", "text": call.params["requestState"]}])
+
+    modern_upstream.handlers[method] = handler
+    client = await make_proxy(modern_upstream, mode)
+    params: JSONDict = {"name": "deploy", "arguments": {}} if method == "tools/call" else {"uri": "file:///a"}
+    async with asyncio.timeout(WAIT):
+        first = await ModernPeer(client, headers=bearer(issuer.mint(aud=PUBLIC))).request(method, params)
+        result = first.result
+        assert result["resultType"] == "input_required", first.final
+        if mode == "resource_server":
+            assert result["requestState"] != upstream_state
+        else:
+            assert result["requestState"] == upstream_state  # passthrough: the upstream binds it itself
+        retry = {**params, "inputResponses": {"confirm": {"action": "accept", "content": {"ok": True}}}}
+        retry["requestState"] = result["requestState"]
+        if mode == "resource_server":
+            seen = len(modern_upstream.calls)
+            bob = ModernPeer(client, headers=bearer(issuer.mint(aud=PUBLIC, sub="bob")))
+            refused = await bob.request(method, retry)
+            assert refused.status == 400 and refused.error["code"] == -32602, refused.final
+            assert "requestState is invalid" in refused.error["message"]
+            forged = await ModernPeer(client, headers=bearer(issuer.mint(aud=PUBLIC))).request(
+                method, {**retry, "requestState": upstream_state}
+            )
+            assert forged.status == 400 and forged.error["code"] == -32602, forged.final
+            assert len(modern_upstream.calls) == seen  # neither reached the upstream
+        # Its own caller, with a refreshed token: the upstream gets its own requestState back.
+        done = await ModernPeer(client, headers=bearer(issuer.mint(aud=PUBLIC))).request(method, retry)
+        assert done.status == 200 and done.result["resultType"] == "complete", done.final
+    assert modern_upstream.calls_of(method)[-1].params["requestState"] == upstream_state
+    assert modern_upstream.schema_problems() == []

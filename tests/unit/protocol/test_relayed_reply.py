@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from proxy.protocol import jsonrpc
-from proxy.protocol.relayed_reply import EventCheck, Sent, check_body, excerpt, streams
+from proxy.protocol.relayed_reply import EventCheck, Sent, check_and_rewrite, check_body, excerpt, streams
 
 UP = "up"
 REQUEST = jsonrpc.request(7, "tools/call", {"name": "x"})
@@ -363,3 +363,51 @@ def test_a_stream_ended_in_the_middle_of_an_event_was_broken(sent: Sent):
 def test_a_stream_that_answered_or_a_get_stream_may_end_any_time():
     assert ended_early(POST, event(jsonrpc.result_response(7, {})) + b"data: {") is None
     assert ended_early(GET, event(PROGRESS) + b"data: {") is None
+
+
+# ---------------------------------------------------------------- rewriting (resource_server's binding)
+
+
+def _seal_state(value: Any) -> Any:
+    """A rewrite like relay/binding.py's: a result's requestState replaced, else None."""
+    result = value.get("result") if isinstance(value, dict) else None
+    if not isinstance(result, dict) or "requestState" not in result:
+        return None
+    return {**value, "result": {**result, "requestState": "sealed:" + result["requestState"]}}
+
+
+PARKED = jsonrpc.result_response(7, {"resultType": "input_required", "requestState": "s1"})
+
+
+def test_a_whole_reply_is_rewritten_from_the_value_the_check_parsed():
+    refusal, out = check_and_rewrite(POST, 200, "application/json", body(PARKED), UP, _seal_state)
+    assert refusal is None and json.loads(out)["result"]["requestState"] == "sealed:s1"
+    unchanged = body(jsonrpc.result_response(7, {"resultType": "complete"}))
+    assert check_and_rewrite(POST, 200, "application/json", unchanged, UP, _seal_state) == (None, unchanged)
+
+
+def test_a_reply_that_is_no_answer_is_refused_before_any_rewrite():
+    refusal, _ = check_and_rewrite(POST, 200, "text/html", b"<html>oops</html>", UP, _seal_state)
+    assert refusal is not None and refusal.failure.code == jsonrpc.UPSTREAM_INVALID
+    failed = body(jsonrpc.error_response(7, -32602, "bad"))
+    assert check_and_rewrite(POST, 400, "application/json", failed, UP, _seal_state) == (None, failed)
+
+
+@settings(max_examples=60, deadline=None)
+@given(cuts=st.lists(st.integers(min_value=0, max_value=400), max_size=6))
+def test_an_sse_event_carrying_a_request_state_is_re_encoded_however_the_stream_is_cut(cuts: list[int]):
+    stream = event(PROGRESS) + b"id: e2\nretry: 500\n" + event(PARKED)
+    check = EventCheck(POST, UP, 1 << 20, _seal_state)
+    out = b""
+    points = sorted({min(cut, len(stream)) for cut in cuts})
+    for start, end in itertools.pairwise([0, *points, len(stream)]):
+        data, failure = check.feed(stream[start:end])
+        assert failure is None
+        out += data
+    assert out.startswith(event(PROGRESS))  # untouched, byte for byte
+    rewritten = out[len(event(PROGRESS)) :]
+    lines = rewritten.decode().splitlines()
+    assert "id: e2" in lines and "retry: 500" in lines and rewritten.endswith(b"\n\n")
+    [data_line] = [line for line in lines if line.startswith("data: ")]
+    assert json.loads(data_line[6:])["result"]["requestState"] == "sealed:s1"
+    assert check.unanswered == set() and check.ended() is None
