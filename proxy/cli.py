@@ -235,9 +235,7 @@ def stdio_main(argv: Sequence[str]) -> int:
         print(f"mcp-era-proxy: {exc}", file=sys.stderr)
         return 2
     if args.check_config:
-        print(
-            settings.model_dump_json(indent=2, exclude={"security": {"secret", "previous_secrets"}}), file=sys.stderr
-        )
+        print(settings.model_dump_json(indent=2, exclude={"security": {"secret", "previous_secrets"}}), file=sys.stderr)
         return 0
     if settings.workers > 1:
         print("mcp-era-proxy: stdio serves one host: workers must be 1", file=sys.stderr)

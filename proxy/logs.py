@@ -53,7 +53,7 @@ def configure_logging(
     if worker is not None:
         processors.insert(1, _Worker(worker))
     factory: Any
-    stream: Any = sys.stderr if file is None else open(file, "a", buffering=1, encoding="utf-8")  # noqa: SIM115
+    stream: Any = sys.stderr if file is None else open(file, "a", buffering=1, encoding="utf-8")
     binary = getattr(stream, "buffer", None)  # absent when stderr is replaced (tests)
     if file is None and fmt == "json" and binary is not None:
         processors.append(structlog.processors.JSONRenderer(serializer=_dumps))

@@ -204,12 +204,12 @@ class StdinReader:
         self._loop = loop
         self._fd = fd
         self._splitter = LineSplitter(limit)
-        self.queue: asyncio.Queue[bytes | None | EOFError] = asyncio.Queue()
+        self.queue: asyncio.Queue[bytes | EOFError | None] = asyncio.Queue()
 
     def start(self) -> None:
         threading.Thread(target=self._run, name="stdin", daemon=True).start()
 
-    def _put(self, item: bytes | None | EOFError) -> None:
+    def _put(self, item: bytes | EOFError | None) -> None:
         with contextlib.suppress(RuntimeError):  # the loop is closed: nobody reads any more
             self._loop.call_soon_threadsafe(self.queue.put_nowait, item)
 
@@ -270,9 +270,9 @@ class StdoutWriter:
             written = os.write(self._fd, view)
             view = view[written:]
 
-    async def drain(self, timeout: float) -> None:
+    async def drain(self, within_s: float) -> None:
         """Wait (bounded) until everything queued is written."""
-        deadline = asyncio.get_running_loop().time() + timeout
+        deadline = asyncio.get_running_loop().time() + within_s
         while not self._queue.empty() and not self.broken.is_set():
             if asyncio.get_running_loop().time() > deadline:
                 return
@@ -347,9 +347,7 @@ class StdioBridge:
 
     def _line(self, line: bytes | None) -> None:
         if line is None:
-            self._writer.write(
-                jsonrpc.error_response(None, jsonrpc.INVALID_REQUEST, "Invalid Request: line too long")
-            )
+            self._writer.write(jsonrpc.error_response(None, jsonrpc.INVALID_REQUEST, "Invalid Request: line too long"))
             return
         try:
             message = parse_line(line, self._max_depth)
@@ -382,7 +380,9 @@ class StdioBridge:
         task.add_done_callback(self._tasks.discard)
         if request_id is not None:
             self._in_flight[request_id] = task
-            task.add_done_callback(lambda _t: self._in_flight.pop(request_id, None) if self._in_flight.get(request_id) is _t else None)
+            task.add_done_callback(
+                lambda _t: self._in_flight.pop(request_id, None) if self._in_flight.get(request_id) is _t else None
+            )
         return task
 
     # ------------------------------------------------------------ modern hosts
@@ -390,7 +390,9 @@ class StdioBridge:
     def _modern(self, message: Any) -> None:
         if not isinstance(message, dict):
             self._writer.write(
-                jsonrpc.error_response(None, jsonrpc.INVALID_REQUEST, "Invalid Request: batches are not part of 2026-07-28")
+                jsonrpc.error_response(
+                    None, jsonrpc.INVALID_REQUEST, "Invalid Request: batches are not part of 2026-07-28"
+                )
             )
             return
         kind = jsonrpc.kind(message)
@@ -435,6 +437,7 @@ class StdioBridge:
 
     async def _initialize(self, message: dict[str, Any]) -> None:
         try:
+
             async def seen(response: aiohttp.ClientResponse) -> None:
                 session_id = response.headers.get(SESSION_HEADER)
                 if session_id:
@@ -478,7 +481,7 @@ class StdioBridge:
                     delay = 0.1
                     async for data in sse_events(response.content):
                         self._writer.write_raw(data)
-            except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+            except (TimeoutError, aiohttp.ClientError) as exc:
                 log.info("stdio_get_stream_lost", error=str(exc))
             await asyncio.sleep(delay)
             delay = min(delay * 2, 5.0)
@@ -502,7 +505,7 @@ class StdioBridge:
                 if on_response is not None:
                     await on_response(response)
                 content_type = response.headers.get("Content-Type", "")
-                if response.status == 202 or not expects_reply and response.status < 300:
+                if response.status == 202 or (not expects_reply and response.status < 300):
                     return
                 if content_type.startswith("text/event-stream"):
                     async for data in sse_events(response.content):
@@ -520,7 +523,7 @@ class StdioBridge:
                     )
         except asyncio.CancelledError:
             raise
-        except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
+        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
             log.warning("stdio_post_failed", error=str(exc))
             if expects_reply and request_id is not None:
                 self._writer.write(

@@ -36,8 +36,8 @@ def alive(pid: int) -> bool:
         return False
 
 
-async def gone(pid: int, timeout: float = WAIT) -> bool:
-    deadline = asyncio.get_running_loop().time() + timeout
+async def gone(pid: int, within_s: float = WAIT) -> bool:
+    deadline = asyncio.get_running_loop().time() + within_s
     while alive(pid):
         if asyncio.get_running_loop().time() > deadline:
             return False
@@ -104,13 +104,18 @@ async def upstream_pid(host: Host, request_id: Any, params: dict[str, Any] | Non
     return int(reply["result"]["content"][0]["text"])
 
 
+def stderr_file(path: Path) -> Any:
+    """Where a proxy's stderr (its logs) goes."""
+    return open(path, "wb")
+
+
 @pytest.fixture
 async def start(tmp_path: Path) -> AsyncIterator[Callable[..., Any]]:
     started: list[asyncio.subprocess.Process] = []
     logs: list[Any] = []
 
     async def launch(era: str = "legacy", *extra: str) -> Host:
-        log = open(tmp_path / f"proxy-{len(started)}.log", "wb")  # noqa: SIM115
+        log = stderr_file(tmp_path / f"proxy-{len(started)}.log")
         logs.append(log)
         env = {**os.environ, "STDIO_SERVER_ERA": era, "MCP_ERA_PROXY_LOGGING__LEVEL": "debug"}
         process = await asyncio.create_subprocess_exec(
@@ -201,7 +206,12 @@ async def test_a_modern_host_to_a_modern_stdio_server(start: Any) -> None:
     pid = await upstream_pid(host, 2, {"_meta": ENVELOPE})
     # A call held upstream does not block the next; notifications/cancelled ends it without a reply.
     await host.send(
-        {"jsonrpc": "2.0", "id": "slow", "method": "tools/call", "params": {"name": "hold", "arguments": {}, "_meta": ENVELOPE}}
+        {
+            "jsonrpc": "2.0",
+            "id": "slow",
+            "method": "tools/call",
+            "params": {"name": "hold", "arguments": {}, "_meta": ENVELOPE},
+        }
     )
     echo = await host.request(3, "tools/call", {"name": "echo", "arguments": {"text": "x y"}, "_meta": ENVELOPE})
     assert echo["result"]["content"][0]["text"] == "x y"
@@ -238,7 +248,9 @@ async def test_a_signal_ends_the_proxy_and_its_upstream_process(start: Any, sign
     host = await start("legacy")
     await host.legacy_start()
     pid = await upstream_pid(host, 1)
-    await host.send({"jsonrpc": "2.0", "id": "slow", "method": "tools/call", "params": {"name": "hold", "arguments": {}}})
+    await host.send(
+        {"jsonrpc": "2.0", "id": "slow", "method": "tools/call", "params": {"name": "hold", "arguments": {}}}
+    )
     await asyncio.sleep(0.2)
     host.process.send_signal(signum)
     assert await asyncio.wait_for(host.process.wait(), WAIT) == 0

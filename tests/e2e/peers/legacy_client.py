@@ -425,6 +425,11 @@ SCENARIOS: dict[str, Scenario] = {
 STDIO_PREFIX = "stdio:"
 
 
+def stdio_errlog(spec: dict[str, Any]) -> Any:
+    """Where the server process's stderr goes: the spec's `errlog` file, or this driver's stderr."""
+    return open(spec["errlog"], "a") if spec.get("errlog") else sys.stderr
+
+
 @asynccontextmanager
 async def transport(url: str, http_client: httpx.AsyncClient) -> AsyncIterator[Any]:
     """Streamable HTTP to `url`, or the stdio server process a `stdio:{json}` URL describes."""
@@ -433,7 +438,7 @@ async def transport(url: str, http_client: httpx.AsyncClient) -> AsyncIterator[A
         params = StdioServerParameters(
             command=spec["command"], args=spec.get("args", []), env=spec.get("env"), cwd=spec.get("cwd")
         )
-        errlog = open(spec["errlog"], "a") if spec.get("errlog") else sys.stderr  # noqa: SIM115
+        errlog = stdio_errlog(spec)
         async with stdio_client(params, errlog=errlog) as (read, write):
             yield read, write, lambda: None
         return

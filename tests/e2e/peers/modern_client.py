@@ -865,6 +865,11 @@ async def run_raw(url: str, args: dict[str, Any], timeout: float, out: dict[str,
 STDIO_PREFIX = "stdio:"
 
 
+def stdio_errlog(spec: dict[str, Any]) -> Any:
+    """Where the server process's stderr goes: the spec's `errlog` file, or this driver's stderr."""
+    return open(spec["errlog"], "a") if spec.get("errlog") else sys.stderr
+
+
 def transport(url: str, http_client: httpx2.AsyncClient) -> Any:
     """Streamable HTTP to `url`, or the stdio server process a `stdio:{json}` URL describes
     (``mcp.client.stdio.stdio_client``)."""
@@ -873,7 +878,7 @@ def transport(url: str, http_client: httpx2.AsyncClient) -> Any:
         params = StdioServerParameters(
             command=spec["command"], args=spec.get("args", []), env=spec.get("env"), cwd=spec.get("cwd")
         )
-        errlog = open(spec["errlog"], "a") if spec.get("errlog") else sys.stderr  # noqa: SIM115
+        errlog = stdio_errlog(spec)
         return stdio_client(params, errlog=errlog)
     return streamable_http_client(url, http_client=http_client)
 

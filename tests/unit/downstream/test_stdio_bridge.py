@@ -96,7 +96,11 @@ def test_garbage_gets_a_jsonrpc_error(line: bytes, code: int | None, request_id:
 
 
 def test_a_request_parses() -> None:
-    assert parse_line(b'{"jsonrpc":"2.0","id":1,"method":"ping"}\r', 64) == {"jsonrpc": "2.0", "id": 1, "method": "ping"}
+    assert parse_line(b'{"jsonrpc":"2.0","id":1,"method":"ping"}\r', 64) == {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "ping",
+    }
 
 
 def test_lines_split_across_reads_and_blank_lines_skipped() -> None:
