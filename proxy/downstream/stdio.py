@@ -237,12 +237,14 @@ class StdoutWriter:
         self._fd = fd
         self._queue: asyncio.Queue[bytes] = asyncio.Queue()
         self._task: asyncio.Task[None] | None = None
+        self._unwritten = 0  # lines queued or being written
         self.broken = asyncio.Event()  # the host no longer reads
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="stdout")
 
     def write(self, message: Any) -> None:
+        self._unwritten += 1
         self._queue.put_nowait(encode_line(message))
 
     def write_raw(self, data: bytes) -> None:
@@ -263,6 +265,8 @@ class StdoutWriter:
             except OSError:
                 self.broken.set()
                 return
+            finally:
+                self._unwritten -= 1
 
     def _write_all(self, data: bytes) -> None:
         view = memoryview(data)
@@ -273,7 +277,7 @@ class StdoutWriter:
     async def drain(self, within_s: float) -> None:
         """Wait (bounded) until everything queued is written."""
         deadline = asyncio.get_running_loop().time() + within_s
-        while not self._queue.empty() and not self.broken.is_set():
+        while self._unwritten > 0 and not self.broken.is_set():
             if asyncio.get_running_loop().time() > deadline:
                 return
             await asyncio.sleep(0.01)
@@ -334,7 +338,17 @@ class StdioBridge:
             broken.cancel()
 
     async def close(self, grace_s: float = 1.0) -> None:
-        """Cancel everything in flight, write what is queued (bounded), stop the writer."""
+        """Let the requests in flight finish for up to `grace_s` (a host that wrote its last
+        request and closed stdin still gets the answer), unless stdout is gone; then cancel what
+        is left, write what is queued (bounded) and stop the writer."""
+        if self._stream is not None:
+            self._stream.cancel()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + grace_s
+        broken = asyncio.create_task(self._writer.broken.wait())
+        while self._tasks and not broken.done() and (left := deadline - loop.time()) > 0:
+            await asyncio.wait([*self._tasks, broken], timeout=left, return_when=asyncio.FIRST_COMPLETED)
+        broken.cancel()
         pending = [*self._tasks, *([self._stream] if self._stream else [])]
         for task in pending:
             task.cancel()

@@ -37,6 +37,8 @@ MCP_SDK = {
     "prompts": {"prompt": "greet", "prompt_arguments": {"name": "alice"}},
     "completion": {"prompt": "greet", "argument": {"name": "name", "value": "al"}},
     "resources": {"uri": "test://static"},
+    "list_changed": {"trigger_tool": "add_tool"},
+    "subscribe": {"uri": "test://watched", "trigger_tool": "touch"},
 }
 EVERYTHING = {
     "tools": {"tool": "echo", "arguments": {"message": "hi"}},
@@ -168,6 +170,32 @@ def test_completions(via_stdio, upstream, host):
     assert via_stdio("completion")["values"] == ["alice", "alan"]
 
 
+def separate_processes(upstream: str, host: str) -> bool:
+    """A modern host's listen on a legacy stdio server is a server process of its own, which sees
+    nothing another process does (README §stdio upstreams)."""
+    return host == "modern" and upstream == "mcp1-legacy-stdio"
+
+
+def test_list_changes(via_stdio, upstream, host):
+    """A legacy host gets them on its session's GET stream, a modern one on its subscriptions/listen."""
+    if separate_processes(upstream, host):
+        pytest.skip("the listen's process never sees the tool added in another")
+    observed = via_stdio("list_changed")
+    assert observed["listChangedArrived"] is True
+    assert len(observed["toolsAfter"]) == len(observed["toolsBefore"]) + 1
+
+
+def test_resource_subscriptions(via_stdio, upstream, host):
+    trigger = None if separate_processes(upstream, host) else "touch"
+    observed = via_stdio("subscribe", trigger_tool=trigger)
+    if host == "legacy":
+        assert observed["subscribeResult"] == {} and observed["unsubscribeResult"] == {}
+    else:
+        assert observed["ack"].get("resourceSubscriptions") == ["test://watched"]
+    if trigger is not None:
+        assert observed["updateArrived"] is True
+
+
 def test_resources(via_stdio, upstream, host):
     observed = via_stdio("resources")
     uri = UPSTREAMS[upstream][1]["resources"]["uri"]
@@ -251,3 +279,50 @@ def _cmdline(pid: int) -> str:
             return cmdline.read().replace(b"\0", b" ").decode(errors="replace")
     except OSError:
         return ""
+
+
+def test_a_modern_host_cancelling_a_call_cancels_it_upstream(request, logs_dir):
+    """The SDK sends notifications/cancelled on stdin; the bridge closes that call's POST, and the
+    legacy server behind sees notifications/cancelled for it."""
+    url = stdio_url(upstream_args(request, "mcp1-legacy-http"), logs_dir / "stdio-cancel.log")
+    observed = run_modern_client(url, "cancel", {"tool": "slow", "arguments": {"seconds": 10}})
+    assert "error" not in observed, observed
+    assert observed["cancelled"] is True
+    assert int(observed["checkText"]) == int(observed["checkBefore"]) + 1
+
+
+@pytest.mark.parametrize("upstream_name", ["mcp2-modern-http", "mcp1-legacy-stdio"])
+def test_a_dual_era_host_probing_with_server_discover_stays_modern(request, upstream_name, logs_dir):
+    url = stdio_url(upstream_args(request, upstream_name), logs_dir / f"stdio-discover-{upstream_name}.log")
+    observed = run_modern_client(url, "discover", {"mode": "auto"})
+    assert "error" not in observed, observed
+    assert observed["protocolVersion"] == "2026-07-28"
+    assert observed["supportedVersions"] == ["2026-07-28"]
+
+
+def test_garbage_on_stdin_gets_jsonrpc_errors_on_stdout_and_no_traceback(request, logs_dir):
+    envelope = {
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {},
+    }
+    lines = [
+        b"hello",
+        b"\x00\xff\xfe",
+        b'{"jsonrpc": "2.0", "id": 1, "method": "tools/list"',
+        b'{"jsonrpc": "2.0", "id": 2}',
+        b"[]",
+        b'{"jsonrpc": "2.0", "id": 3, "method": "tools/list", "params": ' + b"[" * 1000 + b"]" * 1000 + b"}",
+        json.dumps({"jsonrpc": "2.0", "id": 4, "method": "tools/list", "params": {"_meta": envelope}}).encode(),
+    ]
+    argv = [sys.executable, "-m", "proxy", "stdio", *upstream_args(request, "mcp2-modern-http")]
+    with open(logs_dir / "stdio-garbage.log", "wb") as stderr:
+        done = subprocess.run(
+            argv, input=b"\n".join(lines) + b"\n", stdout=subprocess.PIPE, stderr=stderr, timeout=60, cwd=peers.REPO
+        )
+    assert done.returncode == 0
+    replies = [json.loads(line) for line in done.stdout.splitlines()]  # every line JSON
+    errors = [r for r in replies if "error" in r]
+    assert [r.get("id") for r in errors] == [None, None, None, 2, None, 3]
+    assert [r["error"]["code"] for r in errors][:3] == [-32700, -32700, -32700]
+    assert any(r.get("id") == 4 and "tools" in r["result"] for r in replies)
+    assert b"Traceback" not in (logs_dir / "stdio-garbage.log").read_bytes()

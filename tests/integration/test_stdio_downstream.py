@@ -266,3 +266,27 @@ async def test_logs_go_to_the_log_file_and_stdout_stays_json(start: Any, tmp_pat
     events = [json.loads(line)["event"] for line in log_file.read_text().splitlines()]
     assert "started" in events and "stopped" in events
     assert (tmp_path / "proxy-0.log").read_text() == ""
+
+
+async def test_requests_written_before_stdin_closes_are_still_answered(start: Any) -> None:
+    host = await start("legacy")
+    await host.send(
+        {
+            "jsonrpc": "2.0",
+            "id": 0,
+            "method": "initialize",
+            "params": {
+                "protocolVersion": "2025-11-25",
+                "capabilities": {},
+                "clientInfo": {"name": "h", "version": "1"},
+            },
+        }
+    )
+    await host.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+    await host.send({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "pid", "arguments": {}}})
+    assert host.process.stdin is not None and host.process.stdout is not None
+    host.process.stdin.close()
+    out = await asyncio.wait_for(host.process.stdout.read(), WAIT)
+    replies = {message["id"]: message for message in map(json.loads, out.splitlines())}
+    assert set(replies) == {0, 1} and "result" in replies[1]
+    assert await asyncio.wait_for(host.process.wait(), WAIT) == 0
