@@ -33,6 +33,8 @@ STDIO_COMMAND = "stdio"
 # In stdio mode the host that started the proxy is gone when it stops: calls in flight are not
 # waited for longer than this, whatever shutdown.grace_s says.
 STDIO_GRACE_S = 2.0
+# The host's session and its server process are not expired for idling (ten years).
+STDIO_SESSION_S = 10 * 365 * 86400.0
 
 
 def parse_args(argv: Sequence[str] | None = None, stdio: bool = False) -> argparse.Namespace:
@@ -249,6 +251,25 @@ def stdio_main(argv: Sequence[str]) -> int:
     return 0
 
 
+def stdio_settings(settings: Settings) -> Settings:
+    """What differs when the proxy serves one host over stdio: the host's one session lives as
+    long as the process (a legacy host over stdio has no way to start another when it expires,
+    nor does its server process when it is stopped for idling); calls in flight at the end get at
+    most STDIO_GRACE_S, since whoever asked is gone."""
+    upstream = settings.upstream
+    return settings.model_copy(
+        update={
+            "shutdown": settings.shutdown.model_copy(update={"grace_s": min(settings.shutdown.grace_s, STDIO_GRACE_S)}),
+            "sessions": settings.sessions.model_copy(
+                update={"idle_timeout_s": STDIO_SESSION_S, "max_lifetime_s": STDIO_SESSION_S}
+            ),
+            "upstream": upstream.model_copy(
+                update={"stdio": upstream.stdio.model_copy(update={"process_idle_s": STDIO_SESSION_S})}
+            ),
+        }
+    )
+
+
 async def serve_stdio(
     settings: Settings,
     stop: asyncio.Event | None = None,
@@ -265,8 +286,8 @@ async def serve_stdio(
     for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(signum, stop.set)
-    grace = min(settings.shutdown.grace_s, STDIO_GRACE_S)
-    settings = settings.model_copy(update={"shutdown": settings.shutdown.model_copy(update={"grace_s": grace})})
+    settings = stdio_settings(settings)
+    grace = settings.shutdown.grace_s
     private = tempfile.mkdtemp(prefix="mcp-era-proxy-")  # mode 0700
     socket_path = os.path.join(private, "mcp.sock")
     runners: list[web.AppRunner] = []

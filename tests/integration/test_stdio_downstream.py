@@ -290,3 +290,14 @@ async def test_requests_written_before_stdin_closes_are_still_answered(start: An
     replies = {message["id"]: message for message in map(json.loads, out.splitlines())}
     assert set(replies) == {0, 1} and "result" in replies[1]
     assert await asyncio.wait_for(host.process.wait(), WAIT) == 0
+
+
+def test_the_hosts_session_and_server_process_are_never_expired_for_idling() -> None:
+    from proxy.cli import STDIO_GRACE_S, stdio_settings
+    from proxy.config import load_settings
+
+    settings = stdio_settings(load_settings(None, **{"upstream.url": "http://127.0.0.1:1/mcp"}))
+    day = 86400.0
+    assert settings.sessions.idle_timeout_s > 365 * day and settings.sessions.max_lifetime_s > 365 * day
+    assert settings.upstream.stdio.process_idle_s > 365 * day
+    assert settings.shutdown.grace_s == STDIO_GRACE_S
