@@ -326,3 +326,44 @@ def test_garbage_on_stdin_gets_jsonrpc_errors_on_stdout_and_no_traceback(request
     assert [r["error"]["code"] for r in errors][:3] == [-32700, -32700, -32700]
     assert any(r.get("id") == 4 and "tools" in r["result"] for r in replies)
     assert b"Traceback" not in (logs_dir / "stdio-garbage.log").read_bytes()
+
+
+TS_HOST = peers.PEER_SCRIPTS / "ts_stdio_host.cjs"
+
+
+TS_CASES = [
+    ("everything-stdio", "trigger-elicitation-request", {}, "Ada"),
+    ("everything-http", "trigger-long-running-operation", {"duration": 1, "steps": 3}, "completed"),
+    ("mcp2-modern-http", "elicit", {"message": "who?"}, "Ada"),
+    ("mcp2-modern-http", "progress", {}, "progress"),
+    ("mcp1-legacy-stdio", "elicit", {"message": "who?"}, "Ada"),
+]
+
+
+@pytest.mark.parametrize("sdk", ["v1", "v2"])
+@pytest.mark.parametrize(("upstream_name", "tool", "arguments", "expected"), TS_CASES)
+def test_the_typescript_sdk_stdio_clients_as_hosts(request, sdk, upstream_name, tool, arguments, expected, logs_dir):
+    """v1 (@modelcontextprotocol/sdk) is a legacy host, v2 (@modelcontextprotocol/client pinned to
+    2026-07-28) a modern one: elicitation reaches either as its SDK expects it."""
+    log = logs_dir / f"ts-{sdk}-{upstream_name}-{tool}.log"
+    spec = {
+        "sdk": sdk,
+        "command": sys.executable,
+        "args": ["-m", "proxy", "stdio", "--log-file", str(log), *upstream_args(request, upstream_name)],
+        "cwd": str(peers.REPO),
+        "tool": tool,
+        "arguments": arguments,
+    }
+    done = subprocess.run(
+        ["node", str(TS_HOST), json.dumps(spec)], capture_output=True, text=True, timeout=90, check=False
+    )
+    observed = json.loads(done.stdout.strip().splitlines()[-1])
+    assert "error" not in observed, observed
+    assert tool in observed["tools"]
+    assert expected in json.dumps(observed["result"])
+    if "elicit" in tool:
+        assert len(observed["elicitations"]) == 1
+    if "progress" in tool or "long-running" in tool:
+        assert observed["progress"]
+    era = "modern" if sdk == "v2" else "legacy"
+    assert f'"era":"{era}","event":"stdio_client_era"' in log.read_text()
