@@ -85,6 +85,11 @@ def _id_or_none(message: Any) -> Any:
     return None
 
 
+def _method_of(message: Any) -> str | None:
+    method = message.get("method") if isinstance(message, dict) else None
+    return method[:200] if isinstance(method, str) else None
+
+
 def modern_version(message: Any) -> str | None:
     """The 2026-07-28 protocol version a request's `_meta` carries, if any."""
     if not isinstance(message, dict):
@@ -519,7 +524,11 @@ class StdioBridge:
                 if on_response is not None:
                     await on_response(response)
                 content_type = response.headers.get("Content-Type", "")
-                if response.status == 202 or (not expects_reply and response.status < 300):
+                if not expects_reply:  # a notification or an answer: nothing goes back to the host
+                    if response.status >= 300:
+                        log.info("stdio_message_refused", status=response.status, method=_method_of(message))
+                    return
+                if response.status == 202:
                     return
                 if content_type.startswith("text/event-stream"):
                     async for data in sse_events(response.content):
