@@ -252,7 +252,8 @@ def stdio_main(argv: Sequence[str]) -> int:
 
 
 def stdio_settings(settings: Settings) -> Settings:
-    """What differs when the proxy serves one host over stdio: the host's one session lives as
+    """What differs when the proxy serves one host over stdio: nothing listens on the network
+    (`listen` and `security.allowed_hosts` do not apply); the host's one session lives as
     long as the process (a legacy host over stdio has no way to start another when it expires,
     nor does its server process when it is stopped for idling); calls in flight at the end get at
     most STDIO_GRACE_S, since whoever asked is gone."""
@@ -266,6 +267,10 @@ def stdio_settings(settings: Settings) -> Settings:
             "upstream": upstream.model_copy(
                 update={"stdio": upstream.stdio.model_copy(update={"process_idle_s": STDIO_SESSION_S})}
             ),
+            # The private listener's one client is the bridge (Host: localhost): the DNS-rebinding
+            # guard a config file may set up for a network listener does not apply to it.
+            "listen": "127.0.0.1:8080",
+            "security": settings.security.model_copy(update={"allowed_hosts": []}),
         }
     )
 

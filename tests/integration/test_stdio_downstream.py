@@ -296,7 +296,17 @@ def test_the_hosts_session_and_server_process_are_never_expired_for_idling() -> 
     from proxy.cli import STDIO_GRACE_S, stdio_settings
     from proxy.config import load_settings
 
-    settings = stdio_settings(load_settings(None, **{"upstream.url": "http://127.0.0.1:1/mcp"}))
+    settings = stdio_settings(
+        load_settings(
+            None,
+            **{
+                "upstream.url": "http://127.0.0.1:1/mcp",
+                "listen": "0.0.0.0:9000",
+                "security.allowed_hosts": ["proxy.example.com"],
+            },
+        )
+    )
+    assert settings.security.allowed_hosts == [] and settings.listen_address[0] == "127.0.0.1"
     day = 86400.0
     assert settings.sessions.idle_timeout_s > 365 * day and settings.sessions.max_lifetime_s > 365 * day
     assert settings.upstream.stdio.process_idle_s > 365 * day
