@@ -38,6 +38,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "--upstream-command", metavar="'CMD ARGS'", help="or: start this MCP server and speak to it over stdio"
     )
     parser.add_argument(
+        "--upstream-sse",
+        metavar="URL",
+        help="or: the SSE URL of a 2024-11-05 HTTP+SSE server (GET /sse, POST to the endpoint it announces)",
+    )
+    parser.add_argument(
         "--upstream-era",
         choices=["auto", "legacy", "modern"],
         help="protocol era of the upstream (default: auto-detect)",
@@ -65,6 +70,7 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         **{
             "upstream.url": args.upstream,
             "upstream.command": args.upstream_command,
+            "upstream.sse_url": args.upstream_sse,
             "upstream.era": args.upstream_era,
             "listen": args.listen,
             "admin_listen": args.admin_listen,

@@ -35,7 +35,7 @@ from ..protocol.versions import legacy_at_least
 from .base import Reply
 from .errors import UpstreamError, UpstreamProtocolError, UpstreamSessionGone, UpstreamTimeout, UpstreamUnavailable
 from .http import HttpUpstream
-from .stdio import StdioChannel, StdioProcess, StdioReply
+from .stdio import StdioChannel, StdioProcess, StdioReply, with_headers
 
 JSONDict = dict[str, Any]
 log = structlog.get_logger(__name__)
@@ -374,7 +374,8 @@ class StdioSessionTransport:
         def exited(code: int | None) -> None:
             session.closed = True
 
-        self._channel = StdioChannel(self._make_process, self._name, on_unsolicited=session.dispatch, on_exit=exited)
+        make = with_headers(self._make_process, session.auth_headers)  # HTTP+SSE: on the GET and the POSTs
+        self._channel = StdioChannel(make, self._name, on_unsolicited=session.dispatch, on_exit=exited)
         await self._channel.start()  # UpstreamUnavailable naming the program if it cannot be started
 
     def headers(self, session: LegacyUpstreamSession) -> dict[str, str]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import os
 import signal
 import time
@@ -323,6 +324,14 @@ def process_factory(
     def make(*, on_message: Callable[[JSONDict], None], on_exit: Callable[[int | None], None]) -> StdioProcess:
         return StdioProcess(argv, name=name, env=env, cwd=cwd, on_message=on_message, on_exit=on_exit, tally=tally)
 
+    return make
+
+
+def with_headers(make: Callable[..., Any], headers: Mapping[str, str]) -> Callable[..., Any]:
+    """`make` bound to one caller's credentials when its channels carry headers (an HTTP+SSE
+    server's connections, upstream/sse.py); a process factory as it is (stdio has no headers)."""
+    if getattr(make, "accepts_headers", False):
+        return functools.partial(make, headers=dict(headers))
     return make
 
 
