@@ -125,7 +125,8 @@ class SseConnection:
         self._admit = admit
         self._release = release
         self._admitted = False
-        self._closing = False  # stop() ends it, not the server
+        self._why: str | None = None  # why the proxy ended it, when the proxy did
+        self.ended: str | None = None
         self._response: aiohttp.ClientResponse | None = None
         self._reader: asyncio.Task[None] | None = None
         self._write_lock = asyncio.Lock()
@@ -195,17 +196,17 @@ class SseConnection:
                 raise UpstreamUnavailable(self.name, str(exc)) from None
 
     async def _read(self, events: SseEvents) -> None:
-        reason = "ended the stream"
+        reason = "the stream ended"
         try:
             while True:
                 try:
                     event = await events.next()
                 except OverflowError as exc:
-                    reason = f"sent {exc}"
+                    reason = f"it sent {exc}"
                     log.warning("upstream_sse_event_too_large", upstream=self.name, limit=self._max_event_bytes)
                     return
                 except (aiohttp.ClientError, asyncio.IncompleteReadError) as exc:
-                    reason = f"dropped the stream ({exc.__class__.__name__})"
+                    reason = f"the stream broke: {exc.__class__.__name__}"
                     return
                 if event is None:
                     return
@@ -215,7 +216,7 @@ class SseConnection:
                 if event.data.strip():
                     self._deliver(event.data)
         finally:
-            self._finish("closed" if self._closing else reason)
+            self._finish(self._why or reason)
 
     def _finish(self, reason: str) -> None:
         """The session is over: once, whether the reader ran to its end or was cancelled unstarted."""
@@ -225,6 +226,7 @@ class SseConnection:
         if self._tally is not None:
             self._tally.dec()
         self._leave()
+        self.ended = f"lost its SSE stream ({reason})"  # what StdioChannel tells the requests open
         self.exited.set()
         log.info("upstream_sse_closed", upstream=self.name, connection=self.pid, reason=reason)
         self._on_exit(None)
@@ -256,16 +258,17 @@ class SseConnection:
                         status = response.status
                         body = await response.content.read(_POST_BODY_LIMIT)
             except (TimeoutError, aiohttp.ClientError) as exc:
-                self._end()
+                self._end(f"a POST failed: {exc.__class__.__name__}")
                 raise ConnectionError(f"the POST failed ({exc.__class__.__name__})") from None
         if 200 <= status < 300:
             return
         if status in _GONE:
-            self._end()
+            self._end(f"a POST got HTTP {status}: the server no longer knows the session")
         text = body.decode("utf-8", "replace").strip()[:200]
         raise ConnectionError(f"the POST got HTTP {status}" + (f": {text}" if text else ""))
 
-    def _end(self) -> None:
+    def _end(self, why: str) -> None:
+        self._why = self._why or why
         if self._reader is not None and not self._reader.done():
             self._reader.cancel()
 
@@ -275,8 +278,7 @@ class SseConnection:
             self._close_response()
             self._leave()
             return None
-        self._closing = True
-        self._end()
+        self._end("closed by the proxy")
         with contextlib.suppress(asyncio.CancelledError, TimeoutError):
             async with asyncio.timeout(grace_s):
                 await asyncio.gather(self._reader, return_exceptions=True)

@@ -311,8 +311,10 @@ class StdioChannel:
             self._on_unsolicited(message)
 
     def _on_exit(self, code: int | None) -> None:
+        # A process exits with a code; an HTTP+SSE connection (upstream/sse.py) says how it ended.
+        ended = getattr(self.process, "ended", None) or f"exited (code {code})"
         for route in list(self._routes.values()):
-            route.queue.put_nowait(UpstreamUnavailable(self.name, f"exited (code {code}) during the request"))
+            route.queue.put_nowait(UpstreamUnavailable(self.name, f"{ended} during the request"))
         self._routes.clear()
         self._tokens.clear()
         self._on_exit_callback(code)

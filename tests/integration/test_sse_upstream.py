@@ -132,7 +132,7 @@ async def test_the_stream_ending_mid_call_fails_the_call_at_once_and_ends_the_se
         async with asyncio.timeout(WAIT):
             reply = await peer.request("tools/call", {"name": "drop", "arguments": {}})
     assert reply.error["code"] == jsonrpc.UPSTREAM_UNAVAILABLE
-    assert "during the request" in reply.error["message"]
+    assert reply.error["message"] == f"upstream {NAME!r} lost its SSE stream (the stream ended) during the request"
     assert any(e["event"] == "upstream_sse_closed" for e in logs)
     async with asyncio.timeout(WAIT):
         while proxy.connections():  # noqa: ASYNC110
@@ -261,6 +261,7 @@ async def test_a_post_the_server_refuses_fails_the_write_and_a_404_ends_the_conn
         async with asyncio.timeout(WAIT):
             await channel.process.exited.wait()
         assert connector.open == 0 and not channel.running
+        assert "a POST got HTTP 404" in (channel.process.ended or "")
 
 
 async def test_an_event_over_the_byte_bound_ends_the_connection(aiohttp_server: Any):
