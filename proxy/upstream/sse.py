@@ -91,7 +91,8 @@ class SseEvents:
 class SseConnection:
     """One HTTP+SSE session: the GET stream the server speaks on, the POST endpoint it listens at.
 
-    `headers`: what the GET and every POST carry (upstream.headers, the caller's credentials).
+    `headers`: what the GET and every POST carry (upstream.headers, the caller's credentials);
+    `credentials` the caller's part, which `use_credentials` replaces for the POSTs that follow.
     """
 
     def __init__(
@@ -105,6 +106,7 @@ class SseConnection:
         endpoint_timeout_s: float,
         max_event_bytes: int,
         on_message: Callable[[JSONDict], None],
+        credentials: Mapping[str, str] | None = None,
         on_exit: Callable[[int | None], None] = lambda code: None,
         tally: Tally | None = None,
         admit: Callable[[], bool] = lambda: True,
@@ -112,7 +114,8 @@ class SseConnection:
     ) -> None:
         self.sse_url = sse_url
         self.name = name
-        self.headers = dict(headers)
+        self._static = dict(headers)
+        self.headers = {**self._static, **(credentials or {})}
         self.endpoint: str | None = None
         self.pid = next(_ids)  # no process: a number naming the connection in the logs
         self._session = session
@@ -243,6 +246,10 @@ class SseConnection:
                 continue
             self._on_message(message)
 
+    def use_credentials(self, credentials: Mapping[str, str]) -> None:
+        """The caller's latest credentials (a refreshed token) on the POSTs from now on."""
+        self.headers = {**self._static, **credentials}
+
     async def write(self, message: JSONDict) -> None:
         """POST one message; ConnectionError when it is not accepted (the session ends when the
         server says it no longer knows it, or cannot be reached)."""
@@ -345,7 +352,8 @@ class SseConnector:
             self.sse_url,
             name=self.name,
             session=self.session,
-            headers={**self._static, **(headers or {})},
+            headers=self._static,
+            credentials=headers,
             connect_timeout_s=self._connect_timeout_s,
             endpoint_timeout_s=self._endpoint_timeout_s,
             max_event_bytes=self._max_event_bytes,

@@ -329,6 +329,14 @@ def process_factory(
     return make
 
 
+def use_credentials(channel: StdioChannel, headers: Mapping[str, str]) -> None:
+    """The caller's latest credentials on what the channel sends from now on, when it carries
+    headers (an HTTP+SSE connection); nothing for a process."""
+    refresh = getattr(channel.process, "use_credentials", None)
+    if refresh is not None:
+        refresh(dict(headers))
+
+
 def with_headers(make: Callable[..., Any], headers: Mapping[str, str]) -> Callable[..., Any]:
     """`make` bound to one caller's credentials when its channels carry headers (an HTTP+SSE
     server's connections, upstream/sse.py); a process factory as it is (stdio has no headers)."""

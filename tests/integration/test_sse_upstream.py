@@ -25,7 +25,7 @@ from proxy.metrics import PREFIX
 from proxy.protocol import jsonrpc
 from proxy.upstream.errors import UpstreamTimeout, UpstreamUnavailable
 from proxy.upstream.sse import SseConnector
-from proxy.upstream.stdio import StdioChannel
+from proxy.upstream.stdio import StdioChannel, use_credentials, with_headers
 from tests.support.legacy_peer import ACCEPT, PATH, LegacyPeer, SseReader, error_body, initialize_message, read_reply
 from tests.support.modern_peer import ModernPeer
 from tests.support.sse_server import FakeSseServer
@@ -153,6 +153,14 @@ async def test_the_clients_authorization_and_the_static_headers_go_on_the_get_an
         assert headers.get("X-Static") == "s"
 
 
+async def test_each_modern_callers_credentials_go_on_the_posts_of_its_pooled_connection(make_proxy: MakeProxy):
+    proxy = await make_proxy()
+    await ModernPeer(proxy.client, headers={"Authorization": "Bearer m1"}).request("tools/list")
+    assert proxy.upstream.seen[-1][1]["Authorization"] == "Bearer m1"
+    await ModernPeer(proxy.client, headers={"Authorization": "Bearer m2"}).request("tools/call", {"name": "echo"})
+    assert proxy.upstream.seen[-1][1]["Authorization"] == "Bearer m2"
+
+
 async def test_at_the_session_bound_with_every_connection_busy_a_new_session_gets_503(make_proxy: MakeProxy):
     proxy = await make_proxy(**{"upstream.sse.max_sessions": 1})
     busy = await proxy.connect()
@@ -262,6 +270,30 @@ async def test_a_post_the_server_refuses_fails_the_write_and_a_404_ends_the_conn
             await channel.process.exited.wait()
         assert connector.open == 0 and not channel.running
         assert "a POST got HTTP 404" in (channel.process.ended or "")
+
+
+async def test_refreshed_credentials_go_on_the_posts_that_follow_over_the_static_headers(aiohttp_server: Any):
+    upstream = FakeSseServer()
+    server = await aiohttp_server(upstream.app())
+    async with aiohttp.ClientSession() as session:
+        connector = SseConnector(
+            str(server.make_url("/sse")),
+            NAME,
+            session,
+            static_headers={"X-Static": "s"},
+            connect_timeout_s=2,
+            endpoint_timeout_s=2,
+            max_event_bytes=1024,
+            max_sessions=2,
+        )
+        channel = StdioChannel(with_headers(connector, {"Authorization": "Bearer old"}), NAME)
+        await channel.start()
+        use_credentials(channel, {"Authorization": "Bearer new"})
+        await channel.send(jsonrpc.notification("notifications/initialized"))
+        await channel.stop(1.0)
+    (get, get_headers), (post, post_headers) = upstream.seen
+    assert (get, get_headers["Authorization"], get_headers["X-Static"]) == ("GET", "Bearer old", "s")
+    assert (post, post_headers["Authorization"], post_headers["X-Static"]) == ("POST", "Bearer new", "s")
 
 
 async def test_an_event_over_the_byte_bound_ends_the_connection(aiohttp_server: Any):
