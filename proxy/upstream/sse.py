@@ -24,7 +24,7 @@ import structlog
 
 from ..protocol import jsonrpc
 from ..protocol.sse import Decoder, Event
-from .errors import UpstreamTimeout, UpstreamUnavailable
+from .errors import UpstreamHTTPError, UpstreamTimeout, UpstreamUnavailable
 from .stdio import Tally
 
 JSONDict = dict[str, Any]
@@ -175,6 +175,10 @@ class SseConnection:
         except aiohttp.ClientError as exc:
             raise UpstreamUnavailable(self.name, f"is unreachable ({exc.__class__.__name__}: {exc})") from None
         self._response = response
+        if response.status in (401, 403):
+            # An OAuth-protected server: relayed with its challenge, so the client authenticates.
+            body = await response.content.read(_POST_BODY_LIMIT)
+            raise UpstreamHTTPError(self.name, response.status, body, response.headers.get("WWW-Authenticate"))
         content_type = response.headers.get("Content-Type", "").split(";")[0].strip().lower()
         if response.status != 200 or content_type != "text/event-stream":
             raise UpstreamUnavailable(

@@ -190,6 +190,19 @@ async def legacy_initialize(client: TestClient) -> dict[str, Any]:
     return reply.final
 
 
+async def test_an_sse_get_refused_with_401_reaches_clients_of_both_eras_with_its_challenge(make_proxy: MakeProxy):
+    proxy = await make_proxy(FakeSseServer(token="t"))
+    response = await proxy.client.post(PATH, json=initialize_message(), headers={"Accept": ACCEPT})
+    assert response.status == 401
+    assert response.headers["WWW-Authenticate"].startswith("Bearer ")
+    modern = await ModernPeer(proxy.client).request("tools/list")
+    assert modern.status == 401
+    peer = await proxy.connect(headers={"Authorization": "Bearer t"})
+    assert (await peer.request("ping")).result == {}
+    listed = await ModernPeer(proxy.client, headers={"Authorization": "Bearer t"}).request("tools/list")
+    assert listed.result["tools"]
+
+
 async def test_an_endpoint_on_another_origin_is_refused(make_proxy: MakeProxy):
     proxy = await make_proxy(FakeSseServer(endpoint="http://elsewhere.example/message"))
     reply = await legacy_initialize(proxy.client)

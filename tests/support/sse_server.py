@@ -13,7 +13,8 @@ session. It answers `initialize` (the client's version if legacy, else 2024-11-0
   drop   closes the session's stream without answering
   ask    a sampling/createMessage request to the client; answers with what the client replied
 
-Every request's headers are recorded in `seen` (GET and POST alike).
+Every request's headers are recorded in `seen` (GET and POST alike). With `token`, a GET without
+that bearer token gets 401 with a challenge.
 """
 
 from __future__ import annotations
@@ -40,8 +41,9 @@ class Session:
 
 
 class FakeSseServer:
-    def __init__(self, *, endpoint: str | None = None, send_endpoint: bool = True, delay_s: float = 0.0) -> None:
+    def __init__(self, *, endpoint: str | None = None, send_endpoint: bool = True, token: str | None = None) -> None:
         self.endpoint = endpoint
+        self.token = token  # when set, a GET without `Authorization: Bearer <token>` gets 401
         self.send_endpoint = send_endpoint
         self.sessions: dict[str, Session] = {}
         self.seen: list[tuple[str, dict[str, str]]] = []  # (method, headers)
@@ -61,6 +63,9 @@ class FakeSseServer:
 
     async def get(self, request: web.Request) -> web.StreamResponse:
         self.seen.append(("GET", dict(request.headers)))
+        if self.token is not None and request.headers.get("Authorization") != f"Bearer {self.token}":
+            challenge = 'Bearer resource_metadata="http://127.0.0.1/.well-known/oauth-protected-resource"'
+            return web.Response(status=401, text="unauthorized", headers={"WWW-Authenticate": challenge})
         session = Session(str(next(self._ids)))
         self.sessions[session.id] = session
         self.opened += 1
