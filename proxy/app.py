@@ -44,7 +44,7 @@ from .tracing import Tracing, from_settings
 from .upstream.errors import UpstreamHTTPError
 from .upstream.http import HttpUpstream
 from .upstream.legacy_session import SessionFactory, http_sessions, stdio_sessions
-from .upstream.sse import SseConnector
+from .upstream.sse import SseConnector, serves_sse
 from .upstream.stdio import StdioChannel, StdioModernUpstream, StdioProcess, process_factory
 
 log = structlog.get_logger(__name__)
@@ -327,6 +327,27 @@ def create_app(
     app.on_shutdown.append(drain)
     app.cleanup_ctx.append(lifecycle)
     return app, (None if admin_app is app else admin_app)
+
+
+async def detect_sse_upstream(settings: Settings, session: aiohttp.ClientSession | None = None) -> Settings:
+    """`settings` with upstream.url turned into upstream.sse_url when it is a 2024-11-05 HTTP+SSE
+    server's SSE URL (upstream/sse.py serves_sse; upstream.sse.detect), else as they are. Asked
+    once, at start: an upstream not answering then stays Streamable HTTP."""
+    config = settings.upstream
+    if config.url is None or config.era == "modern" or not config.sse.detect:
+        return settings
+    own = session is None
+    session = session or SseConnector.client_session(config.connect_timeout_s)
+    try:
+        found = await serves_sse(config.url, session, config.headers, config.probe_timeout_s)
+    finally:
+        if own:
+            await session.close()
+    if not found:
+        return settings
+    log.info("upstream_sse_detected", upstream=config.name)
+    upstream = config.model_copy(update={"url": None, "sse_url": config.url})
+    return settings.model_copy(update={"upstream": upstream})
 
 
 def _last_ok(detector: EraDetector, http: HttpUpstream | None, stdio: StdioModernUpstream | None) -> float | None:

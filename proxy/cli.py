@@ -14,7 +14,7 @@ import structlog
 from aiohttp import web
 
 from . import __version__, tracing
-from .app import ADMIN, INTERNAL, create_app
+from .app import ADMIN, INTERNAL, create_app, detect_sse_upstream
 from .config import ENV_PREFIX, ConfigError, Settings, load_settings, parse_listen
 from .downstream.server import runner as make_runner
 from .logs import configure_logging
@@ -90,6 +90,7 @@ async def serve(
     for signum in (signal.SIGINT, signal.SIGTERM):
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(signum, stop.set)
+    settings = await detect_sse_upstream(settings)  # a 2024-11-05 HTTP+SSE server behind upstream.url
     app, admin_app = create_app(settings)
     internal_app = app.get(INTERNAL)
     runners: list[web.AppRunner] = []

@@ -87,6 +87,12 @@ class StdioConfig(_Section):
 
 
 class SseConfig(_Section):
+    detect: bool = Field(
+        True,
+        description="At start, an upstream.url (era auto or legacy) that refuses a POST the way a 2024-11-05 "
+        "server refuses it (400/404/405, no JSON-RPC body) and whose GET opens a stream with an `endpoint` "
+        "event is used as upstream.sse_url.",
+    )
     max_sessions: int = Field(
         32,
         gt=0,

@@ -378,3 +378,42 @@ class SseConnector:
         connector = aiohttp.TCPConnector(limit=0, limit_per_host=0, enable_cleanup_closed=True, keepalive_timeout=4.0)
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=connect_timeout_s)
         return aiohttp.ClientSession(connector=connector, timeout=timeout, trust_env=False)
+
+
+_REFUSALS = (400, 404, 405)  # how a 2024-11-05 server refuses a POST to its SSE URL
+
+
+async def serves_sse(url: str, session: aiohttp.ClientSession, headers: Mapping[str, str], timeout_s: float) -> bool:
+    """Whether `url` is a 2024-11-05 HTTP+SSE server's SSE URL rather than a Streamable HTTP
+    endpoint (2025-03-26 basic/transports §Backward Compatibility): a POST there is refused with
+    400/404/405 and a body that is no JSON-RPC message (a Streamable HTTP server refusing a
+    sessionless request says so in JSON-RPC), and a GET opens a stream whose first event is an
+    `endpoint` on the URL's origin. The POST is a `ping`: it opens no session anywhere. Any other
+    answer, or none within `timeout_s`, is not such a server."""
+    probe = jsonrpc.encode(jsonrpc.request("mcp-era-proxy-transport-probe", "ping"))
+    post_headers = {**headers, "Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
+    try:
+        async with asyncio.timeout(timeout_s):
+            async with session.post(url, data=probe, headers=post_headers) as response:
+                if response.status not in _REFUSALS:
+                    return False
+                body = await response.content.read(_POST_BODY_LIMIT)
+            with contextlib.suppress(jsonrpc.DecodeError):
+                if jsonrpc.kind(jsonrpc.decode(body)) != "invalid":
+                    return False
+            get_headers = {**headers, "Accept": "text/event-stream"}
+            async with session.get(url, headers=get_headers) as response:
+                content_type = response.headers.get("Content-Type", "").split(";")[0].strip().lower()
+                if response.status != 200 or content_type != "text/event-stream":
+                    return False
+                events = SseEvents(response, _POST_BODY_LIMIT)
+                while (event := await events.next()) is not None:
+                    if event.event == "endpoint":
+                        try:
+                            resolve_endpoint(url, event.data)
+                        except EndpointError:
+                            return False
+                        return True
+                return False
+    except (TimeoutError, aiohttp.ClientError, OverflowError):
+        return False

@@ -20,6 +20,7 @@ from tests.support.conformance import REQUIRED_2025_11_25, REQUIRED_2026_07_28, 
 from tests.support.procs import free_port, listening
 from tests.support.sdk_drivers import legacy_client_argv, modern_client_argv, run_legacy_client, run_modern_client
 
+from .conftest import PROXY_LOGS
 from .test_conformance import EVERYTHING_2026_SCENARIOS, passed
 
 pytestmark = pytest.mark.e2e
@@ -118,6 +119,15 @@ def test_conformance_2026_07_28_for_modern_clients_every_scenario_server_everyth
     _, scenarios, summary = run_conformance(proxy_to_everything_sse, "2026-07-28", tmp_path)
     assert len(scenarios) == REQUIRED_2026_07_28
     assert EVERYTHING_2026_SCENARIOS <= passed(scenarios), summary
+
+
+@pytest.mark.parametrize("client", ["legacy", "modern"])
+def test_an_sse_url_given_as_upstream_url_is_detected_at_start(start_proxy: Any, everything_sse: str, client: str):
+    with start_proxy(everything_sse) as url:  # --upstream http://.../sse
+        observed = run(client, url, "tools")
+        log = PROXY_LOGS[url].read_text()
+    assert texts(observed["result"]) == ["Echo: hi"]
+    assert "upstream_sse_detected" in log
 
 
 # ---------------------------------------------------------------- faults and bounds

@@ -19,7 +19,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient
 from structlog.testing import capture_logs
 
-from proxy.app import LEGACY_STDIO, METRICS, create_app
+from proxy.app import LEGACY_STDIO, METRICS, create_app, detect_sse_upstream
 from proxy.config import load_settings
 from proxy.metrics import PREFIX
 from proxy.protocol import jsonrpc
@@ -360,3 +360,60 @@ async def test_the_session_bound_refuses_a_connection_past_it(aiohttp_server: An
         with pytest.raises(UpstreamTimeout):
             await StdioChannel(connector, NAME).start()
         assert connector.open == 0  # a failed start gives its place back
+
+
+# ---------------------------------------------------------------- detection behind upstream.url
+
+
+async def streamable_http_server(aiohttp_server: Any) -> str:
+    """A sessionful Streamable HTTP server's refusal of a request without a session: 400, JSON-RPC."""
+
+    async def post(request: web.Request) -> web.Response:
+        error = {"jsonrpc": "2.0", "id": None, "error": {"code": -32000, "message": "Bad Request: no session"}}
+        return web.json_response(error, status=400)
+
+    async def get(request: web.Request) -> web.Response:
+        return web.Response(status=405)
+
+    app = web.Application()
+    app.router.add_post("/mcp", post)
+    app.router.add_get("/mcp", get)
+    return str((await aiohttp_server(app)).make_url("/mcp"))
+
+
+async def test_an_upstream_url_that_is_an_sse_url_is_detected_and_served_as_one(aiohttp_server: Any):
+    upstream = FakeSseServer()
+    url = str((await aiohttp_server(upstream.app())).make_url("/sse"))  # POST /sse: 405 (aiohttp)
+    with capture_logs() as logs:
+        settings = await detect_sse_upstream(load_settings(None, **{"upstream.url": url}))
+    assert (settings.upstream.transport, settings.upstream.sse_url, settings.upstream.url) == ("sse", url, None)
+    assert any(e["event"] == "upstream_sse_detected" for e in logs)
+    assert [m for m, _ in upstream.seen] == ["GET"]  # the POST was refused before any session
+
+
+@pytest.mark.parametrize(
+    "overrides", [{"upstream.era": "modern"}, {"upstream.sse.detect": False}], ids=["era-modern", "detect-off"]
+)
+async def test_no_detection_when_the_era_is_modern_or_detection_is_off(aiohttp_server: Any, overrides: dict[str, Any]):
+    upstream = FakeSseServer()
+    url = str((await aiohttp_server(upstream.app())).make_url("/sse"))
+    settings = load_settings(None, **{"upstream.url": url, **overrides})
+    assert await detect_sse_upstream(settings) is settings
+    assert upstream.seen == []
+
+
+async def test_a_streamable_http_server_refusing_in_json_rpc_or_an_absent_one_stays_streamable_http(
+    aiohttp_server: Any,
+):
+    from .conftest import closed_port_url
+
+    for url in (await streamable_http_server(aiohttp_server), closed_port_url()):
+        settings = load_settings(None, **{"upstream.url": url, "upstream.probe_timeout_s": 1})
+        assert await detect_sse_upstream(settings) is settings
+
+
+async def test_an_sse_stream_naming_an_endpoint_elsewhere_is_not_taken_for_an_sse_server(aiohttp_server: Any):
+    upstream = FakeSseServer(endpoint="http://elsewhere.example/message")
+    url = str((await aiohttp_server(upstream.app())).make_url("/sse"))
+    settings = load_settings(None, **{"upstream.url": url})
+    assert await detect_sse_upstream(settings) is settings
