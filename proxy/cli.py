@@ -14,7 +14,7 @@ import structlog
 from aiohttp import web
 
 from . import __version__, tracing
-from .app import ADMIN, INTERNAL, create_app
+from .app import ADMIN, INTERNAL, create_app, detect_sse_upstream
 from .config import ENV_PREFIX, ConfigError, Settings, load_settings, parse_listen
 from .downstream.server import runner as make_runner
 from .logs import configure_logging
@@ -36,6 +36,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--upstream", metavar="URL", help="upstream MCP endpoint (Streamable HTTP)")
     parser.add_argument(
         "--upstream-command", metavar="'CMD ARGS'", help="or: start this MCP server and speak to it over stdio"
+    )
+    parser.add_argument(
+        "--upstream-sse",
+        metavar="URL",
+        help="or: the SSE URL of a 2024-11-05 HTTP+SSE server (GET /sse, POST to the endpoint it announces)",
     )
     parser.add_argument(
         "--upstream-era",
@@ -65,6 +70,7 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         **{
             "upstream.url": args.upstream,
             "upstream.command": args.upstream_command,
+            "upstream.sse_url": args.upstream_sse,
             "upstream.era": args.upstream_era,
             "listen": args.listen,
             "admin_listen": args.admin_listen,
@@ -84,6 +90,7 @@ async def serve(
     for signum in (signal.SIGINT, signal.SIGTERM):
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(signum, stop.set)
+    settings = await detect_sse_upstream(settings)  # a 2024-11-05 HTTP+SSE server behind upstream.url
     app, admin_app = create_app(settings)
     internal_app = app.get(INTERNAL)
     runners: list[web.AppRunner] = []
