@@ -62,9 +62,14 @@ def peer(name: str, logs: Path) -> Iterator[str]:
 
 
 @contextlib.contextmanager
-def proxy(logs: Path, label: str, *, url: str | None = None, command: str | None = None) -> Iterator[str]:
+def proxy(
+    logs: Path, label: str, *, url: str | None = None, command: str | None = None, sse: str | None = None
+) -> Iterator[str]:
     port = free_port()
-    target = ["--upstream", url] if url else ["--upstream-command", str(command)]
+    if sse:
+        target = ["--upstream-sse", sse]
+    else:
+        target = ["--upstream", url] if url else ["--upstream-command", str(command)]
     argv = [sys.executable, "-m", "proxy", *target, "--listen", f"127.0.0.1:{port}", "--log-level", "warning"]
     with listening(argv, port, logs / f"proxy-{label}.log", timeout=60):
         yield f"http://127.0.0.1:{port}/mcp"
@@ -93,6 +98,11 @@ def main() -> None:
             measure("mcp-era-proxy → fixture over stdio (started by the proxy)", proxied)
         with proxy(logs, "everything-stdio", command=shlex.join(["bash", peer_sh, "everything-stdio"])) as proxied:
             measure("mcp-era-proxy → server-everything over stdio (started by the proxy)", proxied)
+        with (
+            peer("everything-sse", logs) as url,
+            proxy(logs, "everything-sse", sse=url[: -len("/mcp")] + "/sse") as proxied,
+        ):
+            measure("mcp-era-proxy → server-everything over HTTP+SSE (2024-11-05, --upstream-sse)", proxied)
         for bridge in ("mcp-proxy-fixture", "supergateway-fixture"):
             with peer(bridge, logs) as url:
                 measure(f"{bridge} (peer bridge: fixture over stdio)", url)

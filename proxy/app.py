@@ -7,7 +7,7 @@ import secrets
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from functools import partial
-from typing import Any
+from typing import Any, cast
 
 import aiohttp
 import structlog
@@ -44,7 +44,8 @@ from .tracing import Tracing, from_settings
 from .upstream.errors import UpstreamHTTPError
 from .upstream.http import HttpUpstream
 from .upstream.legacy_session import SessionFactory, http_sessions, stdio_sessions
-from .upstream.stdio import StdioChannel, StdioModernUpstream, process_factory
+from .upstream.sse import SseConnector, serves_sse
+from .upstream.stdio import StdioChannel, StdioModernUpstream, StdioProcess, process_factory
 
 log = structlog.get_logger(__name__)
 
@@ -95,6 +96,7 @@ def create_app(
         binding = CallerBinding(sealer, max_state_chars=settings.security.max_body_bytes)
     http: HttpUpstream | None = None
     stdio: StdioModernUpstream | None = None
+    sse: SseConnector | None = None
     byte_relay: ByteRelay | None = None
     process_sessions: LegacySessionHost[Any] | None = None
     legacy_sessions: SessionFactory
@@ -106,16 +108,38 @@ def create_app(
         legacy_sessions = http_sessions(http, config.initialize_timeout_s)
         probe: Probe = partial(probe_http, http, config.probe_timeout_s)
     else:
-        assert config.command is not None
-        make = process_factory(
-            config.command, config.name, config.env, config.cwd, metrics.upstream_processes.labels(config.name)
-        )
+        make: Callable[..., StdioProcess]
+        if config.transport == "sse":
+            assert config.sse_url is not None
+            sse = SseConnector(
+                config.sse_url,
+                config.name,
+                client_session or SseConnector.client_session(config.connect_timeout_s),
+                static_headers=config.headers,
+                connect_timeout_s=config.connect_timeout_s,
+                endpoint_timeout_s=config.sse.endpoint_timeout_s,
+                max_event_bytes=config.max_reply_bytes,
+                max_sessions=config.sse.max_sessions,
+                tally=metrics.upstream_sse_sessions.labels(config.name),
+            )
+            # Its connections have the StdioProcess interface (start, write, running, exited, stop).
+            make = cast("Callable[..., StdioProcess]", sse)
+            max_live, idle_s = config.sse.max_sessions, config.sse.session_idle_s
+        else:
+            assert config.command is not None
+            make = process_factory(
+                config.command, config.name, config.env, config.cwd, metrics.upstream_processes.labels(config.name)
+            )
+            max_live, idle_s = config.stdio.max_processes, config.stdio.process_idle_s
+        # An HTTP+SSE server is never asked for modern service (its era is legacy, not probed): the
+        # shared channel below exists for the stdio case only.
         stdio = modern_upstream = StdioModernUpstream(
             config.name, make, grace_s=config.shutdown_grace_s, backoff_max_s=config.restart_backoff_max_s
         )
         legacy_sessions = stdio_sessions(make, config.name, config.shutdown_grace_s, config.initialize_timeout_s)
-        # A session that is a process cannot be shared with other replicas: it lives here only. Its
-        # process is bounded in number and stopped sooner when idle than a session record expires.
+        # A session that is a process (or an SSE connection) cannot be shared with other replicas:
+        # it lives here only. It is bounded in number and ended sooner when idle than a session
+        # record expires.
         process_sessions = LegacySessionHost(
             ProcessBackend(settings, make, config.name, failures),
             settings,
@@ -123,8 +147,8 @@ def create_app(
             ids,
             metrics,
             clock,
-            max_live=config.stdio.max_processes,
-            idle_timeout_s=config.stdio.process_idle_s,
+            max_live=max_live,
+            idle_timeout_s=idle_s,
         )
 
         async def probe_channel() -> StdioChannel:
@@ -133,7 +157,7 @@ def create_app(
             return channel
 
         probe = partial(probe_stdio, probe_channel, config.probe_timeout_s)
-    detector = EraDetector(config.era, probe)
+    detector = EraDetector("legacy" if config.transport == "sse" else config.era, probe)
 
     owned_store: RedisSessionStore | None = None
     if store is None and settings.store.url is not None:
@@ -278,6 +302,8 @@ def create_app(
             await stdio.close()
         if http is not None and owns_session:
             await http.close()
+        if sse is not None and owns_session:
+            await sse.close()
         await forwarder.close()
         if verifier is not None:
             await verifier.close()
@@ -301,6 +327,27 @@ def create_app(
     app.on_shutdown.append(drain)
     app.cleanup_ctx.append(lifecycle)
     return app, (None if admin_app is app else admin_app)
+
+
+async def detect_sse_upstream(settings: Settings, session: aiohttp.ClientSession | None = None) -> Settings:
+    """`settings` with upstream.url turned into upstream.sse_url when it is a 2024-11-05 HTTP+SSE
+    server's SSE URL (upstream/sse.py serves_sse; upstream.sse.detect), else as they are. Asked
+    once, at start: an upstream not answering then stays Streamable HTTP."""
+    config = settings.upstream
+    if config.url is None or config.era == "modern" or not config.sse.detect:
+        return settings
+    own = session is None
+    session = session or SseConnector.client_session(config.connect_timeout_s)
+    try:
+        found = await serves_sse(config.url, session, config.headers, config.probe_timeout_s)
+    finally:
+        if own:
+            await session.close()
+    if not found:
+        return settings
+    log.info("upstream_sse_detected", upstream=config.name)
+    upstream = config.model_copy(update={"url": None, "sse_url": config.url})
+    return settings.model_copy(update={"upstream": upstream})
 
 
 def _last_ok(detector: EraDetector, http: HttpUpstream | None, stdio: StdioModernUpstream | None) -> float | None:

@@ -19,7 +19,7 @@ import structlog
 from aiohttp import web
 
 from . import __version__, tracing
-from .app import ADMIN, INTERNAL, create_app
+from .app import ADMIN, INTERNAL, create_app, detect_sse_upstream
 from .config import ENV_PREFIX, ConfigError, Settings, load_settings, parse_listen
 from .downstream.server import runner as make_runner
 from .downstream.stdio import StdinReader, StdioBridge, StdoutWriter
@@ -58,6 +58,11 @@ def parse_args(argv: Sequence[str] | None = None, stdio: bool = False) -> argpar
         "--upstream-command", metavar="'CMD ARGS'", help="or: start this MCP server and speak to it over stdio"
     )
     parser.add_argument(
+        "--upstream-sse",
+        metavar="URL",
+        help="or: the SSE URL of a 2024-11-05 HTTP+SSE server (GET /sse, POST to the endpoint it announces)",
+    )
+    parser.add_argument(
         "--upstream-era",
         choices=["auto", "legacy", "modern"],
         help="protocol era of the upstream (default: auto-detect)",
@@ -90,6 +95,7 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         **{
             "upstream.url": args.upstream,
             "upstream.command": args.upstream_command,
+            "upstream.sse_url": args.upstream_sse,
             "upstream.era": args.upstream_era,
             "listen": getattr(args, "listen", None),
             "admin_listen": args.admin_listen,
@@ -110,6 +116,7 @@ async def serve(
     for signum in (signal.SIGINT, signal.SIGTERM):
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(signum, stop.set)
+    settings = await detect_sse_upstream(settings)  # a 2024-11-05 HTTP+SSE server behind upstream.url
     app, admin_app = create_app(settings)
     internal_app = app.get(INTERNAL)
     runners: list[web.AppRunner] = []

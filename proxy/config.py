@@ -86,10 +86,39 @@ class StdioConfig(_Section):
     )
 
 
+class SseConfig(_Section):
+    detect: bool = Field(
+        True,
+        description="At start, an upstream.url (era auto or legacy) that refuses a POST the way a 2024-11-05 "
+        "server refuses it (400/404/405, no JSON-RPC body) and whose GET opens a stream with an `endpoint` "
+        "event is used as upstream.sse_url.",
+    )
+    max_sessions: int = Field(
+        32,
+        gt=0,
+        description="SSE connections held at most with an HTTP+SSE (2024-11-05) server, over legacy client "
+        "sessions (one connection each; at the bound a new one stops the least recently used idle one, "
+        "with none idle it gets 503) and the sessions pooled for modern clients.",
+    )
+    endpoint_timeout_s: float = Field(
+        10.0, gt=0, description="How long a new SSE connection waits for the server's `endpoint` event."
+    )
+    session_idle_s: float = Field(
+        600.0,
+        gt=0,
+        description="A legacy client's SSE connection idle this long is closed, ending the session.",
+    )
+
+
 class UpstreamConfig(_Section):
     url: str | None = Field(None, description="Streamable HTTP endpoint of the MCP server behind the proxy.")
     command: list[str] | None = Field(
         None, description="Or: the MCP server to start and speak to over stdio (program and arguments)."
+    )
+    sse_url: str | None = Field(
+        None,
+        description="Or: the SSE URL of a 2024-11-05 HTTP+SSE server (GET it, POST to the endpoint it "
+        "announces); its era is legacy, not probed.",
     )
     env: dict[str, str] = Field(default_factory=dict, description="Extra environment for the stdio server.")
     cwd: str | None = Field(None, description="Working directory of the stdio server.")
@@ -134,6 +163,9 @@ class UpstreamConfig(_Section):
     stdio: StdioConfig = Field(
         default_factory=StdioConfig, description="Server processes of legacy clients' sessions (legacy stdio server)."
     )
+    sse: SseConfig = Field(
+        default_factory=SseConfig, description="Connections with an HTTP+SSE server (upstream.sse_url)."
+    )
     declare_capabilities: Literal["all", "client"] = Field(
         "all",
         description="Client capabilities declared to a legacy upstream. `all`: every input capability, so "
@@ -142,7 +174,7 @@ class UpstreamConfig(_Section):
         "per capability set), for servers that adapt to what the client can do.",
     )
 
-    @field_validator("url")
+    @field_validator("url", "sse_url")
     @classmethod
     def _http_url(cls, value: str | None) -> str | None:
         if value is None:
@@ -163,8 +195,13 @@ class UpstreamConfig(_Section):
 
     @model_validator(mode="after")
     def _one_transport(self) -> UpstreamConfig:
-        if (self.url is None) == (self.command is None):
-            raise ValueError("set exactly one of upstream.url (Streamable HTTP) and upstream.command (stdio)")
+        if sum(value is not None for value in (self.url, self.command, self.sse_url)) != 1:
+            raise ValueError(
+                "set exactly one of upstream.url (Streamable HTTP), upstream.command (stdio) "
+                "and upstream.sse_url (HTTP+SSE)"
+            )
+        if self.sse_url is not None and self.era == "modern":
+            raise ValueError("an HTTP+SSE server (upstream.sse_url) speaks 2024-11-05: upstream.era cannot be modern")
         return self
 
     @property
@@ -175,6 +212,8 @@ class UpstreamConfig(_Section):
 
     @property
     def transport(self) -> str:
+        if self.sse_url is not None:
+            return "sse"
         return "http" if self.url is not None else "stdio"
 
     @field_validator("name")

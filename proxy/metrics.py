@@ -120,6 +120,12 @@ class Metrics:
             ["upstream"],
             registry=r,
         )
+        self.upstream_sse_sessions = Gauge(
+            PREFIX + "upstream_sse_sessions",
+            "SSE connections open with an HTTP+SSE (2024-11-05) server (legacy client sessions, pooled sessions).",
+            ["upstream"],
+            registry=r,
+        )
         self.upstream_processes = Gauge(
             PREFIX + "upstream_processes",
             "stdio server processes running (sessions of legacy clients, pooled sessions, the shared one).",

@@ -202,6 +202,7 @@ HELM="$HELM" .venv/bin/pytest -q -p no:cacheprovider --no-header tests/test_ops.
 refused=(
   "mode standalone needs an upstream|"
   "set only one of config.upstream.url|--set config.upstream.url=http://a:1/mcp --set config.upstream.command={x}"
+  "set only one of config.upstream.url|--set config.upstream.sse_url=http://a:1/sse --set config.upstream.command={x}"
   "mode sidecar needs the app's containers|--set mode=sidecar"
   "mode sidecar computes config.upstream.url|-f $CHART/examples/sidecar.yaml --set config.upstream.url=http://a:1/mcp"
   "is also a proxy port|-f $CHART/examples/sidecar.yaml --set sidecar.workload.containers[0].ports[0].containerPort=8080"

@@ -22,7 +22,7 @@ from ..protocol import jsonrpc
 from ..protocol.versions import LEGACY_VERSIONS
 from ..sessions import LegacySession
 from ..upstream.errors import UpstreamError, UpstreamUnavailable
-from ..upstream.stdio import Route, StdioChannel, StdioProcess
+from ..upstream.stdio import Route, StdioChannel, StdioProcess, use_credentials, with_headers
 from .channel import ReplyChannel
 from .failures import UpstreamFailures
 from .legacy_sessions import Opened
@@ -61,7 +61,7 @@ class ProcessBackend:
         """Start the session's process and relay the client's `initialize` to it."""
         process = Process(
             lambda owner: StdioChannel(
-                self._make_process,
+                with_headers(self._make_process, auth_headers),  # HTTP+SSE: on the GET and the POSTs
                 self._name,
                 on_unsolicited=lambda m: self._unsolicited(owner, m),
                 on_exit=lambda code: owner.lost("exited"),
@@ -119,6 +119,7 @@ class ProcessBackend:
         channel: ReplyChannel,
         auth_headers: dict[str, str],
     ) -> JSONDict:
+        use_credentials(runtime.live.channel, auth_headers)  # HTTP+SSE: a refreshed token goes on
         try:
             async with asyncio.timeout(self._settings.upstream.request_timeout_s):
                 return await self._exchange(runtime.live, message, channel)

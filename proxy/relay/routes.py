@@ -69,16 +69,19 @@ def routing_table(
     - legacy upstream, http: legacy clients byte for byte, in the upstream's own sessions;
       modern clients translated on pooled upstream sessions;
     - legacy upstream, stdio: legacy clients get sessions held here, a server process each;
-      modern clients translated on pooled server processes.
+      modern clients translated on pooled server processes;
+    - legacy upstream, sse (2024-11-05 HTTP+SSE, legacy by definition): as legacy stdio, an SSE
+      connection in place of each process.
     """
     table = {
         (Era.MODERN, "http"): Route(legacy=translating, modern=same_era, modern_bytes=True),
         (Era.MODERN, "stdio"): Route(legacy=translating, modern=same_era, modern_bytes=False),
         (Era.LEGACY, "http"): Route(legacy=None, modern=modern_to_legacy, modern_bytes=False),
         (Era.LEGACY, "stdio"): Route(legacy=process_sessions, modern=modern_to_legacy, modern_bytes=False),
+        (Era.LEGACY, "sse"): Route(legacy=process_sessions, modern=modern_to_legacy, modern_bytes=False),
     }
     if transport == "http" and byte_relay is None:
         raise ValueError("an HTTP upstream needs the byte relay")
-    if transport == "stdio" and process_sessions is None:
-        raise ValueError("a stdio upstream needs its process sessions")
+    if transport in ("stdio", "sse") and process_sessions is None:
+        raise ValueError(f"a {transport} upstream needs its process sessions")
     return Router({era: route for (era, kind), route in table.items() if kind == transport}, byte_relay)

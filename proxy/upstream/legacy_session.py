@@ -35,7 +35,7 @@ from ..protocol.versions import legacy_at_least
 from .base import Reply
 from .errors import UpstreamError, UpstreamProtocolError, UpstreamSessionGone, UpstreamTimeout, UpstreamUnavailable
 from .http import HttpUpstream
-from .stdio import StdioChannel, StdioProcess, StdioReply
+from .stdio import StdioChannel, StdioProcess, StdioReply, use_credentials, with_headers
 
 JSONDict = dict[str, Any]
 log = structlog.get_logger(__name__)
@@ -360,6 +360,7 @@ class StdioSessionTransport:
         self._name = name
         self._grace_s = grace_s
         self._channel: StdioChannel | None = None
+        self._session: LegacyUpstreamSession | None = None
 
     @property
     def name(self) -> str:
@@ -374,7 +375,9 @@ class StdioSessionTransport:
         def exited(code: int | None) -> None:
             session.closed = True
 
-        self._channel = StdioChannel(self._make_process, self._name, on_unsolicited=session.dispatch, on_exit=exited)
+        self._session = session
+        make = with_headers(self._make_process, session.auth_headers)  # HTTP+SSE: on the GET and the POSTs
+        self._channel = StdioChannel(make, self._name, on_unsolicited=session.dispatch, on_exit=exited)
         await self._channel.start()  # UpstreamUnavailable naming the program if it cannot be started
 
     def headers(self, session: LegacyUpstreamSession) -> dict[str, str]:
@@ -389,6 +392,8 @@ class StdioSessionTransport:
             channel = self._running()
             route = channel.open_route(message)
             try:
+                if self._session is not None:
+                    use_credentials(channel, self._session.auth_headers)  # the pool's caller, latest
                 await channel.send(message)
                 yield StdioReply(route)
             finally:
@@ -399,7 +404,10 @@ class StdioSessionTransport:
         span.end()
 
     async def send(self, message: JSONDict, headers: Mapping[str, str]) -> None:
-        await self._running().send(message)
+        channel = self._running()
+        if self._session is not None:
+            use_credentials(channel, self._session.auth_headers)
+        await channel.send(message)
 
     def adopt(self, session: LegacyUpstreamSession, reply: Reply) -> None:
         pass  # the process is the session: it has no id

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import os
 import signal
 import time
@@ -310,8 +311,10 @@ class StdioChannel:
             self._on_unsolicited(message)
 
     def _on_exit(self, code: int | None) -> None:
+        # A process exits with a code; an HTTP+SSE connection (upstream/sse.py) says how it ended.
+        ended = getattr(self.process, "ended", None) or f"exited (code {code})"
         for route in list(self._routes.values()):
-            route.queue.put_nowait(UpstreamUnavailable(self.name, f"exited (code {code}) during the request"))
+            route.queue.put_nowait(UpstreamUnavailable(self.name, f"{ended} during the request"))
         self._routes.clear()
         self._tokens.clear()
         self._on_exit_callback(code)
@@ -323,6 +326,22 @@ def process_factory(
     def make(*, on_message: Callable[[JSONDict], None], on_exit: Callable[[int | None], None]) -> StdioProcess:
         return StdioProcess(argv, name=name, env=env, cwd=cwd, on_message=on_message, on_exit=on_exit, tally=tally)
 
+    return make
+
+
+def use_credentials(channel: StdioChannel, headers: Mapping[str, str]) -> None:
+    """The caller's latest credentials on what the channel sends from now on, when it carries
+    headers (an HTTP+SSE connection); nothing for a process."""
+    refresh = getattr(channel.process, "use_credentials", None)
+    if refresh is not None:
+        refresh(dict(headers))
+
+
+def with_headers(make: Callable[..., Any], headers: Mapping[str, str]) -> Callable[..., Any]:
+    """`make` bound to one caller's credentials when its channels carry headers (an HTTP+SSE
+    server's connections, upstream/sse.py); a process factory as it is (stdio has no headers)."""
+    if getattr(make, "accepts_headers", False):
+        return functools.partial(make, headers=dict(headers))
     return make
 
 

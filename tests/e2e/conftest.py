@@ -31,9 +31,16 @@ def start_proxy(logs_dir: Path) -> ProxyFactory:
     counter = iter(range(1_000_000))
 
     @contextmanager
-    def start(upstream: str | None = None, *, command: str | None = None, **env: str) -> Iterator[str]:
+    def start(
+        upstream: str | None = None, *, command: str | None = None, sse: str | None = None, **env: str
+    ) -> Iterator[str]:
         port = free_port()
-        target = ["--upstream", upstream] if upstream is not None else ["--upstream-command", str(command)]
+        if sse is not None:
+            target = ["--upstream-sse", sse]
+        elif upstream is not None:
+            target = ["--upstream", upstream]
+        else:
+            target = ["--upstream-command", str(command)]
         argv = [sys.executable, "-m", "proxy", *target, "--listen", f"127.0.0.1:{port}"]
         environment = {f"MCP_ERA_PROXY_{k.upper()}": v for k, v in env.items()}
         log = logs_dir / f"proxy-{next(counter)}.log"
@@ -122,6 +129,21 @@ def proxy_to_fixture_stdio(start_proxy: ProxyFactory) -> Iterator[str]:
 def proxy_to_everything_stdio(start_proxy: ProxyFactory) -> Iterator[str]:
     """The proxy starting server-everything over stdio (legacy)."""
     with start_proxy(command=shlex.join(["bash", str(peers.peer_sh()), "everything-stdio"])) as url:
+        yield url
+
+
+@pytest.fixture(scope="session")
+def everything_sse(logs_dir: Path) -> Iterator[str]:
+    """@modelcontextprotocol/server-everything over the 2024-11-05 HTTP+SSE transport: its SSE URL."""
+    port = free_port()
+    with listening(["bash", str(peers.peer_sh()), "everything-sse", str(port)], port, logs_dir / "everything-sse.log"):
+        yield f"http://127.0.0.1:{port}/sse"
+
+
+@pytest.fixture(scope="session")
+def proxy_to_everything_sse(start_proxy: ProxyFactory, everything_sse: str) -> Iterator[str]:
+    """The proxy in front of server-everything over HTTP+SSE (upstream.sse_url)."""
+    with start_proxy(sse=everything_sse) as url:
         yield url
 
 

@@ -236,19 +236,21 @@ ConfigMap and the Deployment.
 {{- $upstream := get $cfg "upstream" | default dict }}
 {{- $hasUrl := not (empty (get $upstream "url")) }}
 {{- $hasCommand := not (empty (get $upstream "command")) }}
+{{- $hasSse := not (empty (get $upstream "sse_url")) }}
+{{- $upstreams := len (without (list $hasUrl $hasCommand $hasSse) false) }}
 {{- if eq .Values.mode "standalone" }}
-  {{- if and (not $hasUrl) (not $hasCommand) }}
-  {{- $errors = append $errors "mode standalone needs an upstream: set config.upstream.url (e.g. http://legacy-server:3000/mcp) or config.upstream.command (a stdio server, in an image that has it)" }}
+  {{- if eq $upstreams 0 }}
+  {{- $errors = append $errors "mode standalone needs an upstream: set config.upstream.url (e.g. http://legacy-server:3000/mcp), config.upstream.command (a stdio server, in an image that has it) or config.upstream.sse_url (a 2024-11-05 HTTP+SSE server)" }}
   {{- end }}
-  {{- if and $hasUrl $hasCommand }}
-  {{- $errors = append $errors "set only one of config.upstream.url and config.upstream.command" }}
+  {{- if gt $upstreams 1 }}
+  {{- $errors = append $errors "set only one of config.upstream.url, config.upstream.command and config.upstream.sse_url" }}
   {{- end }}
   {{- if .Values.sidecar.workload.containers }}
   {{- $errors = append $errors "sidecar.workload.containers is set but mode is standalone: set mode: sidecar, or remove the workload" }}
   {{- end }}
 {{- else if eq .Values.mode "sidecar" }}
-  {{- if or $hasUrl $hasCommand }}
-  {{- $errors = append $errors "mode sidecar computes config.upstream.url (http://127.0.0.1:<sidecar.upstreamPort><sidecar.upstreamPath>): remove config.upstream.url / command" }}
+  {{- if gt $upstreams 0 }}
+  {{- $errors = append $errors "mode sidecar computes config.upstream.url (http://127.0.0.1:<sidecar.upstreamPort><sidecar.upstreamPath>): remove config.upstream.url / command / sse_url" }}
   {{- end }}
   {{- if not .Values.sidecar.workload.containers }}
   {{- $errors = append $errors "mode sidecar needs the app's containers in sidecar.workload.containers" }}

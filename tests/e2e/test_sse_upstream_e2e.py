@@ -1,0 +1,178 @@
+"""Real clients of both eras through the proxy to a real 2024-11-05 HTTP+SSE server:
+@modelcontextprotocol/server-everything in its `sse` mode (GET /sse, POST /message), behind
+`--upstream-sse`. The legacy client is mcp==1.30.0 over Streamable HTTP (its session is one SSE
+connection upstream); the modern one mcp==2.3.0 in 2026-07-28 mode (translated on pooled SSE
+connections). Also: the conformance runner, the stream dropping mid-call, the connection bound.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support import peers
+from tests.support.conformance import REQUIRED_2025_11_25, REQUIRED_2026_07_28, run_conformance
+from tests.support.procs import free_port, listening
+from tests.support.sdk_drivers import legacy_client_argv, modern_client_argv, run_legacy_client, run_modern_client
+
+from .conftest import PROXY_LOGS
+from .test_conformance import EVERYTHING_2026_SCENARIOS, passed
+
+pytestmark = pytest.mark.e2e
+
+PROFILE: dict[str, dict[str, Any]] = {
+    "tools": {"tool": "echo", "arguments": {"message": "hi"}},
+    "progress": {"tool": "trigger-long-running-operation", "arguments": {"duration": 1, "steps": 3}},
+    "sampling": {"tool": "trigger-sampling-request", "arguments": {"prompt": "hello", "maxTokens": 10}},
+    "elicitation": {"tool": "trigger-elicitation-request", "arguments": {}},
+    "roots": {"tool": "get-roots-list", "arguments": {}},
+    "prompts": {"prompt": "args-prompt", "prompt_arguments": {"city": "Paris", "state": "TX"}},
+    "resources": {"uri": "demo://resource/static/document/architecture.md"},
+    "logging": {"tool": "toggle-simulated-logging", "arguments": {}, "level": "debug", "expect_logs": 1},
+}
+CLIENTS = {"legacy": run_legacy_client, "modern": run_modern_client}
+
+
+@pytest.fixture(params=sorted(CLIENTS))
+def client(request: pytest.FixtureRequest) -> str:
+    return request.param
+
+
+def run(client: str, url: str, scenario: str, **overrides: Any) -> dict[str, Any]:
+    observed = CLIENTS[client](url, scenario, {**PROFILE.get(scenario, {}), **overrides})
+    assert "error" not in observed, observed
+    assert observed["_exit"] == 0, observed
+    return observed
+
+
+def texts(result: dict[str, Any]) -> list[str]:
+    return [block["text"] for block in result["content"] if block.get("type") == "text"]
+
+
+def test_tools_are_listed_and_called(proxy_to_everything_sse: str, client: str):
+    observed = run(client, proxy_to_everything_sse, "tools")
+    assert "trigger-long-running-operation" in observed["tools"]
+    assert texts(observed["result"]) == ["Echo: hi"]
+    expected = "2026-07-28" if client == "modern" else "2025-11-25"
+    assert observed["protocolVersion"] == expected
+
+
+def test_a_long_running_call_reports_its_progress(proxy_to_everything_sse: str, client: str):
+    observed = run(client, proxy_to_everything_sse, "progress", expect_progress=3)
+    assert [p[0] for p in observed["progress"]] == [1.0, 2.0, 3.0]
+    assert "Long running operation completed" in texts(observed["result"])[0]
+
+
+def test_sampling_reaches_the_client(proxy_to_everything_sse: str, client: str):
+    observed = run(client, proxy_to_everything_sse, "sampling")
+    assert observed["samplings"][0]["messages"][0]["content"]["text"].endswith("hello")
+    assert "sampled-by-client" in texts(observed["result"])[0]
+
+
+def test_elicitation_reaches_the_client(proxy_to_everything_sse: str, client: str):
+    observed = run(client, proxy_to_everything_sse, "elicitation")
+    assert len(observed["elicitations"]) == 1
+    assert observed["result"]["isError"] is False
+
+
+def test_roots_are_asked_of_the_client(proxy_to_everything_sse: str, client: str):
+    observed = run(client, proxy_to_everything_sse, "roots")
+    assert observed["listRootsCalls"] >= 1
+    assert "file:///tmp/root-a" in texts(observed["result"])[0]
+
+
+def test_prompts_are_listed_and_got(proxy_to_everything_sse: str, client: str):
+    observed = run(client, proxy_to_everything_sse, "prompts")
+    assert "args-prompt" in observed["prompts"]
+    assert observed["messages"][0]["content"]["text"] == "What's weather in Paris, TX?"
+
+
+def test_resources_are_listed_and_read(proxy_to_everything_sse: str, client: str):
+    observed = run(client, proxy_to_everything_sse, "resources")
+    assert PROFILE["resources"]["uri"] in observed["resources"]
+    assert observed["contents"] and observed["contents"][0]["uri"] == PROFILE["resources"]["uri"]
+
+
+def test_logs_reach_the_client_at_its_level(proxy_to_everything_sse: str, client: str):
+    observed = run(client, proxy_to_everything_sse, "logging")
+    assert observed["logs"], observed
+    assert any("-level message" in str(entry[2]) for entry in observed["logs"]), observed["logs"]
+
+
+def test_conformance_2025_11_25_for_legacy_clients_as_much_as_server_everything_passes_over_http(
+    proxy_to_everything_sse: str, everything_http: str, tmp_path: Path
+):
+    _, direct, _ = run_conformance(everything_http, "2025-11-25", tmp_path / "direct")
+    _, proxied, summary = run_conformance(proxy_to_everything_sse, "2025-11-25", tmp_path / "proxied")
+    assert len(proxied) == REQUIRED_2025_11_25
+    assert passed(direct) <= passed(proxied), summary
+
+
+def test_conformance_2026_07_28_for_modern_clients_every_scenario_server_everything_has_tools_for(
+    proxy_to_everything_sse: str, tmp_path: Path
+):
+    _, scenarios, summary = run_conformance(proxy_to_everything_sse, "2026-07-28", tmp_path)
+    assert len(scenarios) == REQUIRED_2026_07_28
+    assert EVERYTHING_2026_SCENARIOS <= passed(scenarios), summary
+
+
+@pytest.mark.parametrize("client", ["legacy", "modern"])
+def test_an_sse_url_given_as_upstream_url_is_detected_at_start(start_proxy: Any, everything_sse: str, client: str):
+    with start_proxy(everything_sse) as url:  # --upstream http://.../sse
+        observed = run(client, url, "tools")
+        log = PROXY_LOGS[url].read_text()
+    assert texts(observed["result"]) == ["Echo: hi"]
+    assert "upstream_sse_detected" in log
+
+
+# ---------------------------------------------------------------- faults and bounds
+
+
+def observed_of(done: subprocess.CompletedProcess[str]) -> dict[str, Any]:
+    lines = [line for line in done.stdout.splitlines() if line.strip()]
+    assert lines, done.stderr[-3000:]
+    return json.loads(lines[-1])
+
+
+@pytest.mark.parametrize("client", ["legacy", "modern"])
+def test_the_server_going_away_mid_call_gets_the_client_a_json_rpc_error_not_a_hang(
+    start_proxy: Any, logs_dir: Path, client: str
+):
+    port = free_port()
+    argv = ["bash", str(peers.peer_sh()), "everything-sse", str(port)]
+    with listening(argv, port, logs_dir / f"everything-sse-dying-{client}.log") as server:
+        with start_proxy(sse=f"http://127.0.0.1:{port}/sse") as url:
+            make_argv = legacy_client_argv if client == "legacy" else modern_client_argv
+            args = {"tool": "trigger-long-running-operation", "arguments": {"duration": 30, "steps": 30}}
+            driver = subprocess.Popen(make_argv(url, "progress", args, 60.0), stdout=subprocess.PIPE, text=True)
+            time.sleep(3.0)  # the call is running, its progress arriving
+            assert driver.poll() is None
+            server.stop()  # the SSE stream ends with the server
+            started = time.monotonic()
+            stdout, _ = driver.communicate(timeout=30)
+            elapsed = time.monotonic() - started
+    observed = observed_of(subprocess.CompletedProcess([], driver.returncode, stdout, ""))
+    assert elapsed < 10, elapsed  # at once, not at the request timeout
+    assert "error" in observed, observed
+    text = json.dumps(observed["error"])
+    assert "-32010" in text and "lost its SSE stream" in text and "during the request" in text, observed
+
+
+def test_legacy_sessions_past_the_sse_bound_get_503_while_every_connection_is_busy(
+    start_proxy: Any, everything_sse: str
+):
+    with start_proxy(sse=everything_sse, UPSTREAM__SSE__MAX_SESSIONS="1") as url:
+        args = {"tool": "trigger-long-running-operation", "arguments": {"duration": 4, "steps": 4}}
+        busy = subprocess.Popen(legacy_client_argv(url, "progress", args, 30.0), stdout=subprocess.PIPE, text=True)
+        time.sleep(2.0)
+        refused = run_legacy_client(url, "ping", {}, timeout=10.0)
+        stdout, _ = busy.communicate(timeout=30)
+        after = run_legacy_client(url, "ping", {}, timeout=10.0)
+    assert "error" in refused and "503" in json.dumps(refused), refused
+    assert "error" not in observed_of(subprocess.CompletedProcess([], busy.returncode, stdout, ""))
+    assert "error" not in after, after
