@@ -1,7 +1,7 @@
 """Real hosts launching `mcp-era-proxy stdio` as their server process (README §stdio for desktop
 hosts): the mcp==1.30.0 stdio client (a legacy host) and the mcp==2.3.0 client in 2026-07-28 mode
-over stdio (a modern host), each against a modern HTTP server, legacy HTTP servers and legacy
-stdio servers the proxy starts itself. And a host killed mid-call: the proxy and every process it
+over stdio (a modern host), each against a modern HTTP server, legacy HTTP servers, legacy
+stdio servers the proxy starts itself and a 2024-11-05 HTTP+SSE server. And a host killed mid-call: the proxy and every process it
 started are gone soon after, checked by PID.
 """
 
@@ -58,6 +58,7 @@ UPSTREAMS: dict[str, tuple[str, dict[str, Any]]] = {
     "mcp1-legacy-stdio": ("command:mcp1", MCP_SDK),
     "everything-http": ("everything_http", EVERYTHING),
     "everything-stdio": ("command:everything", EVERYTHING),
+    "everything-sse": ("sse:everything_sse", EVERYTHING),
 }
 SCENARIOS = ["tools", "progress", "elicitation", "sampling", "roots", "logging", "prompts", "completion", "resources"]
 
@@ -69,6 +70,8 @@ def upstream_args(request: pytest.FixtureRequest, upstream: str) -> list[str]:
         return ["--upstream-command", command]
     if source == "command:everything":
         return ["--upstream-command", shlex.join(["bash", str(peers.peer_sh()), "everything-stdio"])]
+    if source.startswith("sse:"):
+        return ["--upstream-sse", request.getfixturevalue(source.removeprefix("sse:"))]
     return ["--upstream", request.getfixturevalue(source)]
 
 
