@@ -1,8 +1,8 @@
 """Real hosts launching `mcp-era-proxy stdio` as their server process (README §stdio for desktop
 hosts): the mcp==1.30.0 stdio client (a legacy host) and the mcp==2.3.0 client in 2026-07-28 mode
 over stdio (a modern host), each against a modern HTTP server, legacy HTTP servers, legacy
-stdio servers the proxy starts itself and a 2024-11-05 HTTP+SSE server. And a host killed mid-call: the proxy and every process it
-started are gone soon after, checked by PID.
+stdio servers the proxy starts itself and a 2024-11-05 HTTP+SSE server. And a host killed
+mid-call: the proxy and every process it started are gone soon after, checked by PID.
 """
 
 from __future__ import annotations
