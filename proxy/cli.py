@@ -1,4 +1,5 @@
-"""Command line: `mcp-era-proxy --upstream URL [--listen 127.0.0.1:8080] [--config FILE] [--workers N]`."""
+"""Command line: `mcp-era-proxy --upstream URL [--listen 127.0.0.1:8080] [--config FILE] [--workers N]`,
+or `mcp-era-proxy stdio --upstream URL` (the proxy as a host's stdio server process)."""
 
 from __future__ import annotations
 
@@ -6,10 +7,14 @@ import argparse
 import asyncio
 import contextlib
 import gc
+import os
+import shutil
 import signal
 import sys
+import tempfile
 from collections.abc import Callable, Sequence
 
+import aiohttp
 import structlog
 from aiohttp import web
 
@@ -17,17 +22,32 @@ from . import __version__, tracing
 from .app import ADMIN, INTERNAL, create_app, detect_sse_upstream
 from .config import ENV_PREFIX, ConfigError, Settings, load_settings, parse_listen
 from .downstream.server import runner as make_runner
+from .downstream.stdio import StdinReader, StdioBridge, StdoutWriter
 from .logs import configure_logging
 from .workers import WORKER_FLAG, Supervisor, SupervisorLink, parse_control, worker_settings
 
 log = structlog.get_logger(__name__)
 
 
-def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+STDIO_COMMAND = "stdio"
+# In stdio mode the host that started the proxy is gone when it stops: calls in flight are not
+# waited for longer than this, whatever shutdown.grace_s says.
+STDIO_GRACE_S = 2.0
+# The host's session and its server process are not expired for idling (ten years).
+STDIO_SESSION_S = 10 * 365 * 86400.0
+
+
+def parse_args(argv: Sequence[str] | None = None, stdio: bool = False) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        prog="mcp-era-proxy",
-        description="Reverse proxy that lets MCP clients and servers of either protocol era "
-        "(2024-11-05..2025-11-25 and 2026-07-28) talk to each other.",
+        prog="mcp-era-proxy stdio" if stdio else "mcp-era-proxy",
+        description=(
+            "Serve one MCP host over stdio (newline-delimited JSON-RPC on stdin/stdout, logs on stderr), "
+            "either protocol era, translated to the upstream's."
+            if stdio
+            else "Reverse proxy that lets MCP clients and servers of either protocol era "
+            "(2024-11-05..2025-11-25 and 2026-07-28) talk to each other. "
+            f"`mcp-era-proxy {STDIO_COMMAND} --help`: the proxy as a host's stdio server."
+        ),
         epilog=f"Every option can also be set in the YAML config file or through {ENV_PREFIX}* "
         f"environment variables (nested keys joined by '__', e.g. {ENV_PREFIX}UPSTREAM__URL). "
         "Precedence: flags, then environment, then the file, then defaults.",
@@ -47,18 +67,23 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         choices=["auto", "legacy", "modern"],
         help="protocol era of the upstream (default: auto-detect)",
     )
-    parser.add_argument("--listen", metavar="HOST:PORT", help="address of the MCP endpoint (default 127.0.0.1:8080)")
+    if not stdio:
+        parser.add_argument(
+            "--listen", metavar="HOST:PORT", help="address of the MCP endpoint (default 127.0.0.1:8080)"
+        )
     parser.add_argument("--admin-listen", metavar="HOST:PORT", help="separate address for /metrics, /healthz, /readyz")
-    parser.add_argument(
-        "--workers",
-        type=int,
-        metavar="N",
-        help="processes sharing the listening port (default 1; more needs store.url and security.secret)",
-    )
-    # Set by the supervisor of --workers on the workers it starts (proxy/workers.py).
-    parser.add_argument(WORKER_FLAG, dest="worker_control", metavar="INDEX:FD", help=argparse.SUPPRESS)
+    if not stdio:
+        parser.add_argument(
+            "--workers",
+            type=int,
+            metavar="N",
+            help="processes sharing the listening port (default 1; more needs store.url and security.secret)",
+        )
+        # Set by the supervisor of --workers on the workers it starts (proxy/workers.py).
+        parser.add_argument(WORKER_FLAG, dest="worker_control", metavar="INDEX:FD", help=argparse.SUPPRESS)
     parser.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
     parser.add_argument("--log-format", choices=["json", "console"])
+    parser.add_argument("--log-file", metavar="FILE", help="write logs to FILE (appended) instead of stderr")
     parser.add_argument("--check-config", action="store_true", help="validate, print the effective config, exit")
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     return parser.parse_args(argv)
@@ -72,11 +97,12 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
             "upstream.command": args.upstream_command,
             "upstream.sse_url": args.upstream_sse,
             "upstream.era": args.upstream_era,
-            "listen": args.listen,
+            "listen": getattr(args, "listen", None),
             "admin_listen": args.admin_listen,
             "logging.level": args.log_level,
             "logging.format": args.log_format,
-            "workers": args.workers,
+            "logging.file": args.log_file,
+            "workers": getattr(args, "workers", None),
         },
     )
 
@@ -151,7 +177,10 @@ def _tune_gc() -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = parse_args(argv)
+    arguments = sys.argv[1:] if argv is None else list(argv)
+    if arguments[:1] == [STDIO_COMMAND]:
+        return stdio_main(arguments[1:])
+    args = parse_args(arguments)
     try:
         settings = settings_from_args(args)
         tracing.require(settings.tracing)
@@ -162,9 +191,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(settings.model_dump_json(indent=2, exclude={"security": {"secret", "previous_secrets"}}))
         return 0
     if args.worker_control is None and settings.workers > 1:
-        configure_logging(settings.logging.level, settings.logging.format)
+        configure_logging(settings.logging.level, settings.logging.format, file=settings.logging.file)
         # The supervisor serves nothing: the workers run these same arguments.
-        return asyncio.run(Supervisor(settings, sys.argv[1:] if argv is None else list(argv)).run())
+        return asyncio.run(Supervisor(settings, arguments).run())
     link: SupervisorLink | None = None
     if args.worker_control is not None:
         try:
@@ -173,10 +202,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         except (ValueError, OSError):
             print(f"mcp-era-proxy: {WORKER_FLAG} is set by the supervisor of --workers only", file=sys.stderr)
             return 2
-        configure_logging(settings.logging.level, settings.logging.format, worker=index)
+        configure_logging(settings.logging.level, settings.logging.format, worker=index, file=settings.logging.file)
         settings = worker_settings(settings, index)
     else:
-        configure_logging(settings.logging.level, settings.logging.format)
+        configure_logging(settings.logging.level, settings.logging.format, file=settings.logging.file)
     try:
         import uvloop  # optional speed-up of the event loop where available
     except ImportError:
@@ -199,3 +228,120 @@ async def _serve_worker(settings: Settings, link: SupervisorLink) -> None:
     stop = asyncio.Event()
     link.watch(stop.set)
     await serve(settings, stop, on_started=link.ready)
+
+
+# ------------------------------------------------------------ stdio
+
+
+def stdio_main(argv: Sequence[str]) -> int:
+    """`mcp-era-proxy stdio ...`: stdout carries JSON-RPC only, so everything else (config errors
+    included) goes to stderr or the log file."""
+    args = parse_args(argv, stdio=True)
+    try:
+        settings = settings_from_args(args)
+        tracing.require(settings.tracing)
+    except ConfigError as exc:
+        print(f"mcp-era-proxy: {exc}", file=sys.stderr)
+        return 2
+    if args.check_config:
+        print(settings.model_dump_json(indent=2, exclude={"security": {"secret", "previous_secrets"}}), file=sys.stderr)
+        return 0
+    if settings.workers > 1:
+        print("mcp-era-proxy: stdio serves one host: workers must be 1", file=sys.stderr)
+        return 2
+    configure_logging(settings.logging.level, settings.logging.format, file=settings.logging.file)
+    try:
+        asyncio.run(serve_stdio(settings))
+    except OSError as exc:
+        log.error("cannot_start", error=str(exc))
+        return 1
+    return 0
+
+
+def stdio_settings(settings: Settings) -> Settings:
+    """What differs when the proxy serves one host over stdio: nothing listens on the network
+    (`listen` and `security.allowed_hosts` do not apply); the host's one session lives as
+    long as the process (a legacy host over stdio has no way to start another when it expires,
+    nor does its server process when it is stopped for idling); calls in flight at the end get at
+    most STDIO_GRACE_S, since whoever asked is gone."""
+    upstream = settings.upstream
+    return settings.model_copy(
+        update={
+            "shutdown": settings.shutdown.model_copy(update={"grace_s": min(settings.shutdown.grace_s, STDIO_GRACE_S)}),
+            "sessions": settings.sessions.model_copy(
+                update={"idle_timeout_s": STDIO_SESSION_S, "max_lifetime_s": STDIO_SESSION_S}
+            ),
+            "upstream": upstream.model_copy(
+                update={"stdio": upstream.stdio.model_copy(update={"process_idle_s": STDIO_SESSION_S})}
+            ),
+            # The private listener's one client is the bridge (Host: localhost): the DNS-rebinding
+            # guard a config file may set up for a network listener does not apply to it.
+            "listen": "127.0.0.1:8080",
+            "security": settings.security.model_copy(update={"allowed_hosts": []}),
+        }
+    )
+
+
+async def serve_stdio(
+    settings: Settings,
+    stop: asyncio.Event | None = None,
+    stdin_fd: int = 0,
+    stdout_fd: int = 1,
+) -> None:
+    """Serve one host over stdio until its stdin ends (or SIGTERM/SIGINT, or `stop`).
+
+    The proxy's own HTTP application listens on a unix socket in a fresh 0700 directory nobody
+    else can reach; the bridge (downstream/stdio.py) is its one client. Everything started here
+    (upstream processes, the listener, the directory) is gone when this returns."""
+    stop = stop or asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(signum, stop.set)
+    settings = stdio_settings(settings)
+    grace = settings.shutdown.grace_s
+    private = tempfile.mkdtemp(prefix="mcp-era-proxy-")  # mode 0700
+    socket_path = os.path.join(private, "mcp.sock")
+    runners: list[web.AppRunner] = []
+    bridge: StdioBridge | None = None
+    client: aiohttp.ClientSession | None = None
+    try:
+        app, admin_app = create_app(settings)
+        runner = make_runner(app, settings)
+        await runner.setup()
+        runners.append(runner)
+        await web.UnixSite(runner, socket_path).start()
+        if admin_app is not None and settings.admin_listen is not None:
+            admin_runner = make_runner(admin_app, settings)
+            await admin_runner.setup()
+            runners.append(admin_runner)
+            host, port = parse_listen(settings.admin_listen)
+            await web.TCPSite(admin_runner, host, port, reuse_address=True).start()
+        client = aiohttp.ClientSession(
+            connector=aiohttp.UnixConnector(path=socket_path, limit=0), auto_decompress=False
+        )
+        bridge = StdioBridge(
+            client,
+            f"http://localhost{settings.path}",
+            StdinReader(loop, settings.security.max_body_bytes, stdin_fd),
+            StdoutWriter(stdout_fd),
+            settings.security.max_json_depth,
+        )
+        log.info(
+            "started",
+            version=__version__,
+            downstream="stdio",
+            upstream=settings.upstream.name,
+            upstream_transport=settings.upstream.transport,
+            upstream_era=settings.upstream.era,
+        )
+        await bridge.run(stop)
+    finally:
+        if bridge is not None:
+            await bridge.close(grace)
+        if client is not None:
+            await client.close()
+        for started in runners:
+            await started.cleanup()
+        shutil.rmtree(private, ignore_errors=True)
+        log.info("stopped")

@@ -523,6 +523,7 @@ class ReadinessConfig(_Section):
 class LoggingConfig(_Section):
     level: Literal["debug", "info", "warning", "error"] = "info"
     format: Literal["json", "console"] = "json"
+    file: str | None = Field(None, description="append logs to this file instead of writing them to stderr")
 
 
 class Settings(BaseSettings):

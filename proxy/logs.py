@@ -39,8 +39,11 @@ class _Worker:
         return event
 
 
-def configure_logging(level: str = "info", fmt: str = "json", worker: int | None = None) -> None:
-    """`worker`: the index of this process under --workers, put on every line it writes."""
+def configure_logging(
+    level: str = "info", fmt: str = "json", worker: int | None = None, file: str | None = None
+) -> None:
+    """`worker`: the index of this process under --workers, put on every line it writes; `file`:
+    logs are appended there instead of stderr (never stdout: it may carry MCP over stdio)."""
     processors: list[structlog.types.Processor] = [
         structlog.contextvars.merge_contextvars,
         structlog.processors.add_log_level,
@@ -50,16 +53,17 @@ def configure_logging(level: str = "info", fmt: str = "json", worker: int | None
     if worker is not None:
         processors.insert(1, _Worker(worker))
     factory: Any
-    binary = getattr(sys.stderr, "buffer", None)  # absent when stderr is replaced (tests)
-    if fmt == "json" and binary is not None:
+    stream: Any = sys.stderr if file is None else open(file, "a", buffering=1, encoding="utf-8")
+    binary = getattr(stream, "buffer", None)  # absent when stderr is replaced (tests)
+    if file is None and fmt == "json" and binary is not None:
         processors.append(structlog.processors.JSONRenderer(serializer=_dumps))
         factory = structlog.BytesLoggerFactory(file=binary)
     elif fmt == "json":
         processors.append(structlog.processors.JSONRenderer(serializer=_dumps_text))
-        factory = structlog.PrintLoggerFactory(file=sys.stderr)
+        factory = structlog.PrintLoggerFactory(file=stream)
     else:
         processors.append(structlog.dev.ConsoleRenderer(colors=False))
-        factory = structlog.PrintLoggerFactory(file=sys.stderr)
+        factory = structlog.PrintLoggerFactory(file=stream)
     structlog.configure(
         processors=processors,
         wrapper_class=structlog.make_filtering_bound_logger(logging.getLevelNamesMapping()[level.upper()]),

@@ -9,6 +9,9 @@ observations on the last line of stdout. It does not judge pass/fail.
 
     legacy_client.py --url URL --scenario NAME [--timeout SECONDS] [--args JSON]
 
+A URL of the form ``stdio:{"command": ..., "args": [...], "env": {...}}`` makes the driver a stdio
+host instead: it starts that command as its server process (``mcp.client.stdio.stdio_client``).
+
 Exit status 0 after printing the observations; on any exception it prints
 ``{"error": "<type>: <message>", "phase": ..., "observed": {...}}`` and exits 1.
 
@@ -30,13 +33,15 @@ import argparse
 import json
 import logging
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from typing import Any
 
 import anyio
 import httpx
 import mcp.types as types
 from mcp import ClientSession
+from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.context import RequestContext
 from mcp.shared.exceptions import McpError
@@ -417,6 +422,30 @@ SCENARIOS: dict[str, Scenario] = {
 
 
 # ----------------------------------------------------------------------------- driver
+STDIO_PREFIX = "stdio:"
+
+
+def stdio_errlog(spec: dict[str, Any]) -> Any:
+    """Where the server process's stderr goes: the spec's `errlog` file, or this driver's stderr."""
+    return open(spec["errlog"], "a") if spec.get("errlog") else sys.stderr
+
+
+@asynccontextmanager
+async def transport(url: str, http_client: httpx.AsyncClient) -> AsyncIterator[Any]:
+    """Streamable HTTP to `url`, or the stdio server process a `stdio:{json}` URL describes."""
+    if url.startswith(STDIO_PREFIX):
+        spec = json.loads(url[len(STDIO_PREFIX) :])
+        params = StdioServerParameters(
+            command=spec["command"], args=spec.get("args", []), env=spec.get("env"), cwd=spec.get("cwd")
+        )
+        errlog = stdio_errlog(spec)
+        async with stdio_client(params, errlog=errlog) as (read, write):
+            yield read, write, lambda: None
+        return
+    async with streamable_http_client(url, http_client=http_client) as streams:
+        yield streams
+
+
 async def run(url: str, scenario: str, args: dict[str, Any], timeout: float, obs: Observer, out: dict[str, Any]):
     wait = min(float(args.get("wait", DEFAULT_WAIT)), timeout)
     with anyio.fail_after(timeout):
@@ -426,7 +455,7 @@ async def run(url: str, scenario: str, args: dict[str, Any], timeout: float, obs
             event_hooks={"request": [obs.on_request], "response": [obs.on_response]},
         )
         async with http_client:
-            async with streamable_http_client(url, http_client=http_client) as (read, write, get_session_id):
+            async with transport(url, http_client) as (read, write, get_session_id):
                 async with ClientSession(
                     read,
                     write,

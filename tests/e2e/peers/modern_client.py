@@ -86,6 +86,7 @@ import mcp_types as types
 from mcp import Client
 from mcp.client.caching import CacheConfig
 from mcp.client.session import ClientRequestContext
+from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.client.subscriptions import Subscription, SubscriptionLost
 from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
@@ -861,6 +862,27 @@ async def run_raw(url: str, args: dict[str, Any], timeout: float, out: dict[str,
 
 
 # ----------------------------------------------------------------------------- driver
+STDIO_PREFIX = "stdio:"
+
+
+def stdio_errlog(spec: dict[str, Any]) -> Any:
+    """Where the server process's stderr goes: the spec's `errlog` file, or this driver's stderr."""
+    return open(spec["errlog"], "a") if spec.get("errlog") else sys.stderr
+
+
+def transport(url: str, http_client: httpx2.AsyncClient) -> Any:
+    """Streamable HTTP to `url`, or the stdio server process a `stdio:{json}` URL describes
+    (``mcp.client.stdio.stdio_client``)."""
+    if url.startswith(STDIO_PREFIX):
+        spec = json.loads(url[len(STDIO_PREFIX) :])
+        params = StdioServerParameters(
+            command=spec["command"], args=spec.get("args", []), env=spec.get("env"), cwd=spec.get("cwd")
+        )
+        errlog = stdio_errlog(spec)
+        return stdio_client(params, errlog=errlog)
+    return streamable_http_client(url, http_client=http_client)
+
+
 async def run(url: str, scenario: str, args: dict[str, Any], timeout: float, obs: Observer, out: dict[str, Any]):
     wait = min(float(args.get("wait", DEFAULT_WAIT)), timeout)
     with anyio.fail_after(timeout):
@@ -875,7 +897,7 @@ async def run(url: str, scenario: str, args: dict[str, Any], timeout: float, obs
         )
         async with http_client:
             client = Client(
-                streamable_http_client(url, http_client=http_client),
+                transport(url, http_client),
                 mode=mode,
                 sampling_callback=obs.sampling,
                 elicitation_callback=obs.elicitation,
