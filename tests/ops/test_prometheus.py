@@ -165,7 +165,7 @@ def test_every_dashboard_query_evaluates_and_the_panels_fed_by_the_traffic_show_
         "Requests by era",
         "Legacy sessions open",
         "Streams open by kind",
-        "Upstream processes",
+        "Upstream processes and SSE sessions",
         "Cache size",
         "Event loop tasks",
         "Targets up",
