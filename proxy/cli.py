@@ -13,6 +13,7 @@ import signal
 import sys
 import tempfile
 from collections.abc import Callable, Sequence
+from typing import TextIO
 
 import aiohttp
 import structlog
@@ -176,11 +177,9 @@ def _tune_gc() -> None:
     gc.set_threshold(_GC_YOUNG_THRESHOLD, older, oldest)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    arguments = sys.argv[1:] if argv is None else list(argv)
-    if arguments[:1] == [STDIO_COMMAND]:
-        return stdio_main(arguments[1:])
-    args = parse_args(arguments)
+def _checked_settings(args: argparse.Namespace, check_output: TextIO) -> Settings | int:
+    """The settings the arguments make, or the exit code: 2 for a configuration error (said on
+    stderr), 0 after --check-config printed them (secrets left out) on `check_output`."""
     try:
         settings = settings_from_args(args)
         tracing.require(settings.tracing)
@@ -188,8 +187,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"mcp-era-proxy: {exc}", file=sys.stderr)
         return 2
     if args.check_config:
-        print(settings.model_dump_json(indent=2, exclude={"security": {"secret", "previous_secrets"}}))
+        shown = settings.model_dump_json(indent=2, exclude={"security": {"secret", "previous_secrets"}})
+        print(shown, file=check_output)
         return 0
+    return settings
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    arguments = sys.argv[1:] if argv is None else list(argv)
+    if arguments[:1] == [STDIO_COMMAND]:
+        return stdio_main(arguments[1:])
+    args = parse_args(arguments)
+    settings = _checked_settings(args, sys.stdout)
+    if not isinstance(settings, Settings):
+        return settings
     if args.worker_control is None and settings.workers > 1:
         configure_logging(settings.logging.level, settings.logging.format, file=settings.logging.file)
         # The supervisor serves nothing: the workers run these same arguments.
@@ -237,15 +248,9 @@ def stdio_main(argv: Sequence[str]) -> int:
     """`mcp-era-proxy stdio ...`: stdout carries JSON-RPC only, so everything else (config errors
     included) goes to stderr or the log file."""
     args = parse_args(argv, stdio=True)
-    try:
-        settings = settings_from_args(args)
-        tracing.require(settings.tracing)
-    except ConfigError as exc:
-        print(f"mcp-era-proxy: {exc}", file=sys.stderr)
-        return 2
-    if args.check_config:
-        print(settings.model_dump_json(indent=2, exclude={"security": {"secret", "previous_secrets"}}), file=sys.stderr)
-        return 0
+    settings = _checked_settings(args, sys.stderr)
+    if not isinstance(settings, Settings):
+        return settings
     if settings.workers > 1:
         print("mcp-era-proxy: stdio serves one host: workers must be 1", file=sys.stderr)
         return 2
