@@ -189,10 +189,12 @@ class EndpointBridge:
     def start(self) -> None:
         self._writer.start()
 
-    async def close(self, grace_s: float = 1.0) -> None:
+    async def close(self, grace_s: float = 1.0, end_session: bool = False) -> None:
         """Let the requests in flight finish for up to `grace_s` (a host that wrote its last
-        request and closed stdin still gets the answer), unless stdout is gone; then cancel what
-        is left, write what is queued (bounded) and stop the writer."""
+        request and closed stdin still gets the answer), unless the client no longer reads; then
+        cancel what is left, write what is queued (bounded) and stop the writer. `end_session`:
+        a legacy client's session is over with its transport, and is ended at the endpoint
+        (DELETE) rather than left to expire."""
         if self._stream is not None:
             self._stream.cancel()
         loop = asyncio.get_running_loop()
@@ -208,6 +210,14 @@ class EndpointBridge:
             await asyncio.wait(pending, timeout=grace_s)
         await self._writer.drain(grace_s)
         await self._writer.close()
+        if end_session and self.era == LEGACY and self._session_id is not None:
+            try:
+                async with self._http.delete(
+                    self._url, headers=self._legacy_headers(), timeout=aiohttp.ClientTimeout(total=grace_s)
+                ):
+                    pass
+            except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+                log.info("bridge_session_not_ended", error=str(exc) or type(exc).__name__)
 
     # ------------------------------------------------------------ dispatch
 
@@ -223,6 +233,11 @@ class EndpointBridge:
             self._writer.write(exc.reply)
             return
         self.feed(message)
+
+    def feed_headers(self, caller_headers: dict[str, str]) -> None:
+        """The client's headers for what follows (the GET stream's included) until a message
+        brings others."""
+        self._caller_headers = caller_headers
 
     def feed(self, message: Any, caller_headers: dict[str, str] | None = None) -> None:
         """One parsed message of the client (parse_message), with the client's headers to pass on."""

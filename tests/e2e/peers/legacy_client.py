@@ -41,6 +41,7 @@ import anyio
 import httpx
 import mcp.types as types
 from mcp import ClientSession
+from mcp.client.sse import sse_client
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.context import RequestContext
@@ -423,6 +424,7 @@ SCENARIOS: dict[str, Scenario] = {
 
 # ----------------------------------------------------------------------------- driver
 STDIO_PREFIX = "stdio:"
+SSE_PREFIX = "sse:"
 
 
 def stdio_errlog(spec: dict[str, Any]) -> Any:
@@ -432,7 +434,8 @@ def stdio_errlog(spec: dict[str, Any]) -> Any:
 
 @asynccontextmanager
 async def transport(url: str, http_client: httpx.AsyncClient) -> AsyncIterator[Any]:
-    """Streamable HTTP to `url`, or the stdio server process a `stdio:{json}` URL describes."""
+    """Streamable HTTP to `url`, HTTP+SSE to the stream URL after `sse:`, or the stdio server
+    process a `stdio:{json}` URL describes."""
     if url.startswith(STDIO_PREFIX):
         spec = json.loads(url[len(STDIO_PREFIX) :])
         params = StdioServerParameters(
@@ -441,6 +444,23 @@ async def transport(url: str, http_client: httpx.AsyncClient) -> AsyncIterator[A
         errlog = stdio_errlog(spec)
         async with stdio_client(params, errlog=errlog) as (read, write):
             yield read, write, lambda: None
+        return
+    if url.startswith(SSE_PREFIX):  # the 2024-11-05 HTTP+SSE transport: GET the stream, POST its endpoint
+        session_ids: list[str] = []
+
+        def same_client(headers: Any = None, timeout: Any = None, auth: Any = None) -> httpx.AsyncClient:
+            # sse_client opens and closes the client itself: one like the observed one (same hooks).
+            return httpx.AsyncClient(
+                headers={**http_client.headers, **(headers or {})},
+                timeout=timeout or http_client.timeout,
+                auth=auth,
+                event_hooks=http_client.event_hooks,
+            )
+
+        async with sse_client(
+            url[len(SSE_PREFIX) :], httpx_client_factory=same_client, on_session_created=session_ids.append
+        ) as (read, write):
+            yield read, write, lambda: session_ids[-1] if session_ids else None
         return
     async with streamable_http_client(url, http_client=http_client) as streams:
         yield streams
