@@ -402,7 +402,49 @@ async def sc_resources(session, obs, args, wait):
     }
 
 
+async def sc_cancel(session, obs, args, wait):
+    """Cancel a running call the 2025-era way: notifications/cancelled naming its id (the SDK
+    sends none by itself), then stop waiting for it. The server's `check_tool` count, read before
+    and (bounded) after, tells whether the server saw the call cancelled."""
+    check = args.get("check_tool", "cancelled_count")
+
+    async def count() -> int:
+        result = await call(session, obs, check, {})
+        return int(result.content[0].text)
+
+    before = await count()
+    progressed = anyio.Event()
+
+    async def on_progress(p: float, total: float | None, message: str | None) -> None:
+        await obs.progress(p, total, message)
+        progressed.set()
+
+    scope = anyio.CancelScope()
+    request_id: list[int] = []
+
+    async def slow() -> None:
+        with scope:
+            request_id.append(session._request_id)  # the id the SDK is about to give the call
+            await call(session, obs, args.get("tool", "slow"), args.get("arguments"), progress_callback=on_progress)
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(slow)
+        with anyio.fail_after(wait):
+            await progressed.wait()  # the call runs upstream
+        params = types.CancelledNotificationParams(requestId=request_id[0], reason="the user gave up")
+        await session.send_notification(types.ClientNotification(types.CancelledNotification(params=params)))
+        scope.cancel()
+    after = before
+    with anyio.move_on_after(wait):
+        while after == before:
+            after = await count()
+            if after == before:
+                await anyio.sleep(0.1)  # the server's count is the only signal there is
+    return {"checkBefore": before, "checkAfter": after, "cancelledId": request_id[0]}
+
+
 SCENARIOS: dict[str, Scenario] = {
+    "cancel": sc_cancel,
     "initialize": sc_initialize,
     "tools": sc_tools,
     "progress": sc_progress,
