@@ -21,7 +21,7 @@ from .config import Settings
 from .downstream.admin import Admin
 from .downstream.guard import Guard, allowing, method_not_allowed, not_found, safe
 from .downstream.http import McpEndpoint
-from .downstream.legacy_sse import REPLAY_ROUTE, LegacySseEndpoint
+from .downstream.legacy_sse import LegacySseEndpoint
 from .metrics import Metrics
 from .protocol.request_state import RequestStateCodec
 from .protocol.versions import Era
@@ -37,7 +37,15 @@ from .relay.modern_to_legacy import ModernToLegacy
 from .relay.modern_to_legacy import probe as probe_legacy
 from .relay.passthrough import ModernPassThrough
 from .relay.routes import routing_table
-from .replicas import Forwarder, Owner, ReplayEndpoint, ServerRequestIds, internal_app, new_boot_id
+from .replicas import (
+    SSE_MESSAGE_ROUTE,
+    Forwarder,
+    Owner,
+    ReplayEndpoint,
+    ServerRequestIds,
+    internal_app,
+    new_boot_id,
+)
 from .sealing import Sealer
 from .sessions import InMemorySessionStore, SessionIds, SessionStore
 from .store_redis import RedisSessionStore, redis_store
@@ -283,7 +291,7 @@ def create_app(
         # Replays come from other replicas: Origin and Host were checked where the client connected.
         replayed = dict(endpoint_handlers)
         if legacy_sse is not None:
-            replayed[REPLAY_ROUTE] = safe(legacy_sse.message)
+            replayed[SSE_MESSAGE_ROUTE] = safe(legacy_sse.message)
         replay = ReplayEndpoint(sealer, owner, replayed)
         app[INTERNAL] = internal_app(replay, safe, settings.security.max_body_bytes)
 

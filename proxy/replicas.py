@@ -127,6 +127,12 @@ def _session_aad(session_id: str) -> bytes:
 # ---------------------------------------------------------------- envelopes
 
 
+# What a replay is served by at its owner: the endpoint's handler for its HTTP method, or a route of
+# its own (an HTTP+SSE client's message, for the replica holding its stream).
+SSE_MESSAGE_ROUTE = "SSE-MESSAGE"
+_ROUTES = frozenset({"POST", "GET", "DELETE", SSE_MESSAGE_ROUTE})
+
+
 @dataclass(frozen=True, slots=True)
 class Envelope:
     method: str
@@ -153,7 +159,7 @@ def open_envelope(sealer: Sealer, target: str, token: object, now: float) -> Env
     if not isinstance(head, dict):
         return None
     expires, method, headers = head.get("exp"), head.get("m"), head.get("h")
-    if not isinstance(expires, (int, float)) or expires <= now or method not in ("POST", "GET", "DELETE"):
+    if not isinstance(expires, (int, float)) or expires <= now or method not in _ROUTES:
         return None
     if not isinstance(headers, list) or not all(
         isinstance(pair, list) and len(pair) == 2 and all(isinstance(part, str) for part in pair) for pair in headers

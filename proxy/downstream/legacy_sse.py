@@ -38,7 +38,7 @@ from ..metrics import Metrics
 from ..protocol import jsonrpc, meta
 from ..protocol.sse import KEEPALIVE, encode_event
 from ..protocol.versions import Era
-from ..replicas import Forwarder, Owner, OwnerGone
+from ..replicas import SSE_MESSAGE_ROUTE, Forwarder, Owner, OwnerGone
 from ..sealing import Sealer
 from ..sessions import short_hash
 from .bridge import EndpointBridge, MessageError, parse_message
@@ -52,7 +52,6 @@ _PURPOSE = "legacy-sse-session"
 SESSION_QUERY = "session_id"
 # A replay from another replica names the session here (its URL is the replay endpoint's).
 SESSION_HEADER = "Mcp-Era-Proxy-Sse-Session"
-REPLAY_ROUTE = "SSE-MESSAGE"  # the replay endpoint's handler for a forwarded message
 _MAX_QUEUED = 1024  # messages waiting for a client that does not read: then its stream is cut
 _CLOSE_GRACE_S = 1.0  # a closed stream's requests in flight get this long, then are cancelled
 
@@ -291,7 +290,7 @@ class LegacySseEndpoint:
             raise session_not_found()  # a replica nobody reaches, or a process since replaced
         try:
             return await self._forwarder.replay(
-                request, raw, target, kind="sse", route=REPLAY_ROUTE, extra_headers={SESSION_HEADER: token}
+                request, raw, target, kind="sse", route=SSE_MESSAGE_ROUTE, extra_headers={SESSION_HEADER: token}
             )
         except OwnerGone:
             raise session_not_found() from None
