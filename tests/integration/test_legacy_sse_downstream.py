@@ -8,19 +8,25 @@ errors a bad POST gets.
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from proxy.app import METRICS
 from proxy.metrics import PREFIX
 from proxy.protocol import jsonrpc
+from tests.hostile import strategies as hs
+from tests.support import tally
 from tests.support.fake_modern import Call, FakeModern, complete
 from tests.support.legacy_sse_client import WAIT, SseClient
 from tests.support.legacy_sse_client import sse_client as open_stream
+from tests.support.schema import schema_path
 
 from .conftest import MakeProxy, Proxy
 
@@ -182,3 +188,74 @@ async def test_the_endpoint_is_named_relative_to_the_stream_when_they_share_a_fo
     response.close()
     assert first is not None and first[0] == "endpoint"
     assert first[1].split("?")[0] == named
+
+
+# ---------------------------------------------------------------- hostile bodies
+
+HOSTILE_EXAMPLES = 300
+
+
+def hostile_bodies(count: int) -> list[bytes]:
+    """Generated POST bodies (tests/hostile/strategies.py): messages with any member wrong,
+    batches of them, raw bytes and truncated JSON; the same ones every run."""
+    bodies: list[bytes] = []
+    encoded = st.one_of(
+        hs.messages().map(lambda m: json.dumps(m).encode()),
+        st.lists(hs.messages(), max_size=4).map(lambda ms: json.dumps(ms).encode()),
+        st.binary(max_size=300),
+        hs.messages().map(lambda m: json.dumps(m).encode()[: max(1, len(json.dumps(m)) // 2)]),
+    )
+
+    @settings(max_examples=count, database=None, derandomize=True, suppress_health_check=list(HealthCheck))
+    @given(encoded)
+    def collect(body: bytes) -> None:
+        bodies.append(body)
+
+    collect()
+    return bodies
+
+
+async def test_every_hostile_post_gets_202_or_a_json_rpc_error_and_the_session_keeps_serving(
+    proxy: Proxy, fake: FakeModern
+):
+    bodies = hostile_bodies(HOSTILE_EXAMPLES)
+    tally.count("hostile.proxy.legacy-sse", len(bodies))
+    async with sse_client(proxy) as client:
+        await client.initialize()
+        for body in bodies:
+            posted = await client.post(body)
+            assert posted.status in (202, 400), (posted.status, body)
+            if posted.status == 400:
+                error = (await posted.json())["error"]
+                assert error["code"] in (jsonrpc.PARSE_ERROR, jsonrpc.INVALID_REQUEST), (error, body)
+        # Whatever came on the stream meanwhile is JSON-RPC, and the session still answers.
+        final = await client.request("after-the-storm", "ping")
+        assert final["result"] == {}
+        assert all(jsonrpc.kind(message) != "invalid" for message in client.seen), client.seen
+    # A method the spec does not define is passed on as it came (extensions are not the proxy's to
+    # refuse), so the upstream sees requests no schema describes: those, and only those, are
+    # taken out of the schema check `fake` makes of everything else it received.
+    sent = {m.get("method") for m in map(_decoded, bodies) for m in (m if isinstance(m, list) else [m])}
+    defined = spec_methods()
+    foreign = [c for c in fake.calls if c.method not in defined]
+    assert all(c.method in sent for c in foreign), [c.method for c in foreign]
+    fake.calls[:] = [c for c in fake.calls if c.method in defined]
+
+
+def _decoded(body: bytes) -> Any:
+    try:
+        decoded = json.loads(body)
+    except ValueError:
+        return {}
+    return decoded if isinstance(decoded, (dict, list)) else {}
+
+
+def spec_methods() -> set[str]:
+    """Every request method the 2026-07-28 schema defines."""
+    definitions = json.loads(schema_path("2026-07-28").read_text())["$defs"]
+    found = set()
+    for definition in definitions.values():
+        method = definition.get("properties", {}).get("method", {}) if isinstance(definition, dict) else {}
+        if isinstance(method, dict) and isinstance(method.get("const"), str):
+            found.add(method["const"])
+    return found
