@@ -303,14 +303,27 @@ def _cmdline(pid: int) -> str:
         return ""
 
 
-def test_a_modern_host_cancelling_a_call_cancels_it_upstream(request, logs_dir):
+@pytest.mark.parametrize("upstream_name", ["mcp1-legacy-http", "mcp2-modern-http"])
+def test_a_modern_host_cancelling_a_call_cancels_it_upstream(request, upstream_name, logs_dir):
     """The SDK sends notifications/cancelled on stdin; the bridge closes that call's POST, and the
-    legacy server behind sees notifications/cancelled for it."""
-    url = stdio_url(upstream_args(request, "mcp1-legacy-http"), logs_dir / "stdio-cancel.log")
+    server behind sees the call cancelled (a legacy one by notifications/cancelled, a modern one
+    by its POST closing), counted by its `cancelled_count` tool."""
+    url = stdio_url(upstream_args(request, upstream_name), logs_dir / f"stdio-cancel-{upstream_name}.log")
     observed = run_modern_client(url, "cancel", {"tool": "slow", "arguments": {"seconds": 10}})
     assert "error" not in observed, observed
     assert observed["cancelled"] is True
     assert int(observed["checkText"]) == int(observed["checkBefore"]) + 1
+
+
+@pytest.mark.parametrize("upstream_name", ["mcp1-legacy-http", "mcp1-legacy-stdio", "mcp2-modern-http"])
+def test_a_legacy_host_cancelling_a_call_cancels_it_upstream(request, upstream_name, logs_dir):
+    """notifications/cancelled on stdin, naming the running call: relayed to a legacy server on
+    the session (its server process, over stdio), translated to closing the POST for a modern one."""
+    url = stdio_url(upstream_args(request, upstream_name), logs_dir / f"stdio-cancel-legacy-{upstream_name}.log")
+    arguments = {"tool": "slow", "arguments": {"seconds": 10}, "check_tool": "cancelled_count"}
+    observed = run_legacy_client(url, "cancel", arguments)
+    assert "error" not in observed, observed
+    assert observed["checkAfter"] == observed["checkBefore"] + 1
 
 
 @pytest.mark.parametrize("upstream_name", ["mcp2-modern-http", "mcp1-legacy-stdio"])
