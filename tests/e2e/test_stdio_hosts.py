@@ -275,16 +275,23 @@ def test_a_host_killed_mid_call_leaves_no_process_behind(request, upstream_name,
     url = stdio_url(proxy_args, logs_dir / f"killed-host-{upstream_name}.log")
     tool = {"tool": "slow", "arguments": {"seconds": 30}}
     argv = legacy_client_argv(url, "tools", tool, timeout=60)
+    # The server says when `slow` starts: on its own log (HTTP), or on its stderr, which the proxy
+    # logs (stdio).
+    server_logs = [logs_dir / f"killed-host-{upstream_name}.log", logs_dir / "modern-server.log"]
+
+    def calls_started() -> int:
+        return sum(path.read_text(errors="replace").count("STARTED slow") for path in server_logs if path.exists())
+
+    before = calls_started()
     host = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     try:
         proxy = wait_for(lambda: [p for p in children_of(host.pid) if "proxy" in _cmdline(p)], 20)
         assert proxy, "the host did not start the proxy"
         proxy_pid = proxy[0]
-        if upstream_name == "mcp1-legacy-stdio":
-            # The session's server process, started at initialize.
-            assert wait_for(lambda: descendants(proxy_pid), 20)
-        time.sleep(2.0)  # the call is under way
+        assert wait_for(lambda: calls_started() > before, 20), "the call never got under way upstream"
         started = descendants(proxy_pid)
+        if upstream_name == "mcp1-legacy-stdio":
+            assert started, "the session's server process is not the proxy's child"
         os.kill(host.pid, signal.SIGKILL)
         host.wait(10)
         assert wait_for(lambda: not alive(proxy_pid), 15), "the proxy outlived its host"

@@ -167,6 +167,7 @@ CANCELLED = {"count": 0}  # `slow` calls cancelled before they finished (a 2026-
 @mcp.tool(description="Sleep `seconds` in 0.1 s steps, reporting progress each step.", structured_output=False)
 async def slow(seconds: float, ctx: Context) -> str:
     steps = max(1, round(seconds / 0.1))
+    print(f"STARTED slow id={ctx.request_id}", file=sys.stderr, flush=True)  # a test can see it run
     try:
         for i in range(1, steps + 1):
             await ctx.report_progress(i, steps, f"step {i} of {steps}")
