@@ -272,11 +272,17 @@ class Host:
         family = tree(self.pid)
         assert self.proc.stdin is not None
         closed = time.perf_counter_ns()
+        already = self.proc.returncode
         self.proc.stdin.close()
         how = ""
         try:
             await asyncio.wait_for(self.proc.wait(), 5.0)
-            how = f"exited {self.proc.returncode} {(time.perf_counter_ns() - closed) / 1e6:.0f} ms after stdin closed"
+            waited_ms = (time.perf_counter_ns() - closed) // 1_000_000
+            how = (
+                f"had exited {already} by itself"
+                if already is not None
+                else f"exited {self.proc.returncode} {waited_ms} ms after stdin closed"
+            )
         except TimeoutError:
             how = "still running 5 s after stdin closed: SIGTERM"
             with contextlib.suppress(ProcessLookupError):
@@ -419,38 +425,46 @@ def med(values: list[float]) -> float:
     return statistics.median(values)
 
 
-def measure(args: argparse.Namespace, upstream: Upstream, url: str, bridge: Bridge, logs: Path, runs: int) -> Row:
-    """One warm-up run (its figures dropped: disk cache, first imports), then `runs` recorded runs,
-    each a fresh bridge process."""
-    row = Row(upstream, bridge)
-    for index in range(runs + 1):
-        with tempfile.TemporaryDirectory(prefix="bench-stdio-state-") as state:
-            log = logs / f"stdio-{upstream.key}-{bridge.key}-{index}.log"
-            try:
-                run = asyncio.run(
-                    asyncio.wait_for(
-                        one_run(bridge, upstream, url, args.calls, args.warmup_calls, log, Path(state)),
-                        args.run_timeout,
-                    )
+def measure(args: argparse.Namespace, upstream: Upstream, url: str, bridges: list[Bridge], logs: Path) -> list[Row]:
+    """One warm-up run per bridge (its figures dropped: disk cache, first imports), then `args.runs`
+    recorded runs, each a fresh bridge process. The bridges take turns run by run, so whatever else
+    the machine is doing meanwhile falls on all of them alike."""
+    rows = [Row(upstream, bridge) for bridge in bridges]
+    for index in range(args.runs + 1):
+        for row in rows:
+            if row.failed is None:
+                one(args, row, url, logs, index)
+    return rows
+
+
+def one(args: argparse.Namespace, row: Row, url: str, logs: Path, index: int) -> None:
+    bridge, upstream = row.bridge, row.upstream
+    with tempfile.TemporaryDirectory(prefix="bench-stdio-state-") as state:
+        log = logs / f"stdio-{upstream.key}-{bridge.key}-{index}.log"
+        try:
+            run = asyncio.run(
+                asyncio.wait_for(
+                    one_run(bridge, upstream, url, args.calls, args.warmup_calls, log, Path(state)),
+                    args.run_timeout,
                 )
-            except RowFailed as exc:
-                row.failed = str(exc)
-            except TimeoutError:
-                row.failed = f"the run did not finish within {args.run_timeout:.0f} s"
-            if row.failed:
-                tail = log.read_text(errors="replace").strip().splitlines()[-3:] if log.exists() else []
-                say(f"  {bridge.key} on {upstream.key}: FAILED: {row.failed}; stderr: {' | '.join(tail)[-400:]}")
-                return row
-        say(
-            f"  {bridge.key} on {upstream.key} run {index}{' (warm-up)' if index == 0 else ''}: "
-            f"startup {run.startup_ms:.0f} ms, seq {run.seq.rate:.0f}/s p50 {run.seq.pct(0.5):.2f} ms "
-            f"CPU {run.seq.cpu_us:.0f} µs/call, @{IN_FLIGHT} {run.par.rate:.0f}/s p50 {run.par.pct(0.5):.2f} ms "
-            f"CPU {run.par.cpu_us:.0f} µs/call, RSS {run.rss_kb / 1024:.1f} MiB; {run.stop}"
-            + (f"; LEFT BEHIND {run.left}" if run.left else "")
-        )
-        if index:
-            row.runs.append(run)
-    return row
+            )
+        except RowFailed as exc:
+            row.failed = str(exc)
+        except TimeoutError:
+            row.failed = f"the run did not finish within {args.run_timeout:.0f} s"
+        if row.failed:
+            tail = log.read_text(errors="replace").strip().splitlines()[-3:] if log.exists() else []
+            say(f"  {bridge.key} on {upstream.key}: FAILED: {row.failed}; stderr: {' | '.join(tail)[-400:]}")
+            return
+    say(
+        f"  {bridge.key} on {upstream.key} run {index}{' (warm-up)' if index == 0 else ''}: "
+        f"startup {run.startup_ms:.0f} ms, seq {run.seq.rate:.0f}/s p50 {run.seq.pct(0.5):.2f} ms "
+        f"CPU {run.seq.cpu_us:.0f} µs/call, @{IN_FLIGHT} {run.par.rate:.0f}/s p50 {run.par.pct(0.5):.2f} ms "
+        f"CPU {run.par.cpu_us:.0f} µs/call, RSS {run.rss_kb / 1024:.1f} MiB; {run.stop}"
+        + (f"; LEFT BEHIND {run.left}" if run.left else "")
+    )
+    if index:
+        row.runs.append(run)
 
 
 def try_once(upstream: Upstream, url: str, bridge: Bridge, logs: Path) -> str:
@@ -540,7 +554,8 @@ def render(
         f"notifications/initialized, {args.warmup_calls} warm-up calls, then {args.calls} sequential "
         f"`tools/call` (1 in flight), then {args.calls} with {IN_FLIGHT} in flight; every answer checked (id and "
         f"the echo text of that call). {args.runs} runs per row, each a fresh bridge process, after one "
-        "unrecorded warm-up run; **median (min..max)** of the runs. Latency from writing the request line to "
+        "unrecorded warm-up run, the bridges of an upstream taking turns run by run; **median (min..max)** of "
+        "the runs. Latency from writing the request line to "
         "reading the answer line. CPU µs/call = utime + stime of the bridge and all its descendants "
         f"(/proc/<pid>/stat, {CLK_TCK} ticks/s, so ±{1e6 / CLK_TCK / args.calls:.0f} µs/call of quantization) "
         "over the calls of that phase; the upstream's CPU is not in it. RSS: VmRSS of the bridge tree after "
@@ -641,8 +656,7 @@ def main() -> int:
                 continue
             with upstream_server(procs, upstream) as url:
                 say(f"upstream {upstream.label} at {url}")
-                for bridge in pairs:
-                    rows.append(measure(args, upstream, url, bridge, logs, args.runs))
+                rows += measure(args, upstream, url, pairs, logs)
                 for bridge in tried:
                     notes.append((upstream.label, bridge.label, try_once(upstream, url, bridge, logs)))
     finally:
