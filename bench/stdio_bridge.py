@@ -532,7 +532,10 @@ def facts() -> dict[str, str]:
     remote = peers.peers_home() / "node_modules" / "mcp-remote" / "package.json"
     out["mcp-remote"] = str(json.loads(remote.read_text()).get("version", "?"))
     out["mcp-proxy (PyPI)"] = (MCP_PROXY_VENV / ".requirement").read_text().strip()
-    out["mcp-era-proxy"] = f"{proxy_version} (this tree)"
+    rev = subprocess.run(
+        ["git", "-C", str(BENCH), "describe", "--always", "--dirty"], capture_output=True, text=True, check=False
+    ).stdout.strip()
+    out["mcp-era-proxy"] = f"{proxy_version} (this tree, {rev or 'no git'})"
     return out
 
 
