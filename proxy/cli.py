@@ -287,6 +287,10 @@ def stdio_settings(settings: Settings) -> Settings:
             # guard a config file may set up for a network listener does not apply to it.
             "listen": "127.0.0.1:8080",
             "security": settings.security.model_copy(update={"allowed_hosts": []}),
+            # Its one client is the host on stdin: no HTTP+SSE clients (nor their private listener).
+            "downstream": settings.downstream.model_copy(
+                update={"sse": settings.downstream.sse.model_copy(update={"enabled": False})}
+            ),
         }
     )
 
