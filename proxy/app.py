@@ -19,8 +19,9 @@ from .auth.tokens import TokenVerifier
 from .cache import ResponseCache
 from .config import Settings
 from .downstream.admin import Admin
-from .downstream.guard import Guard, method_not_allowed, not_found, safe
+from .downstream.guard import Guard, allowing, method_not_allowed, not_found, safe
 from .downstream.http import McpEndpoint
+from .downstream.legacy_sse import LegacySseEndpoint
 from .metrics import Metrics
 from .protocol.request_state import RequestStateCodec
 from .protocol.versions import Era
@@ -36,7 +37,15 @@ from .relay.modern_to_legacy import ModernToLegacy
 from .relay.modern_to_legacy import probe as probe_legacy
 from .relay.passthrough import ModernPassThrough
 from .relay.routes import routing_table
-from .replicas import Forwarder, Owner, ReplayEndpoint, ServerRequestIds, internal_app, new_boot_id
+from .replicas import (
+    SSE_MESSAGE_ROUTE,
+    Forwarder,
+    Owner,
+    ReplayEndpoint,
+    ServerRequestIds,
+    internal_app,
+    new_boot_id,
+)
 from .sealing import Sealer
 from .sessions import InMemorySessionStore, SessionIds, SessionStore
 from .store_redis import RedisSessionStore, redis_store
@@ -251,6 +260,16 @@ def create_app(
     app.router.add_get(settings.path, safe(endpoint.get, guard))
     app.router.add_delete(settings.path, safe(endpoint.delete, guard))
     app.router.add_route("*", settings.path, safe(method_not_allowed, guard))
+    endpoint_handlers = {"POST": safe(endpoint.post), "GET": safe(endpoint.get), "DELETE": safe(endpoint.delete)}
+    legacy_sse: LegacySseEndpoint | None = None
+    if settings.downstream.sse.enabled:
+        # 2024-11-05 HTTP+SSE clients, served through the endpoint's own handlers.
+        legacy_sse = LegacySseEndpoint(settings, endpoint_handlers, identifier, sealer, owner, forwarder, metrics)
+        sse_config = settings.downstream.sse
+        app.router.add_get(sse_config.path, safe(legacy_sse.stream, guard), allow_head=False)
+        app.router.add_route("*", sse_config.path, safe(allowing("GET"), guard))
+        app.router.add_post(sse_config.message_path, safe(legacy_sse.message, guard))
+        app.router.add_route("*", sse_config.message_path, safe(allowing("POST"), guard))
     app[DISCOVERY] = discovery
     for prefix, handler in (
         (WELL_KNOWN_RESOURCE, discovery.protected_resource),
@@ -270,9 +289,10 @@ def create_app(
         application.router.add_route("*", "/{tail:.*}", safe(not_found))  # JSON, never aiohttp's text page
     if settings.replicas.internal_listen is not None:
         # Replays come from other replicas: Origin and Host were checked where the client connected.
-        replay = ReplayEndpoint(
-            sealer, owner, {"POST": safe(endpoint.post), "GET": safe(endpoint.get), "DELETE": safe(endpoint.delete)}
-        )
+        replayed = dict(endpoint_handlers)
+        if legacy_sse is not None:
+            replayed[SSE_MESSAGE_ROUTE] = safe(legacy_sse.message)
+        replay = ReplayEndpoint(sealer, owner, replayed)
         app[INTERNAL] = internal_app(replay, safe, settings.security.max_body_bytes)
 
     hosts = [host for host in (legacy_to_modern, process_sessions) if host is not None]
@@ -323,9 +343,21 @@ def create_app(
             host.end_streams()
         modern_to_legacy.end_streams()
         same_era.end_streams()
+        if legacy_sse is not None:
+            legacy_sse.end_streams()
 
     app.on_shutdown.append(drain)
     app.cleanup_ctx.append(lifecycle)
+    if legacy_sse is not None:
+        sse_endpoint = legacy_sse
+
+        async def sse_lifecycle(app: web.Application) -> AsyncIterator[None]:
+            # After the relays start, before they close: its streams end while they still serve.
+            await sse_endpoint.start()
+            yield
+            await sse_endpoint.close()
+
+        app.cleanup_ctx.append(sse_lifecycle)
     return app, (None if admin_app is app else admin_app)
 
 

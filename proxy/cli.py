@@ -22,8 +22,9 @@ from aiohttp import web
 from . import __version__, tracing
 from .app import ADMIN, INTERNAL, create_app, detect_sse_upstream
 from .config import ENV_PREFIX, ConfigError, Settings, load_settings, parse_listen
+from .downstream.bridge import EndpointBridge
 from .downstream.server import runner as make_runner
-from .downstream.stdio import StdinReader, StdioBridge, StdoutWriter
+from .downstream.stdio import StdinReader, StdoutWriter, serve_lines
 from .logs import configure_logging
 from .workers import WORKER_FLAG, Supervisor, SupervisorLink, parse_control, worker_settings
 
@@ -296,7 +297,7 @@ async def serve_stdio(
     """Serve one host over stdio until its stdin ends (or SIGTERM/SIGINT, or `stop`).
 
     The proxy's own HTTP application listens on a unix socket in a fresh 0700 directory nobody
-    else can reach; the bridge (downstream/stdio.py) is its one client. Everything started here
+    else can reach; the bridge (downstream/bridge.py) is its one client. Everything started here
     (upstream processes, the listener, the directory) is gone when this returns."""
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -308,7 +309,7 @@ async def serve_stdio(
     private = tempfile.mkdtemp(prefix="mcp-era-proxy-")  # mode 0700
     socket_path = os.path.join(private, "mcp.sock")
     runners: list[web.AppRunner] = []
-    bridge: StdioBridge | None = None
+    bridge: EndpointBridge | None = None
     client: aiohttp.ClientSession | None = None
     try:
         app, admin_app = create_app(settings)
@@ -325,13 +326,8 @@ async def serve_stdio(
         client = aiohttp.ClientSession(
             connector=aiohttp.UnixConnector(path=socket_path, limit=0), auto_decompress=False
         )
-        bridge = StdioBridge(
-            client,
-            f"http://localhost{settings.path}",
-            StdinReader(loop, settings.security.max_body_bytes, stdin_fd),
-            StdoutWriter(stdout_fd),
-            settings.security.max_json_depth,
-        )
+        writer = StdoutWriter(stdout_fd)
+        bridge = EndpointBridge(client, f"http://localhost{settings.path}", writer, settings.security.max_json_depth)
         log.info(
             "started",
             version=__version__,
@@ -340,7 +336,7 @@ async def serve_stdio(
             upstream_transport=settings.upstream.transport,
             upstream_era=settings.upstream.era,
         )
-        await bridge.run(stop)
+        await serve_lines(bridge, StdinReader(loop, settings.security.max_body_bytes, stdin_fd), writer, stop)
     finally:
         if bridge is not None:
             await bridge.close(grace)

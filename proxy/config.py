@@ -336,7 +336,25 @@ class CacheConfig(_Section):
     watched_resources_max: int = Field(256, ge=0, description="Cached resources/read URIs watched for updates.")
 
 
+class DownstreamSseConfig(_Section):
+    enabled: bool = Field(
+        True,
+        description="Serve 2024-11-05 HTTP+SSE clients too: GET `path` opens a session's event stream, which "
+        "names the POST endpoint (`message_path`) its messages go to.",
+    )
+    path: str = Field("/sse", pattern=r"^/", description="Where an HTTP+SSE client opens its event stream.")
+    message_path: str = Field(
+        "/messages", pattern=r"^/", description="Where an HTTP+SSE client posts its messages (?session_id=...)."
+    )
+    max_connections: int = Field(
+        1000, gt=0, description="HTTP+SSE event streams open at most; one more is refused with 503."
+    )
+
+
 class DownstreamConfig(_Section):
+    sse: DownstreamSseConfig = Field(
+        default_factory=DownstreamSseConfig, description="The deprecated HTTP+SSE transport for older clients."
+    )
     idle_timeout_s: float = Field(
         75.0,
         gt=0,
@@ -575,6 +593,13 @@ class Settings(BaseSettings):
         if not value.startswith("/"):
             raise ValueError("must start with '/'")
         return value
+
+    @model_validator(mode="after")
+    def _distinct_paths(self) -> Settings:
+        sse = self.downstream.sse
+        if sse.enabled and len({self.path, sse.path, sse.message_path}) < 3:
+            raise ValueError("path, downstream.sse.path and downstream.sse.message_path must differ")
+        return self
 
     @model_validator(mode="after")
     def _distinct_listeners(self) -> Settings:

@@ -109,7 +109,8 @@ class Metrics:
         self.forwards = Counter(
             PREFIX + "forwards_total",
             "Echoes forwarded to the replica holding what they name: kind resume (a requestState "
-            "retry), deliver (a legacy client's answer) or subscribe (to the GET stream's replica); "
+            "retry), deliver (a legacy client's answer), subscribe (to the GET stream's replica) or sse "
+            "(an HTTP+SSE client's message, to the replica holding its stream); "
             "outcome ok, owner_gone or refused.",
             ["kind", "outcome"],
             registry=r,

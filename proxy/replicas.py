@@ -127,6 +127,12 @@ def _session_aad(session_id: str) -> bytes:
 # ---------------------------------------------------------------- envelopes
 
 
+# What a replay is served by at its owner: the endpoint's handler for its HTTP method, or a route of
+# its own (an HTTP+SSE client's message, for the replica holding its stream).
+SSE_MESSAGE_ROUTE = "SSE-MESSAGE"
+_ROUTES = frozenset({"POST", "GET", "DELETE", SSE_MESSAGE_ROUTE})
+
+
 @dataclass(frozen=True, slots=True)
 class Envelope:
     method: str
@@ -153,7 +159,7 @@ def open_envelope(sealer: Sealer, target: str, token: object, now: float) -> Env
     if not isinstance(head, dict):
         return None
     expires, method, headers = head.get("exp"), head.get("m"), head.get("h")
-    if not isinstance(expires, (int, float)) or expires <= now or method not in ("POST", "GET", "DELETE"):
+    if not isinstance(expires, (int, float)) or expires <= now or method not in _ROUTES:
         return None
     if not isinstance(headers, list) or not all(
         isinstance(pair, list) and len(pair) == 2 and all(isinstance(part, str) for part in pair) for pair in headers
@@ -252,12 +258,22 @@ class Forwarder:
     # ------------------------------------------------------------ replays
 
     async def replay(
-        self, request: web.Request, body: bytes, owner: Owner, *, kind: str, request_id: jsonrpc.RequestId | None = None
+        self,
+        request: web.Request,
+        body: bytes,
+        owner: Owner,
+        *,
+        kind: str,
+        request_id: jsonrpc.RequestId | None = None,
+        route: str | None = None,
+        extra_headers: Mapping[str, str] | None = None,
     ) -> web.StreamResponse:
         """Serve `request` (with `body`) at `owner`, its reply copied to the client as it comes;
         raises OwnerGone, before anything is sent, when the owner cannot serve it. Should the owner
-        die once its SSE reply began, the stream ends with `request_id`'s error (the call is lost)."""
-        async with self._send(request, body, owner, kind) as upstream:
+        die once its SSE reply began, the stream ends with `request_id`'s error (the call is lost).
+        `route`: the owner's handler other than the endpoint's for the request's method;
+        `extra_headers`: headers (mcp-*) the replay carries beside the client's."""
+        async with self._send(request, body, owner, kind, route, extra_headers) as upstream:
             response = web.StreamResponse(status=upstream.status, reason=upstream.reason)
             for name, value in upstream.headers.items():
                 if name.lower() not in _HOP_BY_HOP:
@@ -303,11 +319,21 @@ class Forwarder:
         self._count(kind, "ok")
         return True
 
-    def _send(self, request: web.Request, body: bytes, owner: Owner, kind: str) -> _Sent:
+    def _send(
+        self,
+        request: web.Request,
+        body: bytes,
+        owner: Owner,
+        kind: str,
+        route: str | None = None,
+        extra_headers: Mapping[str, str] | None = None,
+    ) -> _Sent:
         assert owner.address is not None
         # A hop of the request's trace: the owner's span is the child of this one.
         span = tracing.upstream(None, "http", "POST", name=f"replay {kind}")
-        envelope = Envelope(request.method, replayed_headers(span.headers(request.headers), self._identity), body)
+        headers = replayed_headers(span.headers(request.headers), self._identity)
+        headers += [(name, value) for name, value in (extra_headers or {}).items()]
+        envelope = Envelope(route or request.method, headers, body)
         token = seal_envelope(self._sealer, owner.boot, envelope, self._clock())
         return _Sent(self, owner, token, kind, span)
 

@@ -106,6 +106,17 @@ async def method_not_allowed(request: web.Request) -> web.Response:
     return response
 
 
+def allowing(methods: str) -> Handler:
+    """The 405 of a path that serves only `methods` (its Allow header)."""
+
+    async def refuse(request: web.Request) -> web.Response:
+        response = _error(405, "Method not allowed")
+        response.headers["Allow"] = methods
+        return response
+
+    return refuse
+
+
 class JsonErrors(web.RequestHandler):
     """aiohttp's connection handler, answering what it cannot parse as HTTP (a bad request line,
     bytes a header may not hold, a line too long) with a JSON-RPC error body instead of its plain

@@ -302,7 +302,7 @@ def test_garbage_on_stdin_gets_jsonrpc_errors_on_stdout_and_no_traceback(request
     assert b"Traceback" not in (logs_dir / "stdio-garbage.log").read_bytes()
 
 
-TS_HOST = peers.PEER_SCRIPTS / "ts_stdio_host.cjs"
+TS_HOST = peers.PEER_SCRIPTS / "ts_host.cjs"
 
 
 TS_CASES = [

@@ -52,6 +52,7 @@ from tests.support.fake_legacy import Call, FakeLegacy
 from tests.support.fake_modern import FakeModern, complete, input_required
 from tests.support.jwt_issuer import JwtIssuer
 from tests.support.legacy_peer import LegacyPeer, SseReader
+from tests.support.legacy_sse_client import sse_client as legacy_sse_client
 from tests.support.modern_peer import ModernPeer, ModernReply
 
 JSONDict = dict[str, Any]
@@ -809,3 +810,38 @@ async def test_a_round_is_taken_over_once(make_replica: MakeReplica, modern_upst
     assert lost is not None and lost["error"]["data"]["reason"] == "stream_lost"
     assert final is not None and final["id"] == request_id and "result" in final
     assert len(modern_upstream.calls_of("tools/call")) == 2  # the call went upstream twice: asked, then answered
+
+
+# ---------------------------------------------------------------------------- HTTP+SSE clients
+
+
+async def test_an_sse_clients_message_posted_to_another_replica_is_served_where_its_stream_is(
+    make_replica: MakeReplica, modern_upstream: FakeModern
+) -> None:
+    """An HTTP+SSE session is its stream: a POST that lands elsewhere is replayed to the holder,
+    and the reply comes on the stream there."""
+    store = InMemorySessionStore()
+    a = await make_replica(modern_upstream.url, "modern", store=store)
+    b = await make_replica(modern_upstream.url, "modern", store=store)
+    headers = {"Authorization": "Bearer alice"}
+    async with asyncio.timeout(WAIT), legacy_sse_client(a.http, headers, post_via=b.http) as client:
+        initialized = await client.initialize()
+        assert initialized["result"]["serverInfo"]["name"] == "fake-modern"
+        assert (await client.request(1, "ping"))["result"] == {}
+        assert b.forwards("sse", "ok") == 3  # initialize, notifications/initialized, ping
+        stranger = await client.post({"jsonrpc": "2.0", "id": 2, "method": "ping"}, {"Authorization": "Bearer mallory"})
+        assert stranger.status == 404  # another caller cannot use the session, from anywhere
+    assert b.forwards("sse", "ok") == 3
+
+
+async def test_an_sse_clients_message_for_a_replica_that_is_gone_gets_404(
+    make_replica: MakeReplica, modern_upstream: FakeModern
+) -> None:
+    a = await make_replica(modern_upstream.url, "modern")
+    b = await make_replica(modern_upstream.url, "modern")
+    async with asyncio.timeout(WAIT), legacy_sse_client(a.http, post_via=b.http) as client:
+        await a.stop()
+        refused = await client.post({"jsonrpc": "2.0", "id": 1, "method": "ping"})
+        assert refused.status == 404
+        assert (await refused.json())["error"]["message"] == "Session not found"
+    assert b.forwards("sse", "owner_gone") == 1

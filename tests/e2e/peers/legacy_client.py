@@ -41,6 +41,7 @@ import anyio
 import httpx
 import mcp.types as types
 from mcp import ClientSession
+from mcp.client.sse import sse_client
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.context import RequestContext
@@ -401,7 +402,49 @@ async def sc_resources(session, obs, args, wait):
     }
 
 
+async def sc_cancel(session, obs, args, wait):
+    """Cancel a running call the 2025-era way: notifications/cancelled naming its id (the SDK
+    sends none by itself), then stop waiting for it. The server's `check_tool` count, read before
+    and (bounded) after, tells whether the server saw the call cancelled."""
+    check = args.get("check_tool", "cancelled_count")
+
+    async def count() -> int:
+        result = await call(session, obs, check, {})
+        return int(result.content[0].text)
+
+    before = await count()
+    progressed = anyio.Event()
+
+    async def on_progress(p: float, total: float | None, message: str | None) -> None:
+        await obs.progress(p, total, message)
+        progressed.set()
+
+    scope = anyio.CancelScope()
+    request_id: list[int] = []
+
+    async def slow() -> None:
+        with scope:
+            request_id.append(session._request_id)  # the id the SDK is about to give the call
+            await call(session, obs, args.get("tool", "slow"), args.get("arguments"), progress_callback=on_progress)
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(slow)
+        with anyio.fail_after(wait):
+            await progressed.wait()  # the call runs upstream
+        params = types.CancelledNotificationParams(requestId=request_id[0], reason="the user gave up")
+        await session.send_notification(types.ClientNotification(types.CancelledNotification(params=params)))
+        scope.cancel()
+    after = before
+    with anyio.move_on_after(wait):
+        while after == before:
+            after = await count()
+            if after == before:
+                await anyio.sleep(0.1)  # the server's count is the only signal there is
+    return {"checkBefore": before, "checkAfter": after, "cancelledId": request_id[0]}
+
+
 SCENARIOS: dict[str, Scenario] = {
+    "cancel": sc_cancel,
     "initialize": sc_initialize,
     "tools": sc_tools,
     "progress": sc_progress,
@@ -423,6 +466,7 @@ SCENARIOS: dict[str, Scenario] = {
 
 # ----------------------------------------------------------------------------- driver
 STDIO_PREFIX = "stdio:"
+SSE_PREFIX = "sse:"
 
 
 def stdio_errlog(spec: dict[str, Any]) -> Any:
@@ -432,7 +476,8 @@ def stdio_errlog(spec: dict[str, Any]) -> Any:
 
 @asynccontextmanager
 async def transport(url: str, http_client: httpx.AsyncClient) -> AsyncIterator[Any]:
-    """Streamable HTTP to `url`, or the stdio server process a `stdio:{json}` URL describes."""
+    """Streamable HTTP to `url`, HTTP+SSE to the stream URL after `sse:`, or the stdio server
+    process a `stdio:{json}` URL describes."""
     if url.startswith(STDIO_PREFIX):
         spec = json.loads(url[len(STDIO_PREFIX) :])
         params = StdioServerParameters(
@@ -441,6 +486,23 @@ async def transport(url: str, http_client: httpx.AsyncClient) -> AsyncIterator[A
         errlog = stdio_errlog(spec)
         async with stdio_client(params, errlog=errlog) as (read, write):
             yield read, write, lambda: None
+        return
+    if url.startswith(SSE_PREFIX):  # the 2024-11-05 HTTP+SSE transport: GET the stream, POST its endpoint
+        session_ids: list[str] = []
+
+        def same_client(headers: Any = None, timeout: Any = None, auth: Any = None) -> httpx.AsyncClient:
+            # sse_client opens and closes the client itself: one like the observed one (same hooks).
+            return httpx.AsyncClient(
+                headers={**http_client.headers, **(headers or {})},
+                timeout=timeout or http_client.timeout,
+                auth=auth,
+                event_hooks=http_client.event_hooks,
+            )
+
+        async with sse_client(
+            url[len(SSE_PREFIX) :], httpx_client_factory=same_client, on_session_created=session_ids.append
+        ) as (read, write):
+            yield read, write, lambda: session_ids[-1] if session_ids else None
         return
     async with streamable_http_client(url, http_client=http_client) as streams:
         yield streams

@@ -1,20 +1,12 @@
 """The stdio bridge's pure parts: era choice, request-metadata headers, line framing and the
-replies to lines that are not JSON-RPC (proxy/downstream/stdio.py)."""
+replies to lines that are not JSON-RPC (proxy/downstream/bridge.py, proxy/downstream/stdio.py)."""
 
 from __future__ import annotations
 
 import pytest
 
-from proxy.downstream.stdio import (
-    LEGACY,
-    MODERN,
-    LineError,
-    LineSplitter,
-    choose_era,
-    encode_line,
-    modern_headers,
-    parse_line,
-)
+from proxy.downstream.bridge import LEGACY, MODERN, MessageError, choose_era, encode_line, modern_headers, parse_message
+from proxy.downstream.stdio import LineSplitter
 from proxy.protocol import jsonrpc
 from proxy.protocol.modern_validate import header_view, validate_request
 
@@ -86,8 +78,8 @@ def test_a_notification_gets_the_last_version_seen() -> None:
     ],
 )
 def test_garbage_gets_a_jsonrpc_error(line: bytes, code: int | None, request_id: object) -> None:
-    with pytest.raises(LineError) as caught:
-        parse_line(line, 64)
+    with pytest.raises(MessageError) as caught:
+        parse_message(line, 64)
     reply = caught.value.reply
     assert reply["jsonrpc"] == "2.0" and reply.get("id") == request_id
     if code is not None:
@@ -96,7 +88,7 @@ def test_garbage_gets_a_jsonrpc_error(line: bytes, code: int | None, request_id:
 
 
 def test_a_request_parses() -> None:
-    assert parse_line(b'{"jsonrpc":"2.0","id":1,"method":"ping"}\r', 64) == {
+    assert parse_message(b'{"jsonrpc":"2.0","id":1,"method":"ping"}\r', 64) == {
         "jsonrpc": "2.0",
         "id": 1,
         "method": "ping",

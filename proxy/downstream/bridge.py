@@ -1,0 +1,442 @@
+"""A client of a transport the proxy's endpoint does not speak itself (a stdio host, a 2024-11-05
+HTTP+SSE client), served through that endpoint: the bridge behaves as one Streamable HTTP client of
+it would, so every translation the HTTP side does serves those clients too.
+
+- a legacy client (its first message `initialize`): POST initialize, keep Mcp-Session-Id and the
+  negotiated version, open the GET stream after `notifications/initialized` (server-to-client
+  requests and notifications), POST every later message, the client's answers included;
+- a modern client (`server/discover`, or any request carrying the 2026-07-28 `_meta` protocol
+  version): each request its own POST with the request-metadata headers computed from its body;
+  `notifications/cancelled` closes that request's POST, which is how HTTP cancels.
+
+Requests run concurrently; every reply, notification and server request goes to one writer (a
+MessageSink), in the order it arrives.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from typing import Any, Protocol
+
+import aiohttp
+import structlog
+
+from ..protocol import client_checks, jsonrpc, meta
+from ..protocol.headers import (
+    METHOD_HEADER,
+    NAME_HEADER,
+    PROTOCOL_VERSION_HEADER,
+    SESSION_HEADER,
+    name_header_value,
+)
+from ..protocol.versions import MODERN_VERSIONS
+
+log = structlog.get_logger(__name__)
+
+LEGACY = "legacy"
+MODERN = "modern"
+_ACCEPT = "application/json, text/event-stream"
+
+
+# ------------------------------------------------------------ pure parts
+
+
+class MessageError(Exception):
+    """Bytes that are not one JSON-RPC message: `reply` is the JSON-RPC error to answer with."""
+
+    def __init__(self, reply: dict[str, Any]) -> None:
+        super().__init__(reply["error"]["message"])
+        self.reply = reply
+
+
+def parse_message(data: bytes, max_depth: int) -> Any:
+    """One JSON-RPC message (or a batch) from a stdin line or a POST body; raises MessageError
+    with the reply."""
+    try:
+        message = jsonrpc.decode(data)
+    except jsonrpc.DecodeError:
+        raise MessageError(jsonrpc.error_response(None, jsonrpc.PARSE_ERROR, "Parse error: not valid JSON")) from None
+    if client_checks.too_deep(message, max_depth, data):
+        rejection = client_checks.depth_rejection(max_depth)
+        raise MessageError(jsonrpc.error_response(_id_or_none(message), rejection.code, rejection.message))
+    items = message if isinstance(message, list) and message else [message]
+    for item in items:
+        if not isinstance(item, dict) or jsonrpc.kind(item) == "invalid":
+            raise MessageError(
+                jsonrpc.error_response(
+                    _id_or_none(item), jsonrpc.INVALID_REQUEST, "Invalid Request: not a JSON-RPC 2.0 message"
+                )
+            )
+    return message
+
+
+def _id_or_none(message: Any) -> Any:
+    if isinstance(message, dict):
+        value = message.get("id")
+        if isinstance(value, (str, int)) and not isinstance(value, bool):
+            return value
+    return None
+
+
+def _method_of(message: Any) -> str | None:
+    method = message.get("method") if isinstance(message, dict) else None
+    return method[:200] if isinstance(method, str) else None
+
+
+def modern_version(message: Any) -> str | None:
+    """The 2026-07-28 protocol version a request's `_meta` carries, if any."""
+    if not isinstance(message, dict):
+        return None
+    request_meta = meta.meta_of(message.get("params"))
+    version = request_meta.get(meta.PROTOCOL_VERSION) if request_meta else None
+    return version if isinstance(version, str) else None
+
+
+def choose_era(message: Any) -> str | None:
+    """The host's era from one message, per the stdio rules: a modern host probes with
+    `server/discover` or stamps its requests with `_meta` protocolVersion; a legacy host starts with
+    `initialize`. None: this message does not tell."""
+    if not isinstance(message, dict):
+        return None
+    if modern_version(message) is not None or message.get("method") == "server/discover":
+        return MODERN
+    if message.get("method") == "initialize":
+        return LEGACY
+    return None
+
+
+def modern_headers(message: dict[str, Any], fallback_version: str | None = None) -> dict[str, str]:
+    """The 2026-07-28 Streamable HTTP request-metadata headers for one message, from its body
+    (2026-07-28/basic/transports/streamable-http.mdx §Request Metadata)."""
+    headers = {"Content-Type": "application/json", "Accept": _ACCEPT}
+    version = modern_version(message) or fallback_version or MODERN_VERSIONS[0]
+    headers[PROTOCOL_VERSION_HEADER] = version
+    method = message.get("method")
+    if isinstance(method, str):
+        headers[METHOD_HEADER] = method
+        name = name_header_value(method, message.get("params"))
+        if name is not None:
+            headers[NAME_HEADER] = name
+    return headers
+
+
+def encode_line(message: Any) -> bytes:
+    """One message as one stdout line (JSON never holds a raw newline)."""
+    return jsonrpc.encode(message) + b"\n"
+
+
+async def sse_events(content: aiohttp.StreamReader) -> AsyncIterator[bytes]:
+    """The `data` of each SSE event of a response body, as it arrives."""
+    data: list[bytes] = []
+    async for raw in content:
+        line = raw.rstrip(b"\r\n")
+        if not line:
+            if data:
+                yield b"\n".join(data)
+                data = []
+            continue
+        if line.startswith(b":"):
+            continue
+        field, _, value = line.partition(b":")
+        if field == b"data":
+            data.append(value[1:] if value.startswith(b" ") else value)
+    if data:
+        yield b"\n".join(data)
+
+
+# ------------------------------------------------------------ the bridge
+
+
+class MessageSink(Protocol):
+    """Where the bridge puts what the endpoint sends the client: stdout, or an SSE stream."""
+
+    broken: asyncio.Event  # set once the client no longer reads
+
+    def start(self) -> None: ...
+
+    def write(self, message: Any) -> None: ...
+
+    def write_raw(self, data: bytes) -> None: ...
+
+    async def drain(self, within_s: float) -> None: ...
+
+    async def close(self) -> None: ...
+
+
+class EndpointBridge:
+    """One client of a transport the endpoint does not speak itself, served by the proxy's own
+    Streamable HTTP endpoint at `url` (over `session`): messages come in through `feed` (or `line`),
+    and every message the endpoint sends back goes to `writer`."""
+
+    def __init__(self, session: aiohttp.ClientSession, url: str, writer: MessageSink, max_depth: int) -> None:
+        self._http = session
+        self._url = url
+        self._writer = writer
+        self._max_depth = max_depth
+        # The client's own headers for the message in hand (its Authorization, trace context):
+        # what the endpoint would have seen had the client posted to it.
+        self._caller_headers: dict[str, str] = {}
+        self.era: str | None = None
+        self._session_id: str | None = None
+        self._legacy_version: str | None = None
+        self._modern_version: str | None = None
+        self._initialized = asyncio.Event()  # legacy: the initialize exchange is over
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._in_flight: dict[Any, asyncio.Task[None]] = {}  # request id -> its POST
+        self._stream: asyncio.Task[None] | None = None  # legacy GET stream
+
+    def start(self) -> None:
+        self._writer.start()
+
+    async def close(self, grace_s: float = 1.0, end_session: bool = False) -> None:
+        """Let the requests in flight finish for up to `grace_s` (a host that wrote its last
+        request and closed stdin still gets the answer), unless the client no longer reads; then
+        cancel what is left, write what is queued (bounded) and stop the writer. `end_session`:
+        a legacy client's session is over with its transport, and is ended at the endpoint
+        (DELETE) rather than left to expire."""
+        if self._stream is not None:
+            self._stream.cancel()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + grace_s
+        broken = asyncio.create_task(self._writer.broken.wait())
+        while self._tasks and not broken.done() and (left := deadline - loop.time()) > 0:
+            await asyncio.wait([*self._tasks, broken], timeout=left, return_when=asyncio.FIRST_COMPLETED)
+        broken.cancel()
+        pending = [*self._tasks, *([self._stream] if self._stream else [])]
+        for task in pending:
+            task.cancel()
+        if pending:
+            await asyncio.wait(pending, timeout=grace_s)
+        await self._writer.drain(grace_s)
+        await self._writer.close()
+        if end_session and self.era == LEGACY and self._session_id is not None:
+            try:
+                async with self._http.delete(
+                    self._url, headers=self._legacy_headers(), timeout=aiohttp.ClientTimeout(total=grace_s)
+                ):
+                    pass
+            except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+                log.info("bridge_session_not_ended", error=str(exc) or type(exc).__name__)
+
+    # ------------------------------------------------------------ dispatch
+
+    def line(self, line: bytes | None) -> None:
+        """One stdin line (None: one too long); what is not JSON-RPC gets its error written."""
+        if line is None:
+            self._writer.write(jsonrpc.error_response(None, jsonrpc.INVALID_REQUEST, "Invalid Request: line too long"))
+            return
+        try:
+            message = parse_message(line, self._max_depth)
+        except MessageError as exc:
+            log.info("stdio_bad_line", error=str(exc), size=len(line))
+            self._writer.write(exc.reply)
+            return
+        self.feed(message)
+
+    def feed_headers(self, caller_headers: dict[str, str]) -> None:
+        """The client's headers for what follows (the GET stream's included) until a message
+        brings others."""
+        self._caller_headers = caller_headers
+
+    def feed(self, message: Any, caller_headers: dict[str, str] | None = None) -> None:
+        """One parsed message of the client (parse_message), with the client's headers to pass on."""
+        if caller_headers is not None:
+            self._caller_headers = caller_headers
+        if self.era is None:
+            self.era = choose_era(message[0] if isinstance(message, list) and message else message)
+            if self.era is None:
+                request_id = _id_or_none(message)
+                if isinstance(message, dict) and jsonrpc.kind(message) == "request":
+                    self._writer.write(
+                        jsonrpc.error_response(
+                            request_id,
+                            jsonrpc.INVALID_REQUEST,
+                            "Invalid Request: send initialize (2025-era) or server/discover (2026-07-28) first",
+                        )
+                    )
+                return
+            log.info("stdio_client_era", era=self.era)
+        if self.era == MODERN:
+            self._modern(message)
+        else:
+            self._legacy(message)
+
+    def _spawn(self, coro: Any, request_id: Any = None) -> asyncio.Task[None]:
+        task = asyncio.create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        if request_id is not None:
+            self._in_flight[request_id] = task
+            task.add_done_callback(
+                lambda _t: self._in_flight.pop(request_id, None) if self._in_flight.get(request_id) is _t else None
+            )
+        return task
+
+    # ------------------------------------------------------------ modern hosts
+
+    def _modern(self, message: Any) -> None:
+        if not isinstance(message, dict):
+            self._writer.write(
+                jsonrpc.error_response(
+                    None, jsonrpc.INVALID_REQUEST, "Invalid Request: batches are not part of 2026-07-28"
+                )
+            )
+            return
+        kind = jsonrpc.kind(message)
+        if kind == "request":
+            version = modern_version(message)
+            if version is not None:
+                self._modern_version = version
+            headers = self._with_caller(modern_headers(message, self._modern_version))
+            self._spawn(self._post(message, headers), message["id"])
+        elif kind == "notification":
+            if message.get("method") == "notifications/cancelled":
+                self._cancel(message)
+            # Over HTTP a modern notification has nothing to act on at the endpoint; sent anyway.
+            self._spawn(self._post(message, self._with_caller(modern_headers(message, self._modern_version))))
+        else:
+            log.info("stdio_unexpected_response", id=message.get("id"))
+
+    def _cancel(self, message: dict[str, Any]) -> None:
+        params = message.get("params")
+        request_id = params.get("requestId") if isinstance(params, dict) else None
+        task = self._in_flight.get(request_id)
+        if task is not None:
+            log.info("stdio_cancelled", id=request_id)
+            task.cancel()  # closes its POST: the endpoint cancels the call upstream
+
+    # ------------------------------------------------------------ legacy hosts
+
+    def _legacy(self, message: Any) -> None:
+        if isinstance(message, dict) and message.get("method") == "initialize" and jsonrpc.kind(message) == "request":
+            self._initialized.clear()
+            self._spawn(self._initialize(message, dict(self._caller_headers)), message["id"])
+            return
+        request_id = message.get("id") if isinstance(message, dict) and jsonrpc.kind(message) == "request" else None
+        self._spawn(self._legacy_post(message, dict(self._caller_headers)), request_id)
+
+    def _with_caller(self, headers: dict[str, str]) -> dict[str, str]:
+        return {**self._caller_headers, **headers}
+
+    def _legacy_headers(self) -> dict[str, str]:
+        headers = {"Content-Type": "application/json", "Accept": _ACCEPT}
+        if self._session_id is not None:
+            headers[SESSION_HEADER] = self._session_id
+        if self._legacy_version is not None:
+            headers[PROTOCOL_VERSION_HEADER] = self._legacy_version
+        return headers
+
+    async def _initialize(self, message: dict[str, Any], caller: dict[str, str]) -> None:
+        try:
+
+            async def seen(response: aiohttp.ClientResponse) -> None:
+                session_id = response.headers.get(SESSION_HEADER)
+                if session_id:
+                    self._session_id = session_id
+
+            def on_message(reply: Any) -> None:
+                if isinstance(reply, dict) and reply.get("id") == message["id"]:
+                    result = reply.get("result")
+                    version = result.get("protocolVersion") if isinstance(result, dict) else None
+                    if isinstance(version, str):
+                        self._legacy_version = version
+
+            headers = {**caller, "Content-Type": "application/json", "Accept": _ACCEPT}
+            await self._post(message, headers, seen, on_message)
+        finally:
+            self._initialized.set()
+
+    async def _legacy_post(self, message: Any, caller: dict[str, str]) -> None:
+        await self._initialized.wait()
+        await self._post(message, {**caller, **self._legacy_headers()})
+        if (
+            isinstance(message, dict)
+            and message.get("method") == "notifications/initialized"
+            and self._session_id is not None
+            and self._stream is None
+        ):
+            self._stream = asyncio.create_task(self._listen(), name="get-stream")
+
+    async def _listen(self) -> None:
+        """The session's GET stream: server requests and notifications, reopened if it ends."""
+        delay = 0.1
+        while True:
+            try:
+                headers = {**self._caller_headers, **self._legacy_headers(), "Accept": "text/event-stream"}
+                async with self._http.get(self._url, headers=headers, timeout=_NO_TIMEOUT) as response:
+                    if response.status in (404, 405):
+                        log.info("stdio_no_get_stream", status=response.status)
+                        return
+                    if response.status != 200:
+                        raise aiohttp.ClientResponseError(response.request_info, (), status=response.status)
+                    delay = 0.1
+                    async for data in sse_events(response.content):
+                        self._writer.write_raw(data)
+            except (TimeoutError, aiohttp.ClientError) as exc:
+                log.info("stdio_get_stream_lost", error=str(exc))
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 5.0)
+
+    # ------------------------------------------------------------ one POST
+
+    async def _post(
+        self,
+        message: Any,
+        headers: dict[str, str],
+        on_response: Callable[[aiohttp.ClientResponse], Any] | None = None,
+        on_message: Callable[[Any], None] | None = None,
+    ) -> None:
+        """POST one message; every JSON-RPC message of the reply (JSON or SSE) goes to stdout."""
+        request_id = _id_or_none(message) if isinstance(message, dict) and "method" in message else None
+        expects_reply = isinstance(message, list) or (isinstance(message, dict) and jsonrpc.kind(message) == "request")
+        try:
+            async with self._http.post(
+                self._url, data=encode_line(message)[:-1], headers=headers, timeout=_NO_TIMEOUT
+            ) as response:
+                if on_response is not None:
+                    await on_response(response)
+                content_type = response.headers.get("Content-Type", "")
+                if not expects_reply:  # a notification or an answer: nothing goes back to the host
+                    if response.status >= 300:
+                        log.info("stdio_message_refused", status=response.status, method=_method_of(message))
+                    return
+                if response.status == 202:
+                    return
+                if content_type.startswith("text/event-stream"):
+                    async for data in sse_events(response.content):
+                        self._emit(data, on_message)
+                    return
+                body = await response.read()
+                if content_type.startswith("application/json") and body:
+                    self._emit(body, on_message)
+                    return
+                if expects_reply:
+                    self._writer.write(
+                        jsonrpc.error_response(
+                            request_id, jsonrpc.INTERNAL_ERROR, f"the proxy answered HTTP {response.status}"
+                        )
+                    )
+        except asyncio.CancelledError:
+            raise
+        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+            log.warning("stdio_post_failed", error=str(exc))
+            if expects_reply and request_id is not None:
+                self._writer.write(
+                    jsonrpc.error_response(request_id, jsonrpc.INTERNAL_ERROR, "the proxy could not serve the request")
+                )
+
+    def _emit(self, data: bytes, on_message: Callable[[Any], None] | None) -> None:
+        try:
+            message = jsonrpc.decode(data)
+        except jsonrpc.DecodeError:
+            log.warning("stdio_unreadable_reply", size=len(data))
+            return
+        if on_message is not None:
+            on_message(message)
+        if isinstance(message, list) and not message:
+            return
+        self._writer.write(message)
+
+
+_NO_TIMEOUT = aiohttp.ClientTimeout(total=None, sock_read=None)
