@@ -27,7 +27,7 @@ from typing import Any
 import pytest
 
 from tests.support import peers
-from tests.support.procs import alive, cmdline, descendants, tagged, wait_for
+from tests.support.procs import alive, cmdline, descendants, reap_tagged, tagged, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -183,10 +183,7 @@ def inspect(target: list[str], method: list[str], *, watch: Callable[[str], None
         if inspector.poll() is None:
             os.killpg(inspector.pid, signal.SIGKILL)
             inspector.communicate()
-        wait_for(lambda: not tagged(RUN_TAG, tag), 10)
-        left = [f"{pid}: {cmdline(pid)}" for pid in tagged(RUN_TAG, tag)]
-        for pid in tagged(RUN_TAG, tag):
-            os.kill(pid, signal.SIGKILL)
+        left = reap_tagged(RUN_TAG, tag)
     return Run(inspector.returncode, stdout, stderr, left)
 
 

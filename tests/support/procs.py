@@ -155,6 +155,18 @@ def tagged(name: str, value: str) -> list[int]:
     return found
 
 
+def reap_tagged(name: str, value: str, timeout: float = 10.0) -> list[str]:
+    """Wait up to `timeout` for every process tagged `name=value` to end; kill those still alive
+    and return them (PID and command line), for a test to assert there were none."""
+    wait_for(lambda: not tagged(name, value), timeout)
+    left = tagged(name, value)
+    named = [f"{pid}: {cmdline(pid)}" for pid in left]
+    for pid in left:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    return named
+
+
 def wait_for(predicate: Callable[[], Any], timeout: float) -> Any:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
