@@ -2,12 +2,12 @@
 host on the TypeScript SDK v1) as a host of the proxy: each of its one-shot methods (`--method
 tools/list`, `tools/call`, `resources/list`, `resources/read`, `resources/templates/list`,
 `prompts/list`, `prompts/get`, `logging/setLevel`) through `mcp-era-proxy stdio` (the Inspector
-launches it as its stdio server) and through the proxy's Streamable HTTP side, in front of a
-modern-only 2026-07-28 HTTP server, a legacy HTTP server, legacy and dual-era stdio servers the
-proxy starts itself and a 2024-11-05 HTTP+SSE server. Each answer is the one the Inspector gets
-from the same server straight (or, for the modern-only fixture it cannot speak to, from the same
-fixture in its dual-era posture). Every process the Inspector starts is gone once it has exited,
-checked by PID.
+launches it as its stdio server), through the proxy's Streamable HTTP side and through its
+2024-11-05 HTTP+SSE side, in front of a modern-only 2026-07-28 HTTP server, a legacy HTTP server,
+legacy and dual-era stdio servers the proxy starts itself and a 2024-11-05 HTTP+SSE server. Each
+answer is the one the Inspector gets from the same server straight (or, for the modern-only
+fixture it cannot speak to, from the same fixture in its dual-era posture). Every process the
+Inspector starts is gone once it has exited, checked by PID.
 """
 
 from __future__ import annotations
@@ -143,12 +143,16 @@ def proxy_command() -> list[str]:
     return [str(Path(sys.executable).with_name("mcp-era-proxy")), "stdio"]
 
 
-# How the Inspector reaches the proxy: it starts `mcp-era-proxy stdio` itself, or it is a client of
-# the proxy's Streamable HTTP side. (HTTP+SSE, the Inspector's `--transport sse`, would be one more:
-# the proxy's /sse URL.)
+# How the Inspector reaches the proxy: it starts `mcp-era-proxy stdio` itself, or it is a client
+# of the proxy's Streamable HTTP side, or of its 2024-11-05 HTTP+SSE side (GET /sse, then POSTs).
 DOWNSTREAMS: dict[str, Callable[[pytest.FixtureRequest, Upstream, Path], list[str]]] = {
     "stdio": lambda request, upstream, log: [*proxy_command(), "--log-file", str(log), *upstream.proxy_args(request)],
     "http": lambda request, upstream, log: [url_of(upstream.http_proxy)(request), "--transport", "http"],
+    "sse": lambda request, upstream, log: [
+        url_of(upstream.http_proxy)(request).removesuffix("/mcp") + "/sse",
+        "--transport",
+        "sse",
+    ],
 }
 
 
