@@ -168,13 +168,18 @@ class Run:
         return json.loads(self.stdout)
 
 
-def inspect(target: list[str], method: list[str], *, watch: Callable[[str], None] | None = None) -> Run:
+def inspect(
+    target: list[str], method: list[str], *, watch: Callable[[str], None] | None = None, path: str | None = None
+) -> Run:
     """One `mcp-inspector-cli --cli TARGET --method ...` run, bounded; `watch(tag)` runs while it
     does. Its working directory is its own build directory: 1.0.3 looks for its package.json
-    relative to the working directory (modelcontextprotocol/inspector#1334), and fails elsewhere."""
+    relative to the working directory (modelcontextprotocol/inspector#1334), and fails elsewhere.
+    `path`: a folder put first on its PATH."""
     tag = uuid.uuid4().hex
     argv = [str(peers.inspector_cli()), "--cli", *target, "--method", *method]
     env = {**os.environ, **peers.node_env(), RUN_TAG: tag}
+    if path is not None:
+        env["PATH"] = f"{path}:{env['PATH']}"
     cwd = peers.peers_home() / "node_modules" / "@modelcontextprotocol" / "inspector-cli" / "build"
     inspector = subprocess.Popen(
         argv, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
@@ -271,3 +276,18 @@ def test_the_proxy_the_inspector_started_and_its_server_are_gone_after_a_long_ca
     assert run.left == []
     assert not [pid for pid in seen if alive(pid)]
     assert "completed" in json.dumps(run.result())
+
+
+def test_the_readme_host_entry_as_the_inspector_reads_it_from_a_config_file(fixture_modern: str, tmp_path: Path):
+    """README §stdio for desktop hosts: the `mcpServers` entry people paste, as is but for the URL,
+    in the Inspector's `--config` file; `mcp-era-proxy` is found on PATH as a host finds it."""
+    section = (peers.REPO / "README.md").read_text().split("### stdio for desktop hosts", 1)[1]
+    config = json.loads(section.split("```json", 1)[1].split("```", 1)[0])
+    ((name, entry),) = config["mcpServers"].items()
+    assert entry["args"][:2] == ["stdio", "--upstream"], entry
+    entry["args"][2] = fixture_modern
+    (tmp_path / "mcp.json").write_text(json.dumps(config))
+    target = ["--config", str(tmp_path / "mcp.json"), "--server", name]
+    run = inspect(target, FIXTURE_METHODS["tools/call"], path=str(Path(proxy_command()[0]).parent))
+    assert run.left == []
+    assert run.result()["content"][0]["type"] == "text"
