@@ -760,9 +760,11 @@ def machine() -> dict[str, str]:
             if line.startswith("model name"):
                 model = line.split(":", 1)[1].strip()
                 break
-    wrk_version = subprocess.run(["wrk", "--version"], capture_output=True, text=True, check=False).stdout.split("\n")[
-        0
-    ]
+    wrk_version = (
+        subprocess.run(["wrk", "--version"], capture_output=True, text=True, check=False).stdout.split("\n")[0]
+        if shutil.which("wrk")
+        else "not installed"
+    )
     try:
         import aiohttp
 

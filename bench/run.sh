@@ -45,6 +45,9 @@ fi
 echo "[bench] peers" >&2
 bash "$REPO/scripts/setup-peers.sh"
 export MCP_PEERS_HOME="${MCP_PEERS_HOME:-$HOME/.cache/mcp-test-peers}"
+# Bench-only tools from PyPI, each in its own virtualenv (never a project dependency):
+# sparfenyuk's mcp-proxy, a stdio-to-HTTP bridge that bench/stdio_bridge.py measures.
+peer_venv bench-mcp-proxy "mcp-proxy==0.13.0"
 
 if ! command -v wrk >/dev/null; then
   echo "[bench] installing wrk" >&2

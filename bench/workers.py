@@ -71,7 +71,12 @@ def proxy(procs: Processes, upstream: str, store: str, workers: int) -> Iterator
     argv = [sys.executable, "-m", "proxy", "--upstream", upstream, "--upstream-era", "modern"]
     argv += ["--listen", f"127.0.0.1:{port}", "--admin-listen", f"127.0.0.1:{admin}"]
     argv += ["--log-level", "warning", "--workers", str(workers)]
-    env = {"MCP_ERA_PROXY_STORE__URL": store, "MCP_ERA_PROXY_SECURITY__SECRET": SECRET}
+    # No HTTP+SSE clients here (and no internal listener, which serving them with workers needs).
+    env = {
+        "MCP_ERA_PROXY_STORE__URL": store,
+        "MCP_ERA_PROXY_SECURITY__SECRET": SECRET,
+        "MCP_ERA_PROXY_DOWNSTREAM__SSE__ENABLED": "false",
+    }
     with procs.listening(f"proxy-workers-{workers}", argv, port, env) as process:
         deadline = time.monotonic() + 60
         for index in range(workers):  # every worker up, not just the first to bind

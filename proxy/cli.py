@@ -12,8 +12,8 @@ import shutil
 import signal
 import sys
 import tempfile
-from collections.abc import Callable, Sequence
-from typing import TextIO
+from collections.abc import Callable, Coroutine, Sequence
+from typing import Any, TextIO
 
 import aiohttp
 import structlog
@@ -219,13 +219,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     else:
         configure_logging(settings.logging.level, settings.logging.format, file=settings.logging.file)
     try:
-        import uvloop  # optional speed-up of the event loop where available
-    except ImportError:
-        runner = asyncio.run
-    else:
-        runner = uvloop.run
-    try:
-        runner(serve(settings) if link is None else _serve_worker(settings, link))
+        event_loop_runner()(serve(settings) if link is None else _serve_worker(settings, link))
     except OSError as exc:
         log.error("cannot_start", error=str(exc))
         return 1
@@ -233,6 +227,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         if link is not None:
             link.close()
     return 0
+
+
+def event_loop_runner() -> Callable[[Coroutine[Any, Any, None]], None]:
+    """uvloop's run where it is installed (a faster event loop), else asyncio's."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run
+    return uvloop.run
 
 
 async def _serve_worker(settings: Settings, link: SupervisorLink) -> None:
@@ -257,7 +260,7 @@ def stdio_main(argv: Sequence[str]) -> int:
         return 2
     configure_logging(settings.logging.level, settings.logging.format, file=settings.logging.file)
     try:
-        asyncio.run(serve_stdio(settings))
+        event_loop_runner()(serve_stdio(settings))
     except OSError as exc:
         log.error("cannot_start", error=str(exc))
         return 1
@@ -284,6 +287,10 @@ def stdio_settings(settings: Settings) -> Settings:
             # guard a config file may set up for a network listener does not apply to it.
             "listen": "127.0.0.1:8080",
             "security": settings.security.model_copy(update={"allowed_hosts": []}),
+            # Its one client is the host on stdin: no HTTP+SSE clients (nor their private listener).
+            "downstream": settings.downstream.model_copy(
+                update={"sse": settings.downstream.sse.model_copy(update={"enabled": False})}
+            ),
         }
     )
 

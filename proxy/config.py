@@ -618,6 +618,12 @@ class Settings(BaseSettings):
             )
         if self.workers > 1 and self.store.url is None:
             raise ValueError("workers > 1 needs store.url: each worker is a replica sharing the store")
+        if self.workers > 1 and self.downstream.sse.enabled and self.replicas.internal_listen is None:
+            raise ValueError(
+                "downstream.sse.enabled with workers > 1 needs replicas.internal_listen: an HTTP+SSE client's "
+                "POST may reach any worker and is replayed to the one holding its stream "
+                "(or set downstream.sse.enabled: false)"
+            )
         return self
 
     @model_validator(mode="after")

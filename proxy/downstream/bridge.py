@@ -30,6 +30,7 @@ from ..protocol.headers import (
     SESSION_HEADER,
     name_header_value,
 )
+from ..protocol.sse import Decoder
 from ..protocol.versions import MODERN_VERSIONS
 
 log = structlog.get_logger(__name__)
@@ -127,22 +128,13 @@ def encode_line(message: Any) -> bytes:
 
 
 async def sse_events(content: aiohttp.StreamReader) -> AsyncIterator[bytes]:
-    """The `data` of each SSE event of a response body, as it arrives."""
-    data: list[bytes] = []
-    async for raw in content:
-        line = raw.rstrip(b"\r\n")
-        if not line:
-            if data:
-                yield b"\n".join(data)
-                data = []
-            continue
-        if line.startswith(b":"):
-            continue
-        field, _, value = line.partition(b":")
-        if field == b"data":
-            data.append(value[1:] if value.startswith(b" ") else value)
-    if data:
-        yield b"\n".join(data)
+    """The `data` of each SSE event of a response body, as it arrives (the core's WHATWG parser).
+    An event with empty data (2025-11-25's priming event: an id to resume from) carries no message."""
+    decoder = Decoder()
+    async for chunk in content.iter_any():
+        for event in decoder.feed(chunk):
+            if event.data:
+                yield event.data.encode()
 
 
 # ------------------------------------------------------------ the bridge

@@ -37,6 +37,7 @@ PROFILES: dict[str, dict[str, Any]] = {
         "prompts": {"prompt": "greet", "prompt_arguments": {"name": "alice"}},
         "completion": {"prompt": "greet", "argument": {"name": "name", "value": "al"}},
         "resources": {"uri": "test://static"},
+        "cancel": {"tool": "slow", "arguments": {"seconds": 10}, "check_tool": "cancelled_count"},
     },
     # The same server, started by the proxy and spoken to over stdio.
     "mcp2-modern-server-stdio": {},
@@ -221,6 +222,14 @@ def test_delete_ends_the_session(via_proxy, upstream):
     observed = via_proxy("session_end", probe=True)
     assert observed["deleteStatus"] == 200
     assert observed["probeAfterDelete"]["status"] == 404
+
+
+def test_notifications_cancelled_ends_the_call_on_the_modern_server(proxy_to_modern_server):
+    """The client's notifications/cancelled closes the call's upstream POST, which is how a
+    2026-07-28 server learns of it: its `slow` handler is cancelled (counted by the server)."""
+    observed = run_legacy_client(proxy_to_modern_server, "cancel", PROFILES["mcp2-modern-server"]["cancel"])
+    assert "error" not in observed, observed
+    assert observed["checkAfter"] == observed["checkBefore"] + 1
 
 
 def test_tool_arguments_marked_x_mcp_header_are_mirrored_into_headers(proxy_to_modern_server):

@@ -34,6 +34,13 @@ PROFILE: dict[str, dict[str, Any]] = {
     "prompts": {"prompt": "args-prompt", "prompt_arguments": {"city": "Paris", "state": "TX"}},
     "resources": {"uri": "demo://resource/static/document/architecture.md"},
     "logging": {"tool": "toggle-simulated-logging", "arguments": {}, "level": "debug", "expect_logs": 1},
+    "completion": {"prompt": "completable-prompt", "argument": {"name": "department", "value": "E"}},
+    # Its subscriber updates are per session: the first toggle sends one at once, the second stops them.
+    "subscribe": {
+        "uri": "demo://resource/static/document/architecture.md",
+        "trigger_tool": "toggle-subscriber-updates",
+        "trigger_arguments": {},
+    },
 }
 CLIENTS = {"legacy": run_legacy_client, "modern": run_modern_client}
 
@@ -84,6 +91,21 @@ def test_roots_are_asked_of_the_client(proxy_to_everything_sse: str, client: str
     observed = run(client, proxy_to_everything_sse, "roots")
     assert observed["listRootsCalls"] >= 1
     assert "file:///tmp/root-a" in texts(observed["result"])[0]
+
+
+def test_completions_are_answered(proxy_to_everything_sse: str, client: str):
+    observed = run(client, proxy_to_everything_sse, "completion")
+    assert observed["values"] == ["Engineering"]
+
+
+def test_a_legacy_clients_subscription_gets_updates_until_unsubscribed(proxy_to_everything_sse: str):
+    """A legacy client's session is one SSE connection: its subscription and the tool that makes
+    the server send updates meet in the same upstream session. (A modern client's listen is a
+    pooled connection of its own, which the server's per-session updates never reach.)"""
+    observed = run("legacy", proxy_to_everything_sse, "subscribe")
+    assert observed["subscribeResult"] == {} and observed["unsubscribeResult"] == {}
+    assert observed["updateArrived"] is True
+    assert observed["updateAfterUnsubscribe"] is False
 
 
 def test_prompts_are_listed_and_got(proxy_to_everything_sse: str, client: str):

@@ -13,7 +13,6 @@ import shlex
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -235,16 +234,23 @@ def test_a_host_killed_mid_call_leaves_no_process_behind(request, upstream_name,
     url = stdio_url(proxy_args, logs_dir / f"killed-host-{upstream_name}.log")
     tool = {"tool": "slow", "arguments": {"seconds": 30}}
     argv = legacy_client_argv(url, "tools", tool, timeout=60)
+    # The server says when `slow` starts: on its own log (HTTP), or on its stderr, which the proxy
+    # logs (stdio).
+    server_logs = [logs_dir / f"killed-host-{upstream_name}.log", logs_dir / "modern-server.log"]
+
+    def calls_started() -> int:
+        return sum(path.read_text(errors="replace").count("STARTED slow") for path in server_logs if path.exists())
+
+    before = calls_started()
     host = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     try:
         proxy = wait_for(lambda: [p for p in children_of(host.pid) if "proxy" in cmdline(p)], 20)
         assert proxy, "the host did not start the proxy"
         proxy_pid = proxy[0]
-        if upstream_name == "mcp1-legacy-stdio":
-            # The session's server process, started at initialize.
-            assert wait_for(lambda: descendants(proxy_pid), 20)
-        time.sleep(2.0)  # the call is under way
+        assert wait_for(lambda: calls_started() > before, 20), "the call never got under way upstream"
         started = descendants(proxy_pid)
+        if upstream_name == "mcp1-legacy-stdio":
+            assert started, "the session's server process is not the proxy's child"
         os.kill(host.pid, signal.SIGKILL)
         host.wait(10)
         assert wait_for(lambda: not alive(proxy_pid), 15), "the proxy outlived its host"
@@ -255,14 +261,27 @@ def test_a_host_killed_mid_call_leaves_no_process_behind(request, upstream_name,
             host.kill()
 
 
-def test_a_modern_host_cancelling_a_call_cancels_it_upstream(request, logs_dir):
+@pytest.mark.parametrize("upstream_name", ["mcp1-legacy-http", "mcp2-modern-http"])
+def test_a_modern_host_cancelling_a_call_cancels_it_upstream(request, upstream_name, logs_dir):
     """The SDK sends notifications/cancelled on stdin; the bridge closes that call's POST, and the
-    legacy server behind sees notifications/cancelled for it."""
-    url = stdio_url(upstream_args(request, "mcp1-legacy-http"), logs_dir / "stdio-cancel.log")
+    server behind sees the call cancelled (a legacy one by notifications/cancelled, a modern one
+    by its POST closing), counted by its `cancelled_count` tool."""
+    url = stdio_url(upstream_args(request, upstream_name), logs_dir / f"stdio-cancel-{upstream_name}.log")
     observed = run_modern_client(url, "cancel", {"tool": "slow", "arguments": {"seconds": 10}})
     assert "error" not in observed, observed
     assert observed["cancelled"] is True
     assert int(observed["checkText"]) == int(observed["checkBefore"]) + 1
+
+
+@pytest.mark.parametrize("upstream_name", ["mcp1-legacy-http", "mcp1-legacy-stdio", "mcp2-modern-http"])
+def test_a_legacy_host_cancelling_a_call_cancels_it_upstream(request, upstream_name, logs_dir):
+    """notifications/cancelled on stdin, naming the running call: relayed to a legacy server on
+    the session (its server process, over stdio), translated to closing the POST for a modern one."""
+    url = stdio_url(upstream_args(request, upstream_name), logs_dir / f"stdio-cancel-legacy-{upstream_name}.log")
+    arguments = {"tool": "slow", "arguments": {"seconds": 10}, "check_tool": "cancelled_count"}
+    observed = run_legacy_client(url, "cancel", arguments)
+    assert "error" not in observed, observed
+    assert observed["checkAfter"] == observed["checkBefore"] + 1
 
 
 @pytest.mark.parametrize("upstream_name", ["mcp2-modern-http", "mcp1-legacy-stdio"])

@@ -28,6 +28,7 @@ from tests.support.fake_legacy import FakeLegacy
 from tests.support.fake_modern import FakeModern
 from tests.support.jwt_issuer import JwtIssuer
 from tests.support.legacy_peer import ACCEPT, LegacyPeer, error_body, initialize_message
+from tests.support.legacy_sse_client import sse_client as legacy_sse_client
 from tests.support.modern_peer import ModernPeer
 
 JSONDict = dict[str, Any]
@@ -534,3 +535,29 @@ async def test_a_modern_upstreams_request_state_is_its_callers_alone(
         assert done.status == 200 and done.result["resultType"] == "complete", done.final
     assert modern_upstream.calls_of(method)[-1].params["requestState"] == upstream_state
     assert modern_upstream.schema_problems() == []
+
+
+async def test_resource_server_guards_the_http_sse_transport_too(
+    make_proxy: Build, modern_upstream: FakeModern, issuer: JwtIssuer
+) -> None:
+    """GET /sse and each POST need a valid token; a valid one gets a session whose upstream calls
+    carry the proxy's own credentials."""
+    client = await make_proxy(modern_upstream, "resource_server")
+    async with asyncio.timeout(WAIT):
+        header, _ = await challenged(await client.get("/sse", headers={"Accept": "text/event-stream"}))
+        assert header == f'Bearer resource_metadata="{METADATA}"'
+        token = bearer(issuer.mint(aud=PUBLIC))
+        async with legacy_sse_client(client, token) as stream:
+            await stream.initialize()
+            assert (await stream.request(1, "tools/list"))["result"]["tools"] == []
+            refused, _ = await challenged(
+                await stream.post({"jsonrpc": "2.0", "id": 2, "method": "ping"}, {"Authorization": ""})
+            )
+            assert refused.startswith("Bearer")
+            expired, _ = await challenged(
+                await stream.post(
+                    {"jsonrpc": "2.0", "id": 3, "method": "ping"}, bearer(issuer.mint(aud=PUBLIC, lifetime_s=-300))
+                )
+            )
+            assert expired.startswith('Bearer error="invalid_token"')
+    assert authorization_seen(modern_upstream.calls) == {PROXY_OWN}

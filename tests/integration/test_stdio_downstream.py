@@ -311,3 +311,4 @@ def test_the_hosts_session_and_server_process_are_never_expired_for_idling() -> 
     assert settings.sessions.idle_timeout_s > 365 * day and settings.sessions.max_lifetime_s > 365 * day
     assert settings.upstream.stdio.process_idle_s > 365 * day
     assert settings.shutdown.grace_s == STDIO_GRACE_S
+    assert settings.downstream.sse.enabled is False  # nothing but the host on stdin is served

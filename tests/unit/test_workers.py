@@ -19,7 +19,13 @@ STORE = "redis://127.0.0.1:6379/0"
 
 
 def settings(**overrides: Any) -> Settings:
-    base = {"upstream.url": "http://127.0.0.1:1/mcp", "security.secret": SECRET, "store.url": STORE, "workers": 3}
+    base = {
+        "upstream.url": "http://127.0.0.1:1/mcp",
+        "security.secret": SECRET,
+        "store.url": STORE,
+        "workers": 3,
+        "downstream.sse.enabled": False,  # else replicas.internal_listen is required (tested below)
+    }
     return load_settings(None, **{**base, **overrides})
 
 
@@ -53,6 +59,13 @@ def test_more_workers_need_the_store_and_the_secret() -> None:
         load_settings(None, **{"upstream.url": "http://127.0.0.1:1/mcp", "security.secret": SECRET, "workers": 2})
     with pytest.raises(ConfigError, match=re.escape("security.secret is required")):
         load_settings(None, **{"upstream.url": "http://127.0.0.1:1/mcp", "store.url": STORE, "workers": 2})
+
+
+def test_more_workers_serving_http_sse_clients_need_the_internal_listener() -> None:
+    """An HTTP+SSE client's POST lands on any worker: it must reach the one holding its stream."""
+    with pytest.raises(ConfigError, match=re.escape("downstream.sse.enabled with workers > 1 needs")):
+        settings(**{"downstream.sse.enabled": True})
+    assert settings(**{"downstream.sse.enabled": True, "replicas.internal_listen": "127.0.0.1:8081"}).workers == 3
 
 
 @pytest.mark.parametrize(

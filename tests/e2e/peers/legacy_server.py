@@ -278,6 +278,7 @@ async def touch(uri: str, ctx: Context) -> str:
 async def slow(seconds: float, ctx: Context) -> str:
     step = 0.1
     steps = max(1, round(seconds / step))
+    print(f"STARTED slow id={ctx.request_id}", file=sys.stderr, flush=True)  # a test can see it run
     try:
         for i in range(1, steps + 1):
             await anyio.sleep(seconds / steps)

@@ -771,13 +771,20 @@ async def sc_cancel(client, obs, args, wait):
     out["cancelNotificationPosted"] = any(h.get("rpc") == "notifications/cancelled" for h in obs.http)
     out["progress"] = [[c["progress"], c["total"], c["message"]] for c in obs.callbacks if c["type"] == "progress"]
     if check:
-        await anyio.sleep(float(args.get("check_delay", 0.3)))  # let the server notice the disconnect
-        try:
-            res = await call(client, obs, check, args.get("check_arguments", {}))
-            out["checkResult"] = tool_result(res)
-            out["checkText"] = text_of(res)
-        except MCPError as exc:
-            out["checkError"] = error_json(exc)
+        # The server notices the cancellation on its own time: its count is read until it moves
+        # (bounded by `wait`), the last reading reported either way.
+        with anyio.move_on_after(wait):
+            while True:
+                try:
+                    res = await call(client, obs, check, args.get("check_arguments", {}))
+                except MCPError as exc:
+                    out["checkError"] = error_json(exc)
+                    break
+                out["checkResult"] = tool_result(res)
+                out["checkText"] = text_of(res)
+                if out["checkText"] != out.get("checkBefore"):
+                    break
+                await anyio.sleep(0.1)
     return out
 
 

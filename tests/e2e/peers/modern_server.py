@@ -161,13 +161,27 @@ async def progress(ctx: Context) -> str:
     return "progress done"
 
 
+CANCELLED = {"count": 0}  # `slow` calls cancelled before they finished (a 2026-07-28 client closes the POST)
+
+
 @mcp.tool(description="Sleep `seconds` in 0.1 s steps, reporting progress each step.", structured_output=False)
 async def slow(seconds: float, ctx: Context) -> str:
     steps = max(1, round(seconds / 0.1))
-    for i in range(1, steps + 1):
-        await ctx.report_progress(i, steps, f"step {i} of {steps}")
-        await asyncio.sleep(0.1)
+    print(f"STARTED slow id={ctx.request_id}", file=sys.stderr, flush=True)  # a test can see it run
+    try:
+        for i in range(1, steps + 1):
+            await ctx.report_progress(i, steps, f"step {i} of {steps}")
+            await asyncio.sleep(0.1)
+    except anyio.get_cancelled_exc_class():
+        CANCELLED["count"] += 1
+        print(f"CANCELLED slow id={ctx.request_id}", file=sys.stderr, flush=True)
+        raise
     return "slow done"
+
+
+@mcp.tool(description="Number of `slow` calls cancelled so far.", structured_output=False)
+def cancelled_count() -> str:
+    return str(CANCELLED["count"])
 
 
 @mcp.tool(description="Emit log messages at debug, info, warning and error.", structured_output=False)

@@ -3,9 +3,20 @@ replies to lines that are not JSON-RPC (proxy/downstream/bridge.py, proxy/downst
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
-from proxy.downstream.bridge import LEGACY, MODERN, MessageError, choose_era, encode_line, modern_headers, parse_message
+from proxy.downstream.bridge import (
+    LEGACY,
+    MODERN,
+    MessageError,
+    choose_era,
+    encode_line,
+    modern_headers,
+    parse_message,
+    sse_events,
+)
 from proxy.downstream.stdio import LineSplitter
 from proxy.protocol import jsonrpc
 from proxy.protocol.modern_validate import header_view, validate_request
@@ -115,3 +126,25 @@ def test_a_line_too_long_is_reported_once_and_reading_resumes() -> None:
 def test_encoded_lines_never_hold_a_raw_newline() -> None:
     line = encode_line({"jsonrpc": "2.0", "id": 1, "result": {"text": "a\nb", "big": 2**70}})
     assert line.endswith(b"\n") and line.count(b"\n") == 1
+
+
+class _Body:
+    """A response body arriving in the given chunks (what sse_events reads: iter_any)."""
+
+    def __init__(self, *chunks: bytes) -> None:
+        self._chunks = chunks
+
+    async def iter_any(self) -> Any:
+        for chunk in self._chunks:
+            yield chunk
+
+
+async def _events(*chunks: bytes) -> list[bytes]:
+    return [data async for data in sse_events(_Body(*chunks))]  # type: ignore[arg-type]
+
+
+async def test_sse_events_skip_a_priming_event_and_keep_messages_split_anywhere() -> None:
+    stream = b'id: 1\ndata: \n\n: keep-alive\n\nid: 2\nevent: message\ndata: {"a":\ndata: 1}\r\n\r\n'
+    expected = [b'{"a":\n1}']
+    assert await _events(stream) == expected
+    assert await _events(*(stream[i : i + 3] for i in range(0, len(stream), 3))) == expected
