@@ -55,9 +55,10 @@ def run(url: str, requirements: str, scored: set[str]) -> str:
 
 
 @contextlib.contextmanager
-def peer(name: str, logs: Path) -> Iterator[str]:
+def peer(name: str, logs: Path, *args: str, label: str | None = None) -> Iterator[str]:
     port = free_port()
-    with listening(["bash", str(peers.peer_sh()), name, str(port)], port, logs / f"{name}.log", timeout=60):
+    argv = ["bash", str(peers.peer_sh()), name, str(port), *args]
+    with listening(argv, port, logs / f"{label or name}.log", timeout=60):
         yield f"http://127.0.0.1:{port}/mcp"
 
 
@@ -106,6 +107,13 @@ def main() -> None:
         for bridge in ("mcp-proxy-fixture", "supergateway-fixture"):
             with peer(bridge, logs) as url:
                 measure(f"{bridge} (peer bridge: fixture over stdio)", url)
+        # The stdio bridge behind a real stdio-to-HTTP gateway (the runner drives HTTP only).
+        bridge = [str(Path(sys.executable).with_name("mcp-era-proxy")), "stdio", "--log-level", "warning"]
+        for name in ("fixture-modern", "fixture-legacy"):
+            with peer(name, logs) as url:
+                command = shlex.join([*bridge, "--upstream", url])
+                with peer("supergateway-command", logs, command, label=f"supergateway-bridge-{name}") as gateway:
+                    measure(f"supergateway-command → mcp-era-proxy stdio → {name}", gateway)
     table = ["| target | 2025-11-25 required | 2026-07-28 required |", "|---|---|---|"]
     table += [f"| {' | '.join(row)} |" for row in rows]
     text = "\n".join(table) + "\n"

@@ -113,6 +113,12 @@ def everything_http(logs_dir: Path) -> Iterator[str]:
 
 
 @pytest.fixture(scope="session")
+def proxy_to_everything_http(start_proxy: ProxyFactory, everything_http: str) -> Iterator[str]:
+    with start_proxy(everything_http) as url:  # era detected (auto)
+        yield url
+
+
+@pytest.fixture(scope="session")
 def proxy_to_fixture_dual(start_proxy: ProxyFactory, fixture_dual: str) -> Iterator[str]:
     with start_proxy(fixture_dual) as url:
         yield url

@@ -13,7 +13,6 @@ import shlex
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -21,6 +20,7 @@ from typing import Any
 import pytest
 
 from tests.support import peers
+from tests.support.procs import alive, children_of, cmdline, descendants, wait_for
 from tests.support.sdk_drivers import legacy_client_argv, run_legacy_client, run_modern_client
 
 pytestmark = pytest.mark.e2e
@@ -228,47 +228,6 @@ def test_resources(via_stdio, upstream, host):
 # ------------------------------------------------------------ a host killed mid-call
 
 
-def children_of(pid: int) -> list[int]:
-    out = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as stat:
-                fields = stat.read().rsplit(") ", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[1]) == pid:
-            out.append(int(entry))
-    return out
-
-
-def descendants(pid: int) -> list[int]:
-    found = []
-    for child in children_of(pid):
-        found.append(child)
-        found.extend(descendants(child))
-    return found
-
-
-def alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().rsplit(") ", 1)[1][0] != "Z"
-    except OSError:
-        return False
-
-
-def wait_for(predicate: Callable[[], Any], timeout: float) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.1)
-    return predicate()
-
-
 @pytest.mark.parametrize("upstream_name", ["mcp1-legacy-stdio", "mcp2-modern-http"])
 def test_a_host_killed_mid_call_leaves_no_process_behind(request, upstream_name, logs_dir):
     proxy_args = upstream_args(request, upstream_name)
@@ -285,7 +244,7 @@ def test_a_host_killed_mid_call_leaves_no_process_behind(request, upstream_name,
     before = calls_started()
     host = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     try:
-        proxy = wait_for(lambda: [p for p in children_of(host.pid) if "proxy" in _cmdline(p)], 20)
+        proxy = wait_for(lambda: [p for p in children_of(host.pid) if "proxy" in cmdline(p)], 20)
         assert proxy, "the host did not start the proxy"
         proxy_pid = proxy[0]
         assert wait_for(lambda: calls_started() > before, 20), "the call never got under way upstream"
@@ -300,14 +259,6 @@ def test_a_host_killed_mid_call_leaves_no_process_behind(request, upstream_name,
     finally:
         if host.poll() is None:
             host.kill()
-
-
-def _cmdline(pid: int) -> str:
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
-            return cmdline.read().replace(b"\0", b" ").decode(errors="replace")
-    except OSError:
-        return ""
 
 
 @pytest.mark.parametrize("upstream_name", ["mcp1-legacy-http", "mcp2-modern-http"])

@@ -35,6 +35,11 @@ def conformance_bin() -> Path:
     return _require(peers_home() / "node_modules" / ".bin" / "conformance", "conformance runner")
 
 
+def inspector_cli() -> Path:
+    """The MCP Inspector's command-line mode (`mcp-inspector-cli --cli TARGET --method ...`)."""
+    return _require(peers_home() / "node_modules" / ".bin" / "mcp-inspector-cli", "MCP Inspector CLI")
+
+
 def node_env() -> dict[str, str]:
     """PATH with the peers' Node 22 first, as peers/env.sh sets it."""
     home = peers_home()

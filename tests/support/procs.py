@@ -12,8 +12,9 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 
 def free_port() -> int:
@@ -92,3 +93,85 @@ def listening(
         yield process
     finally:
         process.stop()
+
+
+# ------------------------------------------------------------ finding processes by PID (Linux /proc)
+
+
+def children_of(pid: int) -> list[int]:
+    out = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as stat:
+                fields = stat.read().rsplit(") ", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            out.append(int(entry))
+    return out
+
+
+def descendants(pid: int) -> list[int]:
+    found = []
+    for child in children_of(pid):
+        found.append(child)
+        found.extend(descendants(child))
+    return found
+
+
+def alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(") ", 1)[1][0] != "Z"
+    except OSError:
+        return False
+
+
+def cmdline(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as file:
+            return file.read().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def tagged(name: str, value: str) -> list[int]:
+    """The live processes whose environment has `name=value`: every process started, directly or
+    not, by one that had it in its environment (and did not clear it), whoever its parent is now."""
+    marker = f"{name}={value}".encode()
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as environ:
+                variables = environ.read().split(b"\0")
+        except OSError:
+            continue
+        if marker in variables and alive(int(entry)):
+            found.append(int(entry))
+    return found
+
+
+def reap_tagged(name: str, value: str, timeout: float = 10.0) -> list[str]:
+    """Wait up to `timeout` for every process tagged `name=value` to end; kill those still alive
+    and return them (PID and command line), for a test to assert there were none."""
+    wait_for(lambda: not tagged(name, value), timeout)
+    left = tagged(name, value)
+    named = [f"{pid}: {cmdline(pid)}" for pid in left]
+    for pid in left:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    return named
+
+
+def wait_for(predicate: Callable[[], Any], timeout: float) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.1)
+    return predicate()
