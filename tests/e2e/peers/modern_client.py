@@ -737,7 +737,9 @@ async def sc_cancel(client, obs, args, wait):
     the dispatcher's courtesy notifications/cancelled into aborting that request's own POST
     (closing the response stream); nothing else is sent."""
     tool = args.get("tool", "slow")
-    after = float(args.get("after", 0.5))
+    # Cancelled at its first progress (it runs upstream then); the deadline only bounds a call that
+    # never reports any (a short one could fire before a loaded machine even got the call upstream).
+    after = float(args.get("after", wait))
     on_progress = bool(args.get("cancel_on_progress", True))
     out: dict[str, Any] = {"tool": tool, "after": after}
     reason: list[str] = []
