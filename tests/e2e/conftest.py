@@ -147,6 +147,22 @@ def everything_sse(logs_dir: Path) -> Iterator[str]:
 
 
 @pytest.fixture(scope="session")
+def legacy_server_sse(logs_dir: Path) -> Iterator[str]:
+    """The mcp==1.30.0 legacy server on the 2024-11-05 HTTP+SSE transport: its SSE URL."""
+    port = free_port()
+    argv = [str(peers.mcp1_python()), str(peers.PEER_SCRIPTS / "legacy_server.py"), "--port", str(port), "--sse"]
+    with listening(argv, port, logs_dir / "legacy-server-sse.log"):
+        yield f"http://127.0.0.1:{port}/sse"
+
+
+@pytest.fixture(scope="session")
+def proxy_to_legacy_server_sse(start_proxy: ProxyFactory, legacy_server_sse: str) -> Iterator[str]:
+    """The proxy in front of the mcp 1.30 server over HTTP+SSE (upstream.sse_url)."""
+    with start_proxy(sse=legacy_server_sse) as url:
+        yield url
+
+
+@pytest.fixture(scope="session")
 def proxy_to_everything_sse(start_proxy: ProxyFactory, everything_sse: str) -> Iterator[str]:
     """The proxy in front of server-everything over HTTP+SSE (upstream.sse_url)."""
     with start_proxy(sse=everything_sse) as url:

@@ -22,6 +22,7 @@ from tests.support.sdk_drivers import legacy_client_argv, modern_client_argv, ru
 
 from .conftest import PROXY_LOGS
 from .test_conformance import EVERYTHING_2026_SCENARIOS, passed
+from .test_modern_client_to_legacy import PROFILES as TO_LEGACY
 
 pytestmark = pytest.mark.e2e
 
@@ -50,8 +51,12 @@ def client(request: pytest.FixtureRequest) -> str:
     return request.param
 
 
-def run(client: str, url: str, scenario: str, **overrides: Any) -> dict[str, Any]:
-    observed = CLIENTS[client](url, scenario, {**PROFILE.get(scenario, {}), **overrides})
+def run(
+    client: str, url: str, scenario: str, profile: dict[str, Any] | None = None, **overrides: Any
+) -> dict[str, Any]:
+    """One scenario with server-everything's names (PROFILE), or another server's `profile`."""
+    args = {**(PROFILE.get(scenario, {}) if profile is None else profile), **overrides}
+    observed = CLIENTS[client](url, scenario, args)
     assert "error" not in observed, observed
     assert observed["_exit"] == 0, observed
     return observed
@@ -152,6 +157,51 @@ def test_an_sse_url_given_as_upstream_url_is_detected_at_start(start_proxy: Any,
         log = PROXY_LOGS[url].read_text()
     assert texts(observed["result"]) == ["Echo: hi"]
     assert "upstream_sse_detected" in log
+
+
+# ---------------------------------------------------------------- the mcp 1.30 server over HTTP+SSE
+
+# What each scenario's comparison reads (the rest names sessions, ids or timing).
+OBSERVED = {
+    "tools": ("tools", "result"),
+    "progress": ("progress", "result"),
+    "elicitation": ("elicitations", "result"),
+    "sampling": ("samplings", "result"),
+    "roots": ("listRootsCalls", "result"),
+    "multi": ("callbackTypes", "result"),
+    "logging": ("logs", "result"),
+    "list_changed": ("listChangedArrived",),
+    "subscribe": ("subscribeResult", "unsubscribeResult", "updateArrived", "updateAfterUnsubscribe"),
+    "prompts": ("prompts", "messages"),
+    "completion": ("values",),
+    "resources": ("resources", "contents"),
+}
+
+
+@pytest.mark.parametrize("scenario", sorted(OBSERVED))
+def test_the_same_server_over_http_sse_serves_what_it_serves_over_streamable_http(
+    proxy_to_legacy_server_sse: str, proxy_to_legacy_server: str, client: str, scenario: str
+):
+    """The mcp 1.30 legacy server, once behind --upstream-sse and once behind --upstream: a client of
+    either era observes the same (test_modern_client_to_legacy.py judges the second from first
+    principles)."""
+    profile = TO_LEGACY["mcp1-legacy-server"][scenario]
+    over_sse = run(client, proxy_to_legacy_server_sse, scenario, profile)
+    over_http = run(client, proxy_to_legacy_server, scenario, profile)
+    compared = OBSERVED[scenario]
+    assert any(over_http.get(key) is not None for key in compared), over_http
+    assert {key: over_sse.get(key) for key in compared} == {key: over_http.get(key) for key in compared}
+
+
+def test_cancellation_reaches_the_server_over_http_sse(proxy_to_legacy_server_sse: str, client: str):
+    """A legacy client's notifications/cancelled is relayed on its own connection; a modern
+    client's closed POST becomes notifications/cancelled on the pooled one. The server counts."""
+    observed = run(client, proxy_to_legacy_server_sse, "cancel", TO_LEGACY["mcp1-legacy-server"]["cancel"])
+    if client == "legacy":
+        assert observed["checkAfter"] == observed["checkBefore"] + 1
+    else:
+        assert observed["cancelled"] is True
+        assert int(observed["checkText"]) == int(observed["checkBefore"]) + 1
 
 
 # ---------------------------------------------------------------- faults and bounds

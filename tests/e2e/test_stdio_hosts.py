@@ -273,6 +273,18 @@ def test_a_modern_host_cancelling_a_call_cancels_it_upstream(request, upstream_n
     assert int(observed["checkText"]) == int(observed["checkBefore"]) + 1
 
 
+def test_a_modern_hosts_cancellation_reaches_a_legacy_stdio_server_as_notifications_cancelled(request, logs_dir):
+    """The call runs on a pooled server process whose count no later call can be sure to read: the
+    server's own stderr line, which the proxy logs (upstream_stderr), tells instead."""
+    errlog = logs_dir / "stdio-cancel-modern-mcp1-legacy-stdio.log"
+    url = stdio_url(upstream_args(request, "mcp1-legacy-stdio"), errlog)
+    observed = run_modern_client(url, "cancel", {"tool": "slow", "arguments": {"seconds": 10}, "check_tool": None})
+    assert "error" not in observed, observed
+    assert observed["cancelled"] is True
+    said = "reason=notifications/cancelled"
+    assert wait_for(lambda: said in errlog.read_text(errors="replace"), 10), errlog.read_text()[-2000:]
+
+
 @pytest.mark.parametrize("upstream_name", ["mcp1-legacy-http", "mcp1-legacy-stdio", "mcp2-modern-http"])
 def test_a_legacy_host_cancelling_a_call_cancels_it_upstream(request, upstream_name, logs_dir):
     """notifications/cancelled on stdin, naming the running call: relayed to a legacy server on

@@ -391,11 +391,13 @@ async def _handle_request(message: Any, req: Any, session: ServerSession, *args:
 _server._handle_request = _handle_request  # type: ignore[method-assign]
 
 
-def build_app(json_response: bool = False) -> Any:
+def build_app(json_response: bool = False, sse: bool = False) -> Any:
     _state["json_response"] = json_response
     mcp.settings.json_response = json_response
     # DNS-rebinding protection stays on (FastMCP default for host 127.0.0.1):
     # Host must be 127.0.0.1:*, localhost:* or [::1]:*; an Origin, if sent, likewise.
+    if sse:  # the 2024-11-05 HTTP+SSE transport: GET /sse, POST /messages/?session_id=...
+        return mcp.sse_app()
     return mcp.streamable_http_app()
 
 
@@ -537,9 +539,9 @@ class _GracefulServer(uvicorn.Server):
             captured.clear()
 
 
-async def _serve(port: int, json_response: bool) -> None:
+async def _serve(port: int, json_response: bool, sse: bool = False) -> None:
     config = uvicorn.Config(
-        build_app(json_response),
+        build_app(json_response, sse),
         host=HOST,
         port=port,
         log_config=None,
@@ -560,7 +562,7 @@ async def _serve(port: int, json_response: bool) -> None:
             for sock in srv.sockets:
                 actual = sock.getsockname()[1]
                 break
-        print(f"READY http://{HOST}:{actual}{PATH}", flush=True)
+        print(f"READY http://{HOST}:{actual}{'/sse' if sse else PATH}", flush=True)
 
     announcer = asyncio.create_task(announce())
     try:
@@ -584,11 +586,16 @@ def main(argv: list[str] | None = None) -> int:
         help="answer POSTs with plain application/json (the SDK then DROPS progress and log "
         "notifications; elicitation/sampling/roots requests go on the GET stream)",
     )
+    parser.add_argument(
+        "--sse",
+        action="store_true",
+        help="serve the deprecated 2024-11-05 HTTP+SSE transport (GET /sse) instead of Streamable HTTP",
+    )
     args = parser.parse_args(argv)
-    if args.stdio and args.json_response:
-        parser.error("--json-response applies to HTTP only")
+    if args.stdio and (args.json_response or args.sse):
+        parser.error("--json-response and --sse apply to HTTP only")
     try:
-        asyncio.run(_serve_stdio() if args.stdio else _serve(args.port, args.json_response))
+        asyncio.run(_serve_stdio() if args.stdio else _serve(args.port, args.json_response, args.sse))
     except KeyboardInterrupt:
         pass
     return 0
