@@ -28,8 +28,11 @@ from ..protocol.headers import (
     NAME_HEADER,
     PROTOCOL_VERSION_HEADER,
     SESSION_HEADER,
+    ParamHeader,
     name_header_value,
+    param_header_values,
 )
+from ..protocol.legacy_to_modern import screen_tools
 from ..protocol.sse import Decoder
 from ..protocol.versions import MODERN_VERSIONS
 
@@ -177,6 +180,12 @@ class EndpointBridge:
         self._tasks: set[asyncio.Task[None]] = set()
         self._in_flight: dict[Any, asyncio.Task[None]] = {}  # request id -> its POST
         self._stream: asyncio.Task[None] | None = None  # legacy GET stream
+        # Modern: each tool's x-mcp-header annotations, learnt from the tools/list replies that pass
+        # (or fetched for a call to a tool not seen yet), so a tools/call carries its Mcp-Param-*
+        # headers as an HTTP client's must; stdio carries no headers to mirror from.
+        self._tool_headers: dict[str, tuple[ParamHeader, ...]] = {}
+        self._tools_fetched_at: float | None = None
+        self._tools_fetch: asyncio.Task[None] | None = None
 
     def start(self) -> None:
         self._writer.start()
@@ -281,7 +290,13 @@ class EndpointBridge:
             if version is not None:
                 self._modern_version = version
             headers = self._with_caller(modern_headers(message, self._modern_version))
-            self._spawn(self._post(message, headers), message["id"])
+            method = message.get("method")
+            if method == "tools/call":
+                self._spawn(self._call_tool(message, headers), message["id"])
+            elif method == "tools/list":
+                self._spawn(self._post(message, headers, on_message=self._listed(message["id"])), message["id"])
+            else:
+                self._spawn(self._post(message, headers), message["id"])
         elif kind == "notification":
             if message.get("method") == "notifications/cancelled":
                 self._cancel(message)
@@ -289,6 +304,89 @@ class EndpointBridge:
             self._spawn(self._post(message, self._with_caller(modern_headers(message, self._modern_version))))
         else:
             log.info("stdio_unexpected_response", id=message.get("id"))
+
+    # ------------------------------------------------------------ modern tool headers
+
+    def _listed(self, request_id: Any) -> Callable[[Any], Any]:
+        def learn(reply: Any) -> Any:
+            if not (
+                isinstance(reply, dict) and reply.get("id") == request_id and isinstance(reply.get("result"), dict)
+            ):
+                return reply
+            return {**reply, "result": self._learn_tools(reply["result"])}
+
+        return learn
+
+    def _learn_tools(self, result: dict[str, Any]) -> dict[str, Any]:
+        """Record a tools/list page's annotations; a tool whose annotations are invalid is withheld,
+        as an HTTP client must (2026-07-28/basic/transports/streamable-http.mdx §Schema Extension)."""
+        page = screen_tools(result)
+        for tool in result.get("tools") or ():
+            if isinstance(tool, dict) and isinstance(tool.get("name"), str):
+                self._tool_headers[tool["name"]] = page.headers.get(tool["name"], ())
+        for name, reason in page.rejected:
+            self._tool_headers.pop(name, None)
+            log.warning("bridge_tool_withheld", tool=name[:200], reason=reason)
+        return page.result
+
+    async def _call_tool(self, message: dict[str, Any], headers: dict[str, str]) -> None:
+        params = message.get("params")
+        name = params.get("name") if isinstance(params, dict) else None
+        if isinstance(name, str) and isinstance(params, dict):
+            known = self._tool_headers.get(name)
+            if known is None:
+                await self._fetch_tools(params)
+                known = self._tool_headers.get(name, ())
+            if known:
+                headers = {**headers, **param_header_values(known, params.get("arguments"))}
+        await self._post(message, headers)
+
+    async def _fetch_tools(self, call_params: dict[str, Any]) -> None:
+        """Walk tools/list for the annotations of a tool not seen yet: at most once per
+        _TOOLS_REFRESH_S, one walk at a time (concurrent calls wait for the same)."""
+        loop = asyncio.get_running_loop()
+        if self._tools_fetch is None or self._tools_fetch.done():
+            fresh = self._tools_fetched_at is not None and loop.time() - self._tools_fetched_at < _TOOLS_REFRESH_S
+            if fresh:
+                return
+            self._tools_fetched_at = loop.time()
+            self._tools_fetch = asyncio.create_task(self._walk_tools(call_params))
+        await asyncio.shield(self._tools_fetch)
+
+    async def _walk_tools(self, call_params: dict[str, Any]) -> None:
+        request_meta = meta.meta_of(call_params) or {}
+        envelope = {k: v for k, v in request_meta.items() if k in (meta.PROTOCOL_VERSION, meta.CLIENT_CAPABILITIES)}
+        cursor: Any = None
+        for page in range(_TOOL_PAGES_MAX):
+            params: dict[str, Any] = {"_meta": envelope}
+            if cursor is not None:
+                params["cursor"] = cursor
+            request = jsonrpc.request(f"mcp-era-proxy-tools-{page}", "tools/list", params)
+            reply = await self._ask(request, self._with_caller(modern_headers(request, self._modern_version)))
+            result = reply.get("result") if isinstance(reply, dict) else None
+            if not isinstance(result, dict):
+                log.info("bridge_tools_unlisted", error=str(reply.get("error") if isinstance(reply, dict) else reply))
+                return
+            self._learn_tools(result)
+            cursor = result.get("nextCursor")
+            if cursor is None:
+                return
+
+    async def _ask(self, request: dict[str, Any], headers: dict[str, str]) -> Any:
+        """The endpoint's answer to a request of the bridge's own (None if there is none)."""
+        try:
+            async with self._http.post(
+                self._url, data=jsonrpc.encode(request), headers=headers, timeout=_OWN_REQUEST_TIMEOUT
+            ) as response:
+                if response.headers.get("Content-Type", "").startswith("text/event-stream"):
+                    async for data in sse_events(response.content):
+                        message = jsonrpc.decode(data)
+                        if isinstance(message, dict) and message.get("id") == request["id"] and "method" not in message:
+                            return message
+                    return None
+                return jsonrpc.decode(await response.read())
+        except (TimeoutError, aiohttp.ClientError, OSError, jsonrpc.DecodeError) as exc:
+            return {"error": f"{type(exc).__name__}: {exc}"}
 
     def _cancel(self, message: dict[str, Any]) -> None:
         params = message.get("params")
@@ -327,12 +425,13 @@ class EndpointBridge:
                 if session_id:
                     self._session_id = session_id
 
-            def on_message(reply: Any) -> None:
+            def on_message(reply: Any) -> Any:
                 if isinstance(reply, dict) and reply.get("id") == message["id"]:
                     result = reply.get("result")
                     version = result.get("protocolVersion") if isinstance(result, dict) else None
                     if isinstance(version, str):
                         self._legacy_version = version
+                return reply
 
             headers = {**caller, "Content-Type": "application/json", "Accept": _ACCEPT}
             await self._post(message, headers, seen, on_message)
@@ -377,7 +476,7 @@ class EndpointBridge:
         message: Any,
         headers: dict[str, str],
         on_response: Callable[[aiohttp.ClientResponse], Any] | None = None,
-        on_message: Callable[[Any], None] | None = None,
+        on_message: Callable[[Any], Any] | None = None,
     ) -> None:
         """POST one message; every JSON-RPC message of the reply (JSON or SSE) goes to stdout."""
         request_id = _id_or_none(message) if isinstance(message, dict) and "method" in message else None
@@ -418,17 +517,20 @@ class EndpointBridge:
                     jsonrpc.error_response(request_id, jsonrpc.INTERNAL_ERROR, "the proxy could not serve the request")
                 )
 
-    def _emit(self, data: bytes, on_message: Callable[[Any], None] | None) -> None:
+    def _emit(self, data: bytes, on_message: Callable[[Any], Any] | None) -> None:
         try:
             message = jsonrpc.decode(data)
         except jsonrpc.DecodeError:
             log.warning("stdio_unreadable_reply", size=len(data))
             return
         if on_message is not None:
-            on_message(message)
+            message = on_message(message)  # what it returns is what the client gets
         if isinstance(message, list) and not message:
             return
         self._writer.write(message)
 
 
 _NO_TIMEOUT = aiohttp.ClientTimeout(total=None, sock_read=None)
+_OWN_REQUEST_TIMEOUT = aiohttp.ClientTimeout(total=30.0)
+_TOOLS_REFRESH_S = 5.0  # a tool still unknown after a walk makes another only after this
+_TOOL_PAGES_MAX = 100

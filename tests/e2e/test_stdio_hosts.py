@@ -333,6 +333,40 @@ def test_garbage_on_stdin_gets_jsonrpc_errors_on_stdout_and_no_traceback(request
     assert b"Traceback" not in (logs_dir / "stdio-garbage.log").read_bytes()
 
 
+def test_a_modern_hosts_call_carries_the_mcp_param_headers_the_tool_declares(request, logs_dir):
+    """A 2026-07-28 HTTP client mirrors `x-mcp-header` arguments into Mcp-Param-* headers, which the
+    server checks against the body; over stdio there are none, so the bridge adds them, from the
+    tools/list the host made or, when it made none, one the bridge makes itself."""
+    arguments = {"tool": "header_tool", "arguments": {"region": "eu-west-1"}}
+    listed = run_modern_client(
+        stdio_url(upstream_args(request, "mcp2-modern-http"), logs_dir / "hdr.log"), "tools", arguments
+    )
+    assert "error" not in listed, listed
+    assert listed["result"]["content"][0]["text"] == "region: eu-west-1 header: eu-west-1"
+    envelope = {
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {},
+    }
+    call = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "tools/call",
+        "params": {"name": "header_tool", "arguments": {"region": "ap-south-1"}, "_meta": envelope},
+    }
+    argv = [sys.executable, "-m", "proxy", "stdio", *upstream_args(request, "mcp2-modern-http")]
+    with open(logs_dir / "stdio-unlisted-call.log", "wb") as stderr:
+        done = subprocess.run(
+            argv,
+            input=json.dumps(call).encode() + b"\n",
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            timeout=60,
+            cwd=peers.REPO,
+        )
+    [reply] = [json.loads(line) for line in done.stdout.splitlines()]
+    assert reply["result"]["content"][0]["text"] == "region: ap-south-1 header: ap-south-1", reply
+
+
 TS_HOST = peers.PEER_SCRIPTS / "ts_host.cjs"
 
 
