@@ -22,7 +22,7 @@ from ..protocol import jsonrpc
 from ..protocol.versions import LEGACY_VERSIONS
 from ..sessions import LegacySession
 from ..upstream.errors import UpstreamError, UpstreamUnavailable
-from ..upstream.stdio import Route, StdioChannel, StdioProcess, use_credentials, with_headers
+from ..upstream.stdio import Route, StdioChannel, StdioProcess, span_transport, use_credentials, with_headers
 from .channel import ReplyChannel
 from .failures import UpstreamFailures
 from .legacy_sessions import Opened
@@ -129,7 +129,7 @@ class ProcessBackend:
             raise self._failures.timeout(self._name) from None
 
     async def _exchange(self, process: Process, message: JSONDict, channel: ReplyChannel | None) -> JSONDict:
-        span = tracing.upstream(message, "stdio")
+        span = tracing.upstream(message, span_transport(self._make_process))
         if span is not tracing.NULL_UPSTREAM:  # stdio has no headers: the trace context goes in `_meta`
             message = span.message(message) or message
         route = process.channel.open_route(message)

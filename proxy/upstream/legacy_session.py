@@ -35,7 +35,7 @@ from ..protocol.versions import legacy_at_least
 from .base import Reply
 from .errors import UpstreamError, UpstreamProtocolError, UpstreamSessionGone, UpstreamTimeout, UpstreamUnavailable
 from .http import HttpUpstream
-from .stdio import StdioChannel, StdioProcess, StdioReply, use_credentials, with_headers
+from .stdio import StdioChannel, StdioProcess, StdioReply, span_transport, use_credentials, with_headers
 
 JSONDict = dict[str, Any]
 log = structlog.get_logger(__name__)
@@ -385,7 +385,7 @@ class StdioSessionTransport:
 
     @asynccontextmanager
     async def exchange(self, message: JSONDict, headers: Mapping[str, str]) -> AsyncIterator[Reply]:
-        span = tracing.upstream(message, "stdio")
+        span = tracing.upstream(message, span_transport(self._make_process))
         try:
             if span is not tracing.NULL_UPSTREAM:  # the trace context the server reads is this span's
                 message = span.message(message) or message

@@ -311,6 +311,7 @@ class SseConnector:
     in number: `max_sessions` at once, over every use (legacy clients' sessions, pooled ones)."""
 
     accepts_headers = True  # with_headers(): the caller's credentials go on the GET and the POSTs
+    span_transport = "http"  # upstream/stdio.py span_transport: its exchanges are POSTs, not a pipe
 
     def __init__(
         self,

@@ -37,6 +37,12 @@ class Tally(Protocol):
     def dec(self) -> None: ...
 
 
+def span_transport(make_process: object) -> str:
+    """How an exchange over the channels `make_process` makes is told in traces: an HTTP+SSE
+    connection's messages are HTTP POSTs (upstream/sse.py SseConnector), a process's a pipe."""
+    return "http" if getattr(make_process, "span_transport", "stdio") == "http" else "stdio"
+
+
 class StdioProcess:
     def __init__(
         self,

@@ -28,6 +28,7 @@ from tests.integration.conftest import UPSTREAM_NAME, Proxy, closed_port_url, se
 from tests.support.fake_modern import Call, FakeModern, Outcome, complete, error, input_required
 from tests.support.legacy_peer import ACCEPT, LegacyPeer, SseReader, initialize_message
 from tests.support.modern_peer import ModernPeer
+from tests.support.sse_server import FakeSseServer
 
 JSONDict = dict[str, Any]
 WAIT = 5.0
@@ -392,3 +393,28 @@ async def test_a_batch_the_endpoint_refuses_is_a_log_event_not_a_stray_line(
     assert "tracing_enabled" in events
     problems = [entry for entry in logs if entry["event"] == "tracing_export_problem"]
     assert problems and "400" in problems[0]["message"], logs
+
+
+@pytest.mark.parametrize("era", ["modern", "legacy"])
+async def test_an_http_sse_upstreams_exchange_is_an_http_post_span_not_a_pipe(
+    aiohttp_server: Any, aiohttp_client: Any, provider: TracerProvider, exporter: InMemorySpanExporter, era: str
+) -> None:
+    """The SSE connection is spoken to like a stdio channel, but its messages are HTTP POSTs."""
+    upstream = await aiohttp_server(FakeSseServer().app())
+    settings = load_settings(
+        None,
+        **{"upstream.sse_url": str(upstream.make_url("/sse")), "upstream.name": "scripted-sse", "cache.watch": False},
+    )
+    app, _ = create_app(settings, tracing=OtelTracing(provider))
+    client = await aiohttp_client(await serve(aiohttp_server, app))
+    call = {"name": "echo", "arguments": {"text": "hi"}}
+    async with asyncio.timeout(WAIT):
+        if era == "modern":
+            assert (await ModernPeer(client).request("tools/call", call)).result["content"]
+        else:
+            peer = await LegacyPeer.connect(client)
+            assert (await peer.request("tools/call", call)).result["content"]
+    span = only(of_kind(exporter, SpanKind.CLIENT, "tools/call echo"))
+    attributes = span.attributes or {}
+    assert attributes["network.transport"] == "tcp"
+    assert attributes["http.request.method"] == "POST"
