@@ -19,7 +19,7 @@ import signal
 import subprocess
 import sys
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,7 +27,7 @@ from typing import Any
 import pytest
 
 from tests.support import peers
-from tests.support.procs import alive, cmdline, descendants, reap_tagged, tagged, wait_for
+from tests.support.procs import alive, cmdline, descendants, free_port, listening, reap_tagged, tagged, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -97,13 +97,38 @@ def url_of(fixture: str) -> Callable[[pytest.FixtureRequest], str]:
     return lambda request: str(request.getfixturevalue(fixture))
 
 
+@pytest.fixture(scope="module")
+def pristine_fixture_modern(logs_dir: Path) -> Iterator[str]:
+    """A modern-only fixture of this module's own: other modules' tests add tools and prompts to the
+    shared one at runtime, which the reference below would not list."""
+    port = free_port()
+    argv = ["bash", str(peers.peer_sh()), "fixture-modern", str(port)]
+    with listening(argv, port, logs_dir / "inspector-fixture-modern.log"):
+        yield f"http://127.0.0.1:{port}/mcp"
+
+
+@pytest.fixture(scope="module")
+def pristine_fixture_dual(logs_dir: Path) -> Iterator[str]:
+    """The reference for it: the same fixture serving both eras, as fresh."""
+    port = free_port()
+    argv = ["bash", str(peers.peer_sh()), "fixture-dual", str(port)]
+    with listening(argv, port, logs_dir / "inspector-fixture-dual.log"):
+        yield f"http://127.0.0.1:{port}/mcp"
+
+
+@pytest.fixture(scope="module")
+def proxy_to_pristine_fixture_modern(start_proxy: Any, pristine_fixture_modern: str) -> Iterator[str]:
+    with start_proxy(pristine_fixture_modern) as url:
+        yield url
+
+
 UPSTREAMS = {
     # 2026-07-28 only: the Inspector cannot speak to it (test below); the reference is the same
     # fixture serving both eras, which a 2025-era client gets the 2025-era way.
     "fixture-modern": Upstream(
-        lambda r: ["--upstream", url_of("fixture_modern")(r)],
-        lambda r: [url_of("fixture_dual")(r), "--transport", "http"],
-        "proxy_to_fixture_modern",
+        lambda r: ["--upstream", url_of("pristine_fixture_modern")(r)],
+        lambda r: [url_of("pristine_fixture_dual")(r), "--transport", "http"],
+        "proxy_to_pristine_fixture_modern",
         FIXTURE_METHODS,
         "modern",
     ),
