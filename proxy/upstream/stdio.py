@@ -262,7 +262,10 @@ class StdioChannel:
 
     def open_route(self, message: JSONDict) -> Route:
         request_meta = meta.meta_of(message.get("params")) or {}
-        route = Route(message["id"], request_meta.get("progressToken"), meta.LOG_LEVEL in request_meta)
+        # A listen carries the log level too, but logs belong to requests, not to listen streams:
+        # counting it would leave a call's logs unattributed whenever the session also listens.
+        wants_logs = meta.LOG_LEVEL in request_meta and message.get("method") != "subscriptions/listen"
+        route = Route(message["id"], request_meta.get("progressToken"), wants_logs)
         if route.id in self._routes:
             raise ValueError(f"request id {route.id!r} is already in flight on {self.name!r}")
         self._routes[route.id] = route

@@ -442,6 +442,19 @@ async def test_a_log_goes_to_the_one_request_that_asked_for_logs():
     assert unsolicited == []
 
 
+async def test_a_log_goes_to_the_request_that_asked_for_logs_while_a_listen_with_a_log_level_is_open():
+    # A legacy session with a log level and a GET stream listens with that level in `_meta`.
+    unsolicited: list[JSONDict] = []
+    channel = StdioChannel(server(), NAME, on_unsolicited=unsolicited.append)
+    async with running(channel):
+        listen = await ask(channel, with_meta("listen-1", "subscriptions/listen", {meta.LOG_LEVEL: "debug"}))
+        asking = await ask(channel, with_meta("asking", "echo", {meta.LOG_LEVEL: "debug"}, emit=[log_message("mine")]))
+        asking_messages = await collect(asking)
+        channel.close_route(listen)
+    assert asking_messages[0] == log_message("mine") and asking_messages[-1]["id"] == "asking"
+    assert unsolicited == []
+
+
 async def test_a_log_is_attributed_to_nobody_when_two_requests_asked_for_logs():
     unsolicited: list[JSONDict] = []
     channel = StdioChannel(server(), NAME, on_unsolicited=unsolicited.append)
