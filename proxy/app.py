@@ -32,6 +32,7 @@ from .relay.detect import EraDetector, Probe, probe_http, probe_stdio
 from .relay.failures import UpstreamFailures
 from .relay.legacy_sessions import LegacySessionHost
 from .relay.legacy_stdio import ProcessBackend
+from .relay.legacy_tasks import LegacyTaskHost
 from .relay.legacy_to_modern import TranslatingBackend
 from .relay.modern_to_legacy import ModernToLegacy
 from .relay.modern_to_legacy import probe as probe_legacy
@@ -48,7 +49,8 @@ from .replicas import (
 )
 from .sealing import Sealer
 from .sessions import InMemorySessionStore, SessionIds, SessionStore
-from .store_redis import RedisSessionStore, redis_store
+from .store_redis import RedisSessionStore, RedisTaskStore, redis_store
+from .task_records import InMemoryTaskStore, TaskStore
 from .tracing import Tracing, from_settings
 from .upstream.errors import UpstreamHTTPError
 from .upstream.http import HttpUpstream
@@ -67,6 +69,7 @@ DETECTOR = web.AppKey("detector", EraDetector)
 CACHE = web.AppKey("cache", ResponseCache)
 FORWARDER = web.AppKey("forwarder", Forwarder)
 DISCOVERY = web.AppKey("discovery", Discovery)  # the OAuth well-known endpoints, the challenges
+LEGACY_TASKS = web.AppKey("legacy_tasks", LegacyTaskHost)  # 2025-11-25 clients' tasks, when hosted
 INTERNAL = web.AppKey("internal", web.Application)  # the internal listener's application, when configured
 
 
@@ -179,8 +182,14 @@ def create_app(
             clock=clock,
         )
     store = store or InMemorySessionStore()
+    legacy_tasks: LegacyTaskHost | None = None
+    if settings.tasks.enabled:
+        task_store: TaskStore = RedisTaskStore(owned_store) if owned_store is not None else InMemoryTaskStore(clock)
+        legacy_tasks = LegacyTaskHost(
+            settings.tasks, task_store, metrics, owner=f"{boot}@{settings.replicas.advertised or ''}", clock=clock
+        )
     translating_backend = TranslatingBackend(
-        settings, modern_upstream, store, metrics, cache, failures, server_ids=server_ids.mint
+        settings, modern_upstream, store, metrics, cache, failures, server_ids=server_ids.mint, tasks=legacy_tasks
     )
     translating_backend.on_era_mismatch = detector.suspect
     legacy_to_modern = LegacySessionHost(
@@ -254,6 +263,8 @@ def create_app(
         app[LEGACY_STDIO] = process_sessions
     app[DETECTOR] = detector
     app[CACHE] = cache
+    if legacy_tasks is not None:
+        app[LEGACY_TASKS] = legacy_tasks
     app[ADMIN] = admin
     app[FORWARDER] = forwarder
     app.router.add_post(settings.path, safe(endpoint.post, guard))
@@ -312,6 +323,8 @@ def create_app(
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         await watcher.close()
+        if legacy_tasks is not None:
+            await legacy_tasks.close()  # tasks still running fail ("the proxy shut down")
         for host in hosts:
             await host.close_all()
         left = await modern_to_legacy.settle(max(0.0, drain_deadline[0] - time.monotonic()))

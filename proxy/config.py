@@ -311,6 +311,27 @@ class InputConfig(_Section):
     )
 
 
+class TasksConfig(_Section):
+    enabled: bool = Field(
+        True,
+        description="Host tasks for 2025-11-25 clients of a 2026-07-28 upstream (tools/call with params.task, "
+        "tasks/get, tasks/result, tasks/cancel, tasks/list); off: those clients are told of no task support.",
+    )
+    default_ttl_s: float = Field(
+        3600.0, gt=0, description="How long a task and its result are kept when the client asks for no ttl."
+    )
+    max_ttl_s: float = Field(86_400.0, gt=0, description="Ceiling on the retention a client may ask for.")
+    mark_tools: bool = Field(
+        True,
+        description="List every tool to those clients as execution.taskSupport optional (hosts that decide by "
+        "the tool then run calls as tasks); off: tool lists stay the upstream's, and only clients that ask for a "
+        "task regardless get one.",
+    )
+    max_per_caller: int = Field(100, gt=0, description="Tasks kept per caller at most (finished ones included).")
+    poll_interval_ms: int = Field(1000, gt=0, description="The pollInterval the proxy asks clients to respect.")
+    page_size: int = Field(50, gt=0, le=1000, description="Tasks per tasks/list page.")
+
+
 class StreamsConfig(_Section):
     keepalive_s: float = Field(
         15.0, gt=0, description="SSE comment interval on quiet streams; a reply pending this long becomes one."
@@ -562,6 +583,7 @@ class Settings(BaseSettings):
     security: SecurityConfig = SecurityConfig()
     sessions: SessionsConfig = SessionsConfig()
     input: InputConfig = InputConfig()
+    tasks: TasksConfig = TasksConfig()
     streams: StreamsConfig = StreamsConfig()
     cache: CacheConfig = CacheConfig()
     readiness: ReadinessConfig = ReadinessConfig()

@@ -106,6 +106,13 @@ class Metrics:
         self.input_rounds = Counter(
             PREFIX + "input_rounds_total", "Multi round-trip input rounds relayed.", ["direction", "method"], registry=r
         )
+        self.tasks = Counter(
+            PREFIX + "tasks_total",
+            "Tasks hosted for 2025-11-25 clients, by event: created, cancelled (by tasks/cancel), and how "
+            "each call ended (completed, failed).",
+            ["event"],
+            registry=r,
+        )
         self.forwards = Counter(
             PREFIX + "forwards_total",
             "Echoes forwarded to the replica holding what they name: kind resume (a requestState "

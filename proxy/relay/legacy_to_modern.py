@@ -30,6 +30,7 @@ from ..errors import ProxyError
 from ..identity import PROXY_INFO
 from ..metrics import Metrics, method_label
 from ..protocol import jsonrpc, meta
+from ..protocol import legacy_tasks as lt
 from ..protocol import legacy_to_modern as l2m
 from ..protocol.capabilities import modern_client_capabilities
 from ..protocol.forwarded_call import (
@@ -61,6 +62,7 @@ from ..upstream.errors import UpstreamError, UpstreamProtocolError
 from .channel import ReplyChannel
 from .failures import UpstreamFailures
 from .legacy_sessions import Opened
+from .legacy_tasks import LegacyTaskHost, TaskChannel
 from .listen import SessionListener, listen_request
 from .runtime import SessionRuntime
 from .tasks import Deadline
@@ -115,10 +117,11 @@ class TranslatingBackend:
         cache: ResponseCache | None = None,
         failures: UpstreamFailures | None = None,
         server_ids: Callable[[str, int], str | int] | None = None,
+        tasks: LegacyTaskHost | None = None,
     ) -> None:
         """`server_ids(session_id, count)`: the id of the count-th request sent to a session's
         client (replicas.ServerRequestIds.mint: a sealed id naming this replica); the count itself
-        without it."""
+        without it. `tasks`: the host of 2025-11-25 clients' tasks (None: tasks are not hosted)."""
         self._settings = settings
         self._server_ids = server_ids or (lambda session_id, count: count)
         self.claimant = ""  # how this replica names itself to answers for rounds it takes over
@@ -129,6 +132,7 @@ class TranslatingBackend:
         self._failures = failures if failures is not None else UpstreamFailures(metrics)
         self._upstream_ids = itertools.count(1)
         self._tool_headers: dict[str, _ToolHeaders] = {}
+        self._tasks = tasks
         # Called when an answer says the upstream no longer speaks 2026-07-28 (era re-detection).
         self.on_era_mismatch: Callable[[str], None] = lambda reason: None
         self._modern_version = LATEST_MODERN
@@ -148,6 +152,8 @@ class TranslatingBackend:
             legacy, modern, result = l2m.initialize_result(discover, params.get("protocolVersion"), PROXY_INFO)
         except l2m.InitializeRefused as exc:
             raise ProxyError(jsonrpc.INTERNAL_ERROR, str(exc)) from None
+        if self._tasks is not None:
+            result = {**result, "capabilities": lt.advertise(jsonrpc.obj(result.get("capabilities")), legacy)}
         return Opened(
             result,
             legacy,
@@ -191,9 +197,58 @@ class TranslatingBackend:
         auth_headers: dict[str, str],
     ) -> JSONDict:
         runtime.live.auth_headers = auth_headers
-        if message["method"] in _LOCAL_METHODS:
+        method = message["method"]
+        if method in _LOCAL_METHODS:
             return jsonrpc.result_response(message["id"], await self._local(session, runtime, message))
-        return await self._forward(session, runtime, message, channel, auth_headers)
+        tasks = self._tasks if self._tasks is not None and lt.supports_tasks(session.legacy_version) else None
+        if tasks is None:
+            if method in lt.TASK_METHODS:  # no 2026-07-28 method of that name: nothing to ask upstream
+                raise ProxyError(
+                    jsonrpc.METHOD_NOT_FOUND, f"Method not found: {method} (this proxy hosts no tasks here)"
+                )
+            return await self._forward(session, runtime, message, channel, auth_headers)
+        if method in lt.TASK_METHODS:
+            return await self._task_request(tasks, session, message, channel)
+        if lt.is_task_request(message):
+            return await self._create_task(tasks, session, runtime, message, auth_headers)
+        reply = await self._forward(session, runtime, message, channel, auth_headers)
+        if method == "tools/list" and self._settings.tasks.mark_tools and isinstance(reply.get("result"), dict):
+            reply = {**reply, "result": lt.mark_tools(reply["result"], session.legacy_version)}
+        return reply
+
+    # ------------------------------------------------------------ tasks (2025-11-25 clients)
+
+    async def _create_task(
+        self,
+        tasks: LegacyTaskHost,
+        session: LegacySession,
+        runtime: Runtime,
+        message: JSONDict,
+        auth_headers: dict[str, str],
+    ) -> JSONDict:
+        """The call runs as a task the proxy hosts: answered with the task now, the call made
+        upstream as a plain one (a 2026-07-28 server knows no 2025-11-25 tasks)."""
+        call_message = lt.untasked(message)
+
+        async def run(channel: ReplyChannel) -> JSONDict:
+            call = self._new_call(session, call_message, channel.can_stream, auth_headers)
+            return final_reply(
+                message, await self._drive(call, session, runtime, channel, auth_headers), session.legacy_version
+            )
+
+        return await tasks.create(session.principal, message, run, notify=runtime.deliver)
+
+    async def _task_request(
+        self, tasks: LegacyTaskHost, session: LegacySession, message: JSONDict, channel: ReplyChannel
+    ) -> JSONDict:
+        method = message["method"]
+        if method == "tasks/get":
+            return await tasks.get(session.principal, message)
+        if method == "tasks/result":
+            return await tasks.result(session.principal, message, channel)
+        if method == "tasks/cancel":
+            return await tasks.cancel(session.principal, message)
+        return await tasks.list(session.principal, message)
 
     async def _local(self, session: LegacySession, runtime: Runtime, message: JSONDict) -> JSONDict:
         method = message["method"]
@@ -318,6 +373,8 @@ class TranslatingBackend:
                 case AskClient(asks=asks):
                     assert runtime is not None  # only a call that can stream asks, and such a call has a session
                     actions.extend(await self._ask_client(call, session, runtime, channel, asks))
+                    if isinstance(channel, TaskChannel):
+                        await channel.answered()
                 case RelayToClient(message=note):
                     await channel.send(note)
                 case Renegotiated(version=version):
@@ -504,8 +561,9 @@ class TranslatingBackend:
     ) -> None:
         """With a shared store, record the open round: if this replica dies while the client
         thinks, the replica its resumed stream reaches carries the round on (`resume`). Sound
-        because a 2026-07-28 upstream keeps the round's state in requestState, not in a process."""
-        if not self._store.shared:
+        because a 2026-07-28 upstream keeps the round's state in requestState, not in a process.
+        A task's round is not kept: it is no request's a client could resume elsewhere."""
+        if not self._store.shared or isinstance(channel, TaskChannel):
             return
         record = orjson.dumps(
             {"state": dataclasses.asdict(call.state), "sent": sent, "seq": getattr(channel, "event_seq", 0)}

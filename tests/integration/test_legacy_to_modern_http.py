@@ -86,6 +86,11 @@ ANSWERS: dict[str, JSONDict] = {
 USER_REJECTED = -1  # the client's own error code for a declined request (any integer is legal)
 
 
+def listed_as_task_capable(tool: JSONDict) -> JSONDict:
+    """A tool as a 2025-11-25 client sees it listed: it may run as a task the proxy hosts."""
+    return {**tool, "execution": {"taskSupport": "optional"}}
+
+
 def text(value: str) -> list[JSONDict]:
     return [{"type": "text", "text": value}]
 
@@ -159,6 +164,8 @@ async def test_initialize_answers_an_initialize_result_and_mints_a_visible_ascii
             "resources": {"subscribe": True, "listChanged": True},
             "logging": {},
             "completions": {},
+            # The proxy hosts 2025-11-25 clients' tasks itself (docs/design.md §Tasks).
+            "tasks": {"list": {}, "cancel": {}, "requests": {"tools": {"call": {}}}},
         },
         "serverInfo": SERVER_INFO,
         "instructions": fake.discover["instructions"],
@@ -399,7 +406,7 @@ async def test_tools_with_an_invalid_x_mcp_header_are_withheld_from_tools_list(
     fake.tools = [good, bad]
     async with asyncio.timeout(WAIT):
         reply = await peer.request("tools/list")
-    assert reply.result == {"tools": [good]}
+    assert reply.result == {"tools": [listed_as_task_capable(good)]}
 
 
 async def test_unknown_params_and_foreign_meta_keys_survive_forwarding(peer: LegacyPeer, fake: FakeModern) -> None:
@@ -437,7 +444,7 @@ async def test_modern_result_fields_and_server_info_are_stripped_for_the_legacy_
     async with asyncio.timeout(WAIT):
         listed = await peer.request("tools/list")
         called = await peer.request("tools/call", {"name": "t", "arguments": {}})
-    assert listed.result == {"tools": [tool], "_meta": {"com.example/p": 1}}
+    assert listed.result == {"tools": [listed_as_task_capable(tool)], "_meta": {"com.example/p": 1}}
     assert called.result == {"content": text("ok")}
 
 

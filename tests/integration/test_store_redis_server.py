@@ -11,16 +11,19 @@ from typing import Any
 
 import pytest
 from aiohttp.test_utils import TestClient
+from redis.asyncio import Redis
 
-from proxy.app import LEGACY_TO_MODERN, METRICS, create_app
+from proxy.app import LEGACY_TASKS, LEGACY_TO_MODERN, METRICS, create_app
 from proxy.config import load_settings
 from proxy.relay.legacy_sessions import LegacySessionHost
 from tests.integration.conftest import UPSTREAM_NAME, serve
 from tests.support.fake_modern import FakeModern
-from tests.support.legacy_peer import LegacyPeer, SseReader
+from tests.support.legacy_peer import LegacyPeer, SseReader, read_reply
 from tests.support.redis_server import RedisServer
 
 SECRET = "replica-secret-0123456789"
+JSONDict = dict[str, Any]
+WAIT = 10.0  # upper bound for anything a test waits for
 
 
 @pytest.fixture
@@ -182,3 +185,86 @@ async def test_a_get_stream_reopened_on_the_same_replica_gets_no_hints(replicas:
         message = await SseReader(again).message()
         again.close()
     assert message == {"jsonrpc": "2.0", "method": "notifications/tools/list_changed"}  # the real one, alone
+
+
+# ---------------------------------------------------------------------------- tasks on Redis
+
+
+async def _task_status(peer: LegacyPeer, task_id: str) -> JSONDict:
+    return (await peer.request("tasks/get", {"taskId": task_id})).result
+
+
+async def test_a_task_made_on_one_replica_is_seen_listed_and_its_result_read_on_another(
+    replicas: Replicas, fake: FakeModern, redis: RedisServer
+) -> None:
+    gate = asyncio.Event()
+
+    async def slow(call: Any) -> Any:
+        await gate.wait()
+        return {"content": [{"type": "text", "text": "secret result"}]}
+
+    fake.handlers["tools/call"] = slow
+    a, b = await replicas.start(), await replicas.start()
+    peer = await LegacyPeer.connect(a)
+    async with asyncio.timeout(WAIT):
+        task = (await peer.request("tools/call", {"name": "t", "arguments": {}, "task": {"ttl": 60_000}})).result[
+            "task"
+        ]
+        peer.client = b
+        assert (await _task_status(peer, task["taskId"]))["status"] == "working"
+        listed = (await peer.request("tasks/list")).result
+        request_id, response = await peer.send("tasks/result", {"taskId": task["taskId"]})
+        gate.set()  # b follows the record a writes, at the poll interval
+        result = await read_reply(response, peer.version, "tasks/result", request_id)
+    assert [t["taskId"] for t in listed["tasks"]] == [task["taskId"]]
+    assert result.result["content"] == [{"type": "text", "text": "secret result"}]
+    # Sealed at rest, kept as long as its retention.
+    client = Redis.from_url(redis.url)
+    try:
+        keys = [key async for key in client.scan_iter(match="*:task:*")]
+        assert len(keys) == 1
+        assert b"secret result" not in await client.get(keys[0])
+        assert 0 < await client.pttl(keys[0]) <= 60_000
+    finally:
+        await client.aclose()
+
+
+async def test_a_task_cancelled_on_another_replica_stays_cancelled_when_its_call_ends(
+    replicas: Replicas, fake: FakeModern
+) -> None:
+    gate = asyncio.Event()
+
+    async def slow(call: Any) -> Any:
+        await gate.wait()
+        return {"content": []}
+
+    fake.handlers["tools/call"] = slow
+    a, b = await replicas.start(), await replicas.start()
+    peer = await LegacyPeer.connect(a)
+    async with asyncio.timeout(WAIT):
+        task = (await peer.request("tools/call", {"name": "t", "arguments": {}, "task": {}})).result["task"]
+        await fake.next_call("tools/call")
+        peer.client = b
+        cancelled = (await peer.request("tasks/cancel", {"taskId": task["taskId"]})).result
+        gate.set()
+        await replicas.apps[0][LEGACY_TASKS].drain()  # a's call has ended and kept what it found
+        peer.client = a
+        after = await _task_status(peer, task["taskId"])
+    assert cancelled["status"] == after["status"] == "cancelled"
+    assert replicas.metric(0, "mcp_era_proxy_tasks_total", {"event": "completed"}) is None
+
+
+async def test_a_task_past_its_retention_is_gone_from_redis_and_not_found(replicas: Replicas, fake: FakeModern) -> None:
+    fake.handlers["tools/call"] = lambda call: asyncio.sleep(0, {"content": []})
+    a = await replicas.start()
+    peer = await LegacyPeer.connect(a)
+    async with asyncio.timeout(WAIT):
+        task = (await peer.request("tools/call", {"name": "t", "arguments": {}, "task": {"ttl": 300}})).result["task"]
+        while True:  # Redis expires the record by itself
+            reply = await peer.request("tasks/get", {"taskId": task["taskId"]})
+            if "error" in (reply.final or {}):
+                break
+            await asyncio.sleep(0.05)
+        listed = (await peer.request("tasks/list")).result
+    assert reply.error["code"] == -32602
+    assert listed == {"tasks": []}

@@ -32,6 +32,10 @@ RESULT_TYPES = {
     "resources/read": "ReadResourceResult",
     "completion/complete": "CompleteResult",
     "subscriptions/listen": "SubscriptionsListenResult",
+    "tasks/get": "GetTaskResult",
+    "tasks/result": "GetTaskPayloadResult",
+    "tasks/cancel": "CancelTaskResult",
+    "tasks/list": "ListTasksResult",
 }
 SERVER_REQUEST_TYPES = {
     "elicitation/create": "ElicitRequest",
@@ -87,6 +91,8 @@ def server_message_errors(revision: str, message: dict[str, Any], request_method
         definition = RESULT_TYPES[request_method]
         if modern and isinstance(result, dict) and result.get("resultType") == "input_required":
             definition = "InputRequiredResult"
+        elif not modern and request_method == "tools/call" and isinstance(result, dict) and "task" in result:
+            definition = "CreateTaskResult"  # a task-augmented call (2025-11-25)
         if has_definition(revision, definition):
             problems += errors(revision, definition, result)
     elif "method" in message and "id" in message:

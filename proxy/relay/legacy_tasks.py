@@ -1,0 +1,277 @@
+"""The tasks the proxy hosts for 2025-11-25 clients of a 2026-07-28 upstream: runs each task's call
+and answers tasks/get, tasks/result, tasks/cancel and tasks/list from the task store.
+
+A task-augmented `tools/call` is answered at once with the task; its call runs here, in a scope of
+this host's (not the request's, not the session's: the task outlives both), through the same
+translation a plain call gets (relay.legacy_to_modern drives it). What the call sends the client
+meanwhile (input requests, progress, logs) is tagged with the task and waits for a `tasks/result`
+stream, where the client expects it; its answers come back to the call as any answer does. The
+record (protocol.legacy_tasks.TaskRecord) is in the store from the start and changes there, so any
+replica answers tasks/get, tasks/list and, once it ended, tasks/result (docs/design.md §Tasks).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import secrets
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable, Iterator
+from typing import Any
+
+import structlog
+
+from ..config import TasksConfig
+from ..errors import ProxyError
+from ..metrics import Metrics
+from ..protocol import jsonrpc
+from ..protocol import legacy_tasks as lt
+from ..sessions import StoreUnavailable, short_hash
+from ..task_records import TaskStore
+from .channel import ReplyChannel
+from .tasks import TaskScope
+
+JSONDict = dict[str, Any]
+Notify = Callable[[JSONDict], None]
+Run = Callable[[ReplyChannel], Awaitable[JSONDict]]
+log = structlog.get_logger(__name__)
+_NOTES_KEPT = 256  # notifications held for a tasks/result stream at most (the oldest go first)
+
+
+class _Live:
+    """A task whose call runs on this replica: its latest record, its call, and what waits for
+    a tasks/result stream."""
+
+    __slots__ = ("ended", "notify", "outbox", "readers", "record", "task")
+
+    def __init__(self, record: lt.TaskRecord, notify: Notify | None) -> None:
+        self.record = record
+        self.notify = notify
+        self.task: asyncio.Task[None] | None = None
+        self.ended = asyncio.Event()
+        self.outbox: deque[JSONDict] = deque()
+        self.readers: list[ReplyChannel] = []
+
+
+class TaskChannel:
+    """Where a task's call sends what is for the client: the open tasks/result streams, else held
+    for the next one. An input request moves the task to `input_required`."""
+
+    can_stream = True
+    resumable = False  # its rounds are the task's, not a request's a client could resume elsewhere
+
+    def __init__(self, host: LegacyTaskHost, live: _Live) -> None:
+        self._host = host
+        self._live = live
+
+    async def send(self, message: dict[str, Any]) -> None:
+        live = self._live
+        tagged = lt.related(message, live.record.task_id)
+        if "id" in message:
+            await self._host.update(live, lt.asked(live.record, self._host.now()))
+        if live.readers:
+            await live.readers[-1].send(tagged)
+            return
+        if "id" not in message and sum("id" not in m for m in live.outbox) >= _NOTES_KEPT:
+            oldest = next(m for m in live.outbox if "id" not in m)
+            live.outbox.remove(oldest)
+        live.outbox.append(tagged)
+
+    async def answered(self) -> None:
+        """The client answered every input request of a round: the task works again."""
+        await self._host.update(self._live, lt.answered(self._live.record, self._host.now()))
+
+
+class LegacyTaskHost:
+    def __init__(
+        self,
+        config: TasksConfig,
+        store: TaskStore,
+        metrics: Metrics,
+        *,
+        owner: str = "",
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._config = config
+        self._store = store
+        self._metrics = metrics
+        self._owner = owner
+        self.now = clock
+        max_ttl_ms = int(config.max_ttl_s * 1000)
+        self._policy = lt.Policy(
+            default_ttl_ms=min(int(config.default_ttl_s * 1000), max_ttl_ms),
+            max_ttl_ms=max_ttl_ms,
+            poll_interval_ms=config.poll_interval_ms,
+            page_size=config.page_size,
+        )
+        self._live: dict[tuple[str, str], _Live] = {}
+        self._scope = TaskScope("legacy tasks")
+
+    # ------------------------------------------------------------ requests
+
+    async def create(self, principal: str, message: JSONDict, run: Run, notify: Notify | None = None) -> JSONDict:
+        """A task-augmented tools/call: the task, at once; `run(channel)` makes the call's final
+        reply meanwhile."""
+        with _refusals():
+            if await self._store.count(principal) >= self._config.max_per_caller:
+                raise ProxyError(
+                    jsonrpc.LIMIT_EXCEEDED,
+                    f"too many tasks kept for this caller (tasks.max_per_caller = {self._config.max_per_caller}); "
+                    "let some expire first",
+                    outcome="rejected",
+                )
+            record = lt.new_task(secrets.token_urlsafe(18), principal, message, self.now(), self._policy, self._owner)
+            live = _Live(record, notify)
+            await self._put(record)
+        self._live[(principal, record.task_id)] = live
+        live.task = self._scope.spawn(self._run(live, run), name="legacy-task")
+        self._metrics.tasks.labels("created").inc()
+        log.info("task_created", task=short_hash(record.task_id), tool=record.tool, ttl_ms=record.ttl_ms)
+        return jsonrpc.result_response(message["id"], lt.create_task_result(record))
+
+    async def get(self, principal: str, message: JSONDict) -> JSONDict:
+        with _refusals():
+            record = await self._find(principal, lt.task_id_of(message))
+        return jsonrpc.result_response(message["id"], lt.task_object(record))
+
+    async def result(self, principal: str, message: JSONDict, channel: ReplyChannel) -> JSONDict:
+        """Blocks until the task ends; meanwhile what the call has for the client goes on this
+        request's stream (a client that cannot take a stream gets it once it ended)."""
+        with _refusals():
+            task_id = lt.task_id_of(message)
+            record = await self._find(principal, task_id)
+            live = self._live.get((principal, task_id))
+            if live is not None and not record.terminal:
+                record = await self._await_live(live, channel)
+            while not record.terminal:  # the call runs on another replica: follow the store
+                await asyncio.sleep(record.poll_interval_ms / 1000)
+                record = await self._find(principal, task_id)
+            return lt.result_reply(record, message["id"])
+
+    async def cancel(self, principal: str, message: JSONDict) -> JSONDict:
+        with _refusals():
+            task_id = lt.task_id_of(message)
+            record = await self._find(principal, task_id)
+            live = self._live.get((principal, task_id))
+            cancelled = lt.cancelled(live.record if live is not None else record, self.now())
+            if live is not None:
+                await self.update(live, cancelled)
+                if live.task is not None:
+                    live.task.cancel()  # the upstream call ends with it (its exchange is closed)
+            else:
+                # The call runs on another replica: the task is cancelled for the client now, and
+                # that replica keeps it so when its call ends (it reads the record first).
+                await self._put(cancelled)
+        self._metrics.tasks.labels("cancelled").inc()
+        log.info("task_cancelled", task=short_hash(task_id))
+        return jsonrpc.result_response(message["id"], lt.task_object(cancelled))
+
+    async def list(self, principal: str, message: JSONDict) -> JSONDict:
+        with _refusals():
+            params = jsonrpc.params_of(message)
+            after = lt.decode_cursor(params["cursor"]) if params.get("cursor") is not None else None
+            found = await self._store.page(principal, after, self._policy.page_size + 1)
+            records = [r for r in (lt.TaskRecord.decode(data) for data in found) if r is not None]
+        return jsonrpc.result_response(message["id"], lt.list_result(records, self._policy.page_size))
+
+    # ------------------------------------------------------------ the call
+
+    async def _run(self, live: _Live, run: Run) -> None:
+        record = live.record
+        try:
+            try:
+                reply = await run(TaskChannel(self, live))
+            except ProxyError as exc:
+                reply = exc.reply(None)
+            except Exception as exc:  # a defect: the task fails, it does not stay working forever
+                log.exception("task_call_failed", task=short_hash(record.task_id))
+                reply = jsonrpc.error_response(None, jsonrpc.INTERNAL_ERROR, f"the call failed: {type(exc).__name__}")
+            await self._finish(live, reply)
+        except asyncio.CancelledError:
+            if not live.record.terminal:  # not by tasks/cancel: the proxy is shutting down
+                with contextlib.suppress(StoreUnavailable):
+                    await self.update(live, lt.lost(live.record, "the proxy shut down", self.now()))
+            raise
+        finally:
+            live.ended.set()
+            self._live.pop((record.principal, record.task_id), None)
+
+    async def _finish(self, live: _Live, reply: JSONDict) -> None:
+        stored = await self._stored(live.record)
+        if stored is not None and stored.terminal:  # cancelled on another replica meanwhile
+            live.record = stored
+            log.info("task_ended", task=short_hash(stored.task_id), status=stored.status)
+            return
+        done = lt.finished(live.record, reply, self.now())
+        if done is not live.record:
+            try:
+                await self.update(live, done)
+            except StoreUnavailable:
+                log.warning("task_result_not_kept", task=short_hash(done.task_id))
+                return
+        self._metrics.tasks.labels(done.status).inc()
+        log.info("task_ended", task=short_hash(done.task_id), status=done.status)
+
+    async def _await_live(self, live: _Live, channel: ReplyChannel) -> lt.TaskRecord:
+        if not channel.can_stream:
+            await live.ended.wait()
+            return live.record
+        live.readers.append(channel)
+        try:
+            while live.outbox:
+                await channel.send(live.outbox.popleft())
+            await live.ended.wait()
+        finally:
+            live.readers.remove(channel)
+        return live.record
+
+    # ------------------------------------------------------------ records
+
+    async def update(self, live: _Live, record: lt.TaskRecord) -> None:
+        """A change of the task's status: kept, and told to the session that made it."""
+        if record is live.record:
+            return
+        status_changed = record.status != live.record.status
+        live.record = record
+        await self._put(record)
+        if status_changed and live.notify is not None:
+            live.notify(lt.status_notification(record))
+
+    async def _put(self, record: lt.TaskRecord) -> None:
+        left = max(record.expires_at - self.now(), 0.001)
+        await self._store.put(record.principal, record.task_id, record.encode(), record.created_at, left)
+
+    async def _stored(self, record: lt.TaskRecord) -> lt.TaskRecord | None:
+        try:
+            data = await self._store.get(record.principal, record.task_id)
+        except StoreUnavailable:
+            return None
+        return lt.TaskRecord.decode(data) if data is not None else None
+
+    async def _find(self, principal: str, task_id: str) -> lt.TaskRecord:
+        live = self._live.get((principal, task_id))
+        if live is not None:
+            return lt.visible(live.record, principal, self.now())
+        data = await self._store.get(principal, task_id)
+        return lt.visible(lt.TaskRecord.decode(data) if data is not None else None, principal, self.now())
+
+    @property
+    def running(self) -> int:
+        return len(self._live)
+
+    async def drain(self) -> None:
+        """Wait for the calls running now to end (and their records to be written)."""
+        await self._scope.drain()
+
+    async def close(self) -> None:
+        """Shutdown: the calls still running end, their tasks failed ("the proxy shut down")."""
+        await self._scope.aclose()
+
+
+@contextlib.contextmanager
+def _refusals() -> Iterator[None]:
+    try:
+        yield
+    except lt.TaskRefused as exc:
+        raise ProxyError(exc.code, exc.message, data=exc.data, outcome="rejected") from None
