@@ -276,3 +276,58 @@ def listen_closed(subscription_id: Any) -> JSONDict:
     return jsonrpc.result_response(
         subscription_id, {"resultType": "complete", "_meta": {meta.SUBSCRIPTION_ID: subscription_id}}
     )
+
+
+# ---------------------------------------------------------------- tools a legacy server runs only as tasks
+# A 2025-11-25 tool with `execution.taskSupport: "required"` must be called task-augmented
+# (2025-11-25/basic/utilities/tasks.mdx, "Tool-Level Negotiation"); a modern client cannot hold a
+# 2025-11-25 task, so the proxy makes the call as one and reads its `tasks/result` as the reply.
+
+
+def task_required_tools(result: object) -> set[str]:
+    """The names of the tools of a tools/list result that run only as tasks."""
+    tools = jsonrpc.obj(result).get("tools")
+    found: set[str] = set()
+    for tool in tools if isinstance(tools, list) else ():
+        if isinstance(tool, dict) and isinstance(tool.get("name"), str):
+            if jsonrpc.obj(tool.get("execution")).get("taskSupport") == "required":
+                found.add(tool["name"])
+    return found
+
+
+def runs_tool_calls_as_tasks(server_caps: JSONDict) -> bool:
+    """The server said it takes task-augmented tools/call (ServerCapabilities.tasks)."""
+    requests = jsonrpc.obj(jsonrpc.obj(server_caps.get("tasks")).get("requests"))
+    return isinstance(jsonrpc.obj(requests.get("tools")).get("call"), dict)
+
+
+def task_augmented(outgoing: JSONDict) -> JSONDict:
+    """The upstream tools/call asking for a task (the server's own retention: no ttl asked)."""
+    return {**outgoing, "params": {**jsonrpc.obj(outgoing.get("params")), "task": {}}}
+
+
+def created_task_id(reply: JSONDict) -> str | None:
+    """The id of the task a CreateTaskResult names; None for any other reply (an error, or a server
+    that ran the call at once: that reply is then the call's)."""
+    task = jsonrpc.obj(jsonrpc.obj(reply.get("result")).get("task"))
+    task_id = task.get("taskId")
+    return task_id if isinstance(task_id, str) and task_id else None
+
+
+def task_result_request(request_id: jsonrpc.RequestId, task_id: str) -> JSONDict:
+    return jsonrpc.request(request_id, "tasks/result", {"taskId": task_id})
+
+
+def task_cancel_request(request_id: jsonrpc.RequestId, task_id: str) -> JSONDict:
+    return jsonrpc.request(request_id, "tasks/cancel", {"taskId": task_id})
+
+
+def as_call_reply(reply: JSONDict, call_id: jsonrpc.RequestId) -> JSONDict:
+    """The `tasks/result` reply as the reply to the call it stands for: under the call's id, the
+    result without the related-task tag (the client knows of no task)."""
+    out = {**reply, "id": call_id}
+    result = reply.get("result")
+    if isinstance(result, dict) and isinstance(result.get("_meta"), dict) and meta.RELATED_TASK in result["_meta"]:
+        rest = {k: v for k, v in result["_meta"].items() if k != meta.RELATED_TASK}
+        out["result"] = {k: v for k, v in result.items() if k != "_meta"} | ({"_meta": rest} if rest else {})
+    return out

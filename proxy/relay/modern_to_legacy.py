@@ -63,6 +63,7 @@ log = structlog.get_logger(__name__)
 
 _ABANDON_TIMEOUT_S = 5.0  # for telling the upstream that a call is given up
 _SET_LEVEL_TIMEOUT_S = 10.0
+_TOOL_PAGES_MAX = 100  # tools/list pages walked at most to learn which tools run only as tasks
 _DOWNSTREAM = (RelayToClient, ReplyClient, Park, Fail)  # actions only the attached handler executes
 
 
@@ -92,6 +93,8 @@ class LegacyCall:
         self.outbox: deque[Action] = deque()
         self.wakeup = asyncio.Event()
         self.tasks = TaskScope("legacy call")
+        self.as_task = False  # a tool the server runs only as a task: made as one (_TaskCall)
+        self.upstream_task_id: str | None = None  # that task, once the server created it
         self.finished = False
         self._timer: asyncio.TimerHandle | None = None
         self._reader: asyncio.Task[None] | None = None
@@ -148,7 +151,7 @@ class LegacyCall:
     async def open(self, outgoing: JSONDict) -> _Held:
         """Send the request; a session the upstream forgot (HTTP 404) is opened again and the
         request sent once more, which is safe: it was not executed (docs/translation.md §4.3)."""
-        exchange = self.session.request(outgoing, self.trace)
+        exchange = self._exchange(outgoing)
         try:
             return _Held(exchange, await exchange.__aenter__())
         except UpstreamSessionGone:
@@ -157,8 +160,11 @@ class LegacyCall:
             except ProxyError as exc:  # it refused to open a session again: still a session gone
                 raise UpstreamSessionGone(self.relay.name, f"forgot the session: {exc.message}") from None
             self.relay.count_reinitialized()
-            exchange = self.session.request(outgoing, self.trace)
+            exchange = self._exchange(outgoing)
             return _Held(exchange, await exchange.__aenter__())
+
+    def _exchange(self, outgoing: JSONDict) -> AbstractAsyncContextManager[Reply]:
+        return _TaskCall(self, outgoing) if self.as_task else self.session.request(outgoing, self.trace)
 
     def start_reader(self, outgoing: JSONDict) -> None:
         self._reader = self.tasks.spawn(self._read(outgoing), name="legacy-call-reader")
@@ -202,8 +208,16 @@ class LegacyCall:
                 async with asyncio.timeout(_ABANDON_TIMEOUT_S):
                     for response in responses:
                         await self.session.send(response)
-                    cancel = {"requestId": self.machine.state.upstream_id, "reason": reason}
-                    await self.session.send(jsonrpc.notification("notifications/cancelled", cancel))
+                    if self.upstream_task_id is not None:
+                        # A task is cancelled by tasks/cancel, never by notifications/cancelled
+                        # (2025-11-25 tasks.mdx); its reply does not matter.
+                        request = m2l.task_cancel_request(self.session.next_id(), self.upstream_task_id)
+                        async with self.session.request(request, self.trace) as reply:
+                            async for _ in reply:
+                                pass
+                    else:
+                        cancel = {"requestId": self.machine.state.upstream_id, "reason": reason}
+                        await self.session.send(jsonrpc.notification("notifications/cancelled", cancel))
         finally:
             self.finish()
         log.info("legacy_call_abandoned", upstream=self.session.name, method=self.method, reason=reason)
@@ -252,6 +266,10 @@ class ModernToLegacy:
         # Called when an answer says the upstream is not a legacy server (era re-detection).
         self.on_era_mismatch: Callable[[str], None] = lambda reason: None
         self.listens: set[ListenBridge] = set()
+        # Tools the upstream listed with taskSupport "required" (learnt from its tools/list replies,
+        # or from a walk of its list before the first tools/call of a server that takes tasks).
+        self._task_tools: set[str] = set()
+        self._task_tools_learnt = False
 
     # ------------------------------------------------------------ what sessions receive unasked
 
@@ -367,6 +385,10 @@ class ModernToLegacy:
             detach_timeout_s=self._settings.upstream.request_timeout_s,
         )
         call = LegacyCall(self, session, machine, interactive=interactive, upstream_token=upstream_token, trace=trace)
+        if request.method == "tools/call" and m2l.runs_tool_calls_as_tasks(session.server_capabilities):
+            if not self._task_tools_learnt:
+                await self._learn_task_tools(session)
+            call.as_task = jsonrpc.params_of(request.message).get("name") in self._task_tools
         call.bind(session)
         self._calls.add(call)
         outgoing = meta.carry_trace(m2l.to_upstream(request.message, upstream_id, upstream_token), call.trace)
@@ -374,6 +396,22 @@ class ModernToLegacy:
             call.start_reader(outgoing)
             return await self._attend(call, channel)
         return await self._inline(call, outgoing, channel)
+
+    async def _learn_task_tools(self, session: LegacyUpstreamSession) -> None:
+        """Walk the server's tools/list once, for the tools it runs only as tasks (a client may call
+        a tool without listing first)."""
+        self._task_tools_learnt = True
+        cursor: Any = None
+        try:
+            for _ in range(_TOOL_PAGES_MAX):
+                result = await session.call("tools/list", {"cursor": cursor} if cursor is not None else None)
+                self._task_tools |= m2l.task_required_tools(result)
+                cursor = result.get("nextCursor")
+                if cursor is None:
+                    return
+        except (UpstreamError, ProxyError, TimeoutError) as exc:
+            self._task_tools_learnt = False  # tried again with the next call
+            log.warning("upstream_tools_unlisted", upstream=self.name, error=str(exc))
 
     async def _ensure_level(self, session: LegacyUpstreamSession, level: str | None) -> None:
         """Make the session at least as verbose as this request asks (docs/translation.md §4.4)."""
@@ -394,6 +432,8 @@ class ModernToLegacy:
                     held = await call.open(outgoing)
                     messages = aiter(held.reply)
                     async for message in messages:
+                        if call.method == "tools/list" and isinstance(message.get("result"), dict):
+                            self._task_tools |= m2l.task_required_tools(message["result"])
                         call.feed(call.machine.upstream_message(message))
                         outcome = await self._drain(call, channel) if call.outbox else None
                         if outcome is not None:
@@ -595,6 +635,63 @@ def _reader_failed(upstream: str) -> UpstreamFailure:
     """A reader that failed for a reason of the proxy's own: the client gets -32603; it counts as
     an upstream exchange that ended unexpectedly."""
     return UpstreamFailure(upstream, "unavailable", jsonrpc.INTERNAL_ERROR, "could not be relayed (internal error)")
+
+
+class _TaskCall:
+    """The exchange of a call the server runs only as a task: the call made task-augmented, then
+    its `tasks/result` read as the call's reply (its input requests arrive on that stream, as the
+    2025-11-25 SDKs deliver them). A server that answers the call at once gives the reply itself."""
+
+    __slots__ = ("_call", "_outgoing", "_result")
+
+    def __init__(self, call: LegacyCall, outgoing: JSONDict) -> None:
+        self._call = call
+        self._outgoing = outgoing
+        self._result: AbstractAsyncContextManager[Reply] | None = None
+
+    async def __aenter__(self) -> Reply:
+        session, call_id = self._call.session, self._outgoing["id"]
+        first: list[JSONDict] = []
+        async with session.request(m2l.task_augmented(self._outgoing), self._call.trace) as reply:
+            status, headers = reply.status, reply.headers
+            async for message in reply:
+                first.append(message)
+                if "method" not in message:
+                    break
+        created = first[-1] if first and "method" not in first[-1] else None
+        task_id = m2l.created_task_id(created) if created is not None else None
+        if task_id is None:
+            return _Relayed(status, headers, first, None, call_id)
+        self._call.upstream_task_id = task_id
+        self._result = session.request(m2l.task_result_request(session.next_id(), task_id), self._call.trace)
+        result = await self._result.__aenter__()
+        return _Relayed(result.status, result.headers, first[:-1], result, call_id)
+
+    async def __aexit__(self, *exc_info: Any) -> bool | None:
+        result, self._result = self._result, None
+        return await result.__aexit__(*exc_info) if result is not None else None
+
+
+class _Relayed:
+    """A reply made of messages already read, then those of `rest`, the final one under `call_id`."""
+
+    __slots__ = ("_before", "_call_id", "_rest", "headers", "status")
+
+    def __init__(
+        self, status: int, headers: Any, before: list[JSONDict], rest: Reply | None, call_id: jsonrpc.RequestId
+    ) -> None:
+        self.status = status
+        self.headers = headers
+        self._before = before
+        self._rest = rest
+        self._call_id = call_id
+
+    async def __aiter__(self) -> AsyncGenerator[JSONDict, None]:
+        for message in self._before:
+            yield message if "method" in message else m2l.as_call_reply(message, self._call_id)
+        if self._rest is not None:
+            async for message in self._rest:
+                yield message if "method" in message else m2l.as_call_reply(message, self._call_id)
 
 
 class _Held:

@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from proxy.protocol import jsonrpc, meta
+from proxy.protocol import modern_to_legacy as m2l
 from proxy.protocol.capabilities import legacy_client_capabilities, modern_server_capabilities
 from proxy.protocol.methods import CACHEABLE_METHODS, INPUT_REQUIRED_METHODS, LIST_CHANGED
 from proxy.protocol.modern_to_legacy import (
@@ -876,3 +877,51 @@ def test_a_listen_closed_by_the_proxy_ends_with_the_graceful_completion_result(s
     }
     assert errors(LATEST_MODERN, "SubscriptionsListenResultResponse", message) == []
     assert server_message_errors(LATEST_MODERN, message, "subscriptions/listen") == []
+
+
+# ---------------------------------------------------------------- tools the server runs only as tasks
+
+
+def test_the_tools_a_server_runs_only_as_tasks_are_those_listed_required() -> None:
+    result = {
+        "tools": [
+            {"name": "research", "execution": {"taskSupport": "required"}},
+            {"name": "maybe", "execution": {"taskSupport": "optional"}},
+            {"name": "plain"},
+            {"execution": {"taskSupport": "required"}},
+            "junk",
+        ]
+    }
+    assert m2l.task_required_tools(result) == {"research"}
+    assert m2l.task_required_tools({"tools": "junk"}) == set()
+    assert m2l.task_required_tools(None) == set()
+
+
+def test_a_server_takes_task_augmented_calls_only_if_it_says_so() -> None:
+    assert m2l.runs_tool_calls_as_tasks({"tasks": {"requests": {"tools": {"call": {}}}}})
+    assert not m2l.runs_tool_calls_as_tasks({"tasks": {"list": {}}})
+    assert not m2l.runs_tool_calls_as_tasks({"tasks": {"requests": {"tools": {"call": True}}}})
+    assert not m2l.runs_tool_calls_as_tasks({})
+
+
+def test_the_call_asks_for_a_task_and_the_task_id_comes_from_its_create_task_result() -> None:
+    outgoing = jsonrpc.request(4, "tools/call", {"name": "research", "arguments": {}, "_meta": {"progressToken": "p4"}})
+    assert m2l.task_augmented(outgoing)["params"] == {**outgoing["params"], "task": {}}
+    assert "task" not in outgoing["params"]
+    assert m2l.created_task_id(jsonrpc.result_response(4, {"task": {"taskId": "t-9", "status": "working"}})) == "t-9"
+    assert m2l.created_task_id(jsonrpc.result_response(4, {"content": []})) is None
+    assert m2l.created_task_id(jsonrpc.result_response(4, {"task": {"taskId": ""}})) is None
+    assert m2l.created_task_id(jsonrpc.error_response(4, -32601, "no")) is None
+    assert m2l.task_result_request(5, "t-9") == jsonrpc.request(5, "tasks/result", {"taskId": "t-9"})
+    assert m2l.task_cancel_request(6, "t-9") == jsonrpc.request(6, "tasks/cancel", {"taskId": "t-9"})
+
+
+def test_the_task_result_becomes_the_reply_to_the_call_without_the_task_tag() -> None:
+    tagged = {"content": [], "_meta": {meta.RELATED_TASK: {"taskId": "t-9"}, "com.example/k": 1}}
+    assert m2l.as_call_reply(jsonrpc.result_response(5, tagged), 4) == jsonrpc.result_response(
+        4, {"content": [], "_meta": {"com.example/k": 1}}
+    )
+    only_tag = {"content": [], "_meta": {meta.RELATED_TASK: {"taskId": "t-9"}}}
+    assert m2l.as_call_reply(jsonrpc.result_response(5, only_tag), 4) == jsonrpc.result_response(4, {"content": []})
+    error = jsonrpc.error_response(5, -32603, "boom")
+    assert m2l.as_call_reply(error, 4) == jsonrpc.error_response(4, -32603, "boom")
