@@ -27,7 +27,6 @@ from typing import Any
 from urllib.parse import quote
 
 import aiohttp
-import orjson
 import structlog
 from aiohttp import web
 
@@ -38,7 +37,7 @@ from ..metrics import Metrics
 from ..protocol import jsonrpc, meta
 from ..protocol.sse import encode_event
 from ..protocol.versions import Era
-from ..replicas import SSE_MESSAGE_ROUTE, Forwarder, Owner, OwnerGone
+from ..replicas import SSE_MESSAGE_ROUTE, Forwarder, Owner, OwnerGone, OwnerTokens
 from ..sealing import Sealer
 from ..sessions import short_hash
 from .bridge import EndpointBridge, MessageError, parse_message
@@ -133,8 +132,8 @@ class LegacySseEndpoint:
         self._config = settings.downstream.sse
         self._handlers = handlers  # the Streamable HTTP endpoint's, by method
         self._identifier = identifier
-        self._sealer = sealer
         self._owner = owner
+        self._tokens = OwnerTokens(sealer, owner, _PURPOSE, str)  # the session_id: [boot, address, key]
         self._forwarder = forwarder
         self._gauge = metrics.streams_open.labels("downstream_sse")
         self._keepalive_s = settings.streams.keepalive_s
@@ -262,13 +261,13 @@ class LegacySseEndpoint:
         named = self._open(token, identity.principal)
         if named is None:
             raise session_not_found()
-        boot, address, key = named
+        owner, key = named
         try:
             raw = await request.read()
         except web.HTTPRequestEntityTooLarge:
             raise ProxyError(jsonrpc.INVALID_REQUEST, "request body too large", status=413) from None
-        if boot != self._owner.boot:
-            return await self._forward(request, raw, token, Owner(boot, address))
+        if owner.boot != self._owner.boot:
+            return await self._forward(request, raw, token, owner)
         stream = self._streams.get(key)
         if stream is None or stream.principal != identity.principal:
             raise session_not_found()
@@ -294,20 +293,10 @@ class LegacySseEndpoint:
     # ------------------------------------------------------------ pure parts
 
     def _seal(self, key: str, principal: str) -> str:
-        plaintext = orjson.dumps([self._owner.boot, self._owner.address, key])
-        return self._sealer.seal(_PURPOSE, plaintext, short_hash(principal).encode())
+        return self._tokens.mint(key, short_hash(principal).encode())
 
-    def _open(self, token: str, principal: str) -> tuple[str, str | None, str] | None:
-        plaintext = self._sealer.open(_PURPOSE, token, short_hash(principal).encode())
-        if plaintext is None:
-            return None
-        try:
-            boot, address, key = orjson.loads(plaintext)
-        except (orjson.JSONDecodeError, ValueError, TypeError):
-            return None
-        if not isinstance(boot, str) or not isinstance(address, (str, type(None))) or not isinstance(key, str):
-            return None
-        return boot, address, key
+    def _open(self, token: str, principal: str) -> tuple[Owner, str] | None:
+        return self._tokens.open(token, short_hash(principal).encode())
 
     def _caller_headers(self, request: web.BaseRequest) -> dict[str, str]:
         """What of the client's headers its messages carry to the endpoint: who it is (its
