@@ -14,7 +14,6 @@ import argparse
 import contextlib
 import json
 import os
-import platform
 import re
 import shlex
 import shutil
@@ -29,61 +28,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bench.harness import BENCH, Processes, begin, machine, say
 from tests.support import peers
-from tests.support.procs import Process, free_port, wait_for_port
+from tests.support.procs import free_port
 
-REPO = peers.REPO
-BENCH = REPO / "bench"
 WRK_DIR = BENCH / "wrk"
 LEGACY = "2025-11-25"
 MODERN = "2026-07-28"
 ACCEPT = "application/json, text/event-stream"
 CAPS_KEY = "io.modelcontextprotocol/clientCapabilities"
 VERSION_KEY = "io.modelcontextprotocol/protocolVersion"
-
-
-def say(text: str) -> None:
-    print(f"[bench] {text}", file=sys.stderr, flush=True)
-
-
-# ---------------------------------------------------------------- processes
-
-
-class Processes:
-    """Every process the bench starts, each in its own process group; all stopped at the end.
-
-    The group ids are also written to `pidfile`, so bench/run.sh's EXIT trap can kill them by id
-    should this harness itself be killed without a chance to clean up.
-    """
-
-    def __init__(self, logs: Path, pidfile: Path) -> None:
-        self.logs = logs
-        self.pidfile = pidfile
-        self.live: list[Process] = []
-
-    def _write(self) -> None:
-        self.pidfile.write_text("".join(f"{p.proc.pid}\n" for p in self.live))
-
-    @contextlib.contextmanager
-    def listening(
-        self, name: str, argv: list[str], port: int, env: dict[str, str] | None = None, timeout: float = 60.0
-    ) -> Iterator[Process]:
-        process = Process(argv, self.logs / f"{name}.log", env)
-        self.live.append(process)
-        self._write()
-        try:
-            wait_for_port(port, process.proc, timeout, process.log)
-            yield process
-        finally:
-            process.stop()
-            self.live.remove(process)
-            self._write()
-
-    def stop_all(self) -> None:
-        for process in list(self.live):
-            process.stop()
-        self.live.clear()
-        self._write()
 
 
 # ---------------------------------------------------------------- one-off requests (checks)
@@ -753,41 +707,6 @@ def summarize_profile(path: Path, top: int = 10) -> list[str]:
 # ---------------------------------------------------------------- report
 
 
-def machine() -> dict[str, str]:
-    model = "unknown"
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    wrk_version = (
-        subprocess.run(["wrk", "--version"], capture_output=True, text=True, check=False).stdout.split("\n")[0]
-        if shutil.which("wrk")
-        else "not installed"
-    )
-    try:
-        import aiohttp
-
-        aiohttp_version = aiohttp.__version__
-    except ImportError:  # pragma: no cover
-        aiohttp_version = "?"
-    try:
-        import uvloop
-
-        loop = f"uvloop {uvloop.__version__}"
-    except ImportError:
-        loop = "asyncio"
-    return {
-        "CPU": model,
-        "cores": str(os.cpu_count()),
-        "Python": platform.python_version(),
-        "kernel": platform.release(),
-        "aiohttp": aiohttp_version,
-        "event loop": loop,
-        "wrk": " ".join(wrk_version.split()[:2]),
-    }
-
-
 def ms(value: float, digits: int = 3) -> str:
     return f"{value:.{digits}f}"
 
@@ -955,14 +874,7 @@ def main() -> int:
     args = parser.parse_args()
     if args.quick:
         args.only = args.only or {"b", "c", "d", "e"}
-    args.out.mkdir(parents=True, exist_ok=True)
-    logs = args.out / "logs"
-    logs.mkdir(exist_ok=True)
-    procs = Processes(logs, args.out / ".pids")
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    started = time.time()
-    facts = machine()
-    say("machine: " + ", ".join(f"{k} {v}" for k, v in facts.items()))
+    logs, procs, started, facts = begin(args.out, machine)
     bench = Bench(args, procs)
     try:
         bench.run()

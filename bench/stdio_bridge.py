@@ -35,7 +35,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench.run import BENCH, CLK_TCK, Processes, _descendants, _stat, machine, say
+from bench.harness import BENCH, Processes, begin, machine, say
+from bench.run import CLK_TCK, _descendants, _stat
 from proxy import __version__ as proxy_version
 from tests.support import peers
 from tests.support.procs import free_port
@@ -641,14 +642,7 @@ def main() -> int:
         )
         return 2
     peers.peer_sh()  # raises with what to run if the npm peers are missing
-    args.out.mkdir(parents=True, exist_ok=True)
-    logs = args.out / "logs"
-    logs.mkdir(exist_ok=True)
-    procs = Processes(logs, args.out / ".pids")
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    started = time.time()
-    info = facts()
-    say("machine: " + ", ".join(f"{k} {v}" for k, v in info.items()))
+    logs, procs, started, info = begin(args.out, facts)
     rows: list[Row] = []
     notes: list[tuple[str, str, str]] = []
     try:

@@ -24,20 +24,8 @@ from typing import Any
 
 from aiohttp import web
 
-from bench.run import (
-    BENCH,
-    REPO,
-    Bench,
-    Processes,
-    Row,
-    cpu_text,
-    expect_echo,
-    legacy_call,
-    legacy_session,
-    machine,
-    modern_call,
-    say,
-)
+from bench.harness import BENCH, REPO, Processes, machine, say
+from bench.run import Bench, Row, cpu_text, expect_echo, legacy_call, legacy_session, modern_call
 from tests.support.procs import Process, free_port, wait_for_port
 
 

@@ -19,20 +19,8 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
-from bench.run import (
-    BENCH,
-    Bench,
-    Load,
-    Processes,
-    cpu_text,
-    expect_echo,
-    machine,
-    median,
-    median_value,
-    modern_call,
-    say,
-    wrk,
-)
+from bench.harness import BENCH, Processes, machine, say
+from bench.run import Bench, Load, cpu_text, expect_echo, median, median_value, modern_call, wrk
 from tests.support.procs import free_port
 
 SECRET = "bench-workers-secret-0123456789"

@@ -21,6 +21,7 @@ import struct
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
+from typing import Generic, TypeVar
 
 import aiohttp
 import orjson
@@ -58,6 +59,9 @@ _HOP_BY_HOP = frozenset(
 )
 
 
+V = TypeVar("V", int, str)  # the value an owner token carries beside its owner
+
+
 def new_boot_id() -> str:
     return secrets.token_hex(8)
 
@@ -87,6 +91,42 @@ def call_lost() -> jsonrpc.JSONDict:
     }
 
 
+# ---------------------------------------------------------------- tokens naming their owner
+
+
+class OwnerTokens(Generic[V]):
+    """Tokens naming the replica that minted them: `[boot, address, value]`, sealed for one
+    purpose, bound to a context by the associated data each mint and open is given. Any replica
+    opens them (the secret is shared) and learns whom to forward to."""
+
+    def __init__(self, sealer: Sealer, owner: Owner, purpose: str, value_type: type[V]) -> None:
+        self._sealer = sealer
+        self._owner = owner
+        self._purpose = purpose
+        self._value_type: type[V] = value_type
+
+    def mint(self, value: V, aad: bytes) -> str:
+        plaintext = orjson.dumps([self._owner.boot, self._owner.address, value])
+        return self._sealer.seal(self._purpose, plaintext, aad)
+
+    def open(self, token: object, aad: bytes) -> tuple[Owner, V] | None:
+        """The replica a token names and its value; None if the proxy did not seal it for `aad`."""
+        if not isinstance(token, str):
+            return None
+        plaintext = self._sealer.open(self._purpose, token, aad)
+        if plaintext is None:
+            return None
+        try:
+            boot, address, value = orjson.loads(plaintext)
+        except (orjson.JSONDecodeError, ValueError, TypeError):
+            return None
+        if not isinstance(boot, str) or not isinstance(address, (str, type(None))):
+            return None
+        if not isinstance(value, self._value_type):
+            return None
+        return Owner(boot, address), value
+
+
 # ---------------------------------------------------------------- server-to-client request ids
 
 
@@ -96,28 +136,16 @@ class ServerRequestIds:
     as associated data). Legacy clients echo them verbatim in their answers."""
 
     def __init__(self, sealer: Sealer, owner: Owner) -> None:
-        self._sealer = sealer
-        self._owner = owner
+        self._tokens = OwnerTokens(sealer, owner, _SERVER_REQUEST, int)
 
     def mint(self, session_id: str, count: int) -> str:
-        plaintext = orjson.dumps([self._owner.boot, self._owner.address, count])
-        return self._sealer.seal(_SERVER_REQUEST, plaintext, _session_aad(session_id))
+        return self._tokens.mint(count, _session_aad(session_id))
 
     def owner_of(self, request_id: object, session_id: str) -> Owner | None:
         """The replica that sent the request `request_id` names in this session; None if the id
         is not one the proxy sealed for it."""
-        if not isinstance(request_id, str):
-            return None
-        plaintext = self._sealer.open(_SERVER_REQUEST, request_id, _session_aad(session_id))
-        if plaintext is None:
-            return None
-        try:
-            boot, address, count = orjson.loads(plaintext)
-        except (orjson.JSONDecodeError, ValueError, TypeError):
-            return None
-        if not isinstance(boot, str) or not isinstance(address, (str, type(None))) or not isinstance(count, int):
-            return None
-        return Owner(boot, address)
+        opened = self._tokens.open(request_id, _session_aad(session_id))
+        return opened[0] if opened is not None else None
 
 
 def _session_aad(session_id: str) -> bytes:

@@ -27,7 +27,6 @@ from typing import Any
 from urllib.parse import quote
 
 import aiohttp
-import orjson
 import structlog
 from aiohttp import web
 
@@ -36,14 +35,14 @@ from ..config import Settings
 from ..errors import ProxyError, session_not_found
 from ..metrics import Metrics
 from ..protocol import jsonrpc, meta
-from ..protocol.sse import KEEPALIVE, encode_event
+from ..protocol.sse import encode_event
 from ..protocol.versions import Era
-from ..replicas import SSE_MESSAGE_ROUTE, Forwarder, Owner, OwnerGone
+from ..replicas import SSE_MESSAGE_ROUTE, Forwarder, Owner, OwnerGone, OwnerTokens
 from ..sealing import Sealer
 from ..sessions import short_hash
 from .bridge import EndpointBridge, MessageError, parse_message
 from .http import error_reply
-from .sse import SSE_HEADERS, json_response
+from .sse import SseStream, json_response
 
 log = structlog.get_logger(__name__)
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -57,12 +56,14 @@ _CLOSE_GRACE_S = 1.0  # a closed stream's requests in flight get this long, then
 
 
 class StreamWriter:
-    """The MessageSink of one event stream: messages queue here and `pump` writes them in order,
-    with a keep-alive comment on a quiet stream (how a client gone away is noticed)."""
+    """The MessageSink of one event stream: messages queue here and `pump` writes them in order
+    on the stream (downstream/sse.py `SseStream`: keep-alive comments while it is quiet, which is
+    how a client gone away is noticed)."""
 
-    def __init__(self) -> None:
+    def __init__(self, request: web.BaseRequest, keepalive_s: float) -> None:
         self._queue: asyncio.Queue[bytes | None] = asyncio.Queue()
         self.broken = asyncio.Event()
+        self.stream = SseStream(request, keepalive_s, on_gone=self._gone)
 
     def start(self) -> None:
         return None
@@ -88,16 +89,13 @@ class StreamWriter:
         """Ends the stream once what is queued is written (shutdown)."""
         self._queue.put_nowait(None)
 
-    async def pump(self, response: web.StreamResponse, keepalive_s: float) -> None:
+    def _gone(self) -> None:
+        self.broken.set()
+        self._queue.put_nowait(None)  # the pump stops at once: nothing more can be written
+
+    async def pump(self) -> None:
         try:
-            while True:
-                try:
-                    event = await asyncio.wait_for(self._queue.get(), keepalive_s)
-                except TimeoutError:
-                    event = KEEPALIVE
-                if event is None:
-                    return
-                await response.write(event)
+            await self.stream.pump(self._queue)
         except (ConnectionError, RuntimeError):
             return  # the client went away
         finally:
@@ -134,8 +132,8 @@ class LegacySseEndpoint:
         self._config = settings.downstream.sse
         self._handlers = handlers  # the Streamable HTTP endpoint's, by method
         self._identifier = identifier
-        self._sealer = sealer
         self._owner = owner
+        self._tokens = OwnerTokens(sealer, owner, _PURPOSE, str)  # the session_id: [boot, address, key]
         self._forwarder = forwarder
         self._gauge = metrics.streams_open.labels("downstream_sse")
         self._keepalive_s = settings.streams.keepalive_s
@@ -203,12 +201,10 @@ class LegacySseEndpoint:
             return error_reply(exc, Era.LEGACY)
         key = secrets.token_hex(16)
         token = self._seal(key, identity.principal)
-        writer = StreamWriter()
+        writer = StreamWriter(request, self._keepalive_s)
         bridge = EndpointBridge(self._client, self._url, writer, self._max_depth)
         bridge.feed_headers(self._caller_headers(request))  # the stream's own, until a message brings newer
-        response = web.StreamResponse(headers=SSE_HEADERS)
-        await response.prepare(request)
-        await response.write(
+        await writer.stream.write(
             encode_event(f"{self._endpoint_ref}?{SESSION_QUERY}={quote(token)}".encode(), event="endpoint")
         )
         self._streams[key] = _Stream(identity.principal, bridge, writer)
@@ -217,21 +213,19 @@ class LegacySseEndpoint:
         log.info("sse_stream_opened", stream=short_hash(key))
         bridge.start()
         try:
-            await self._pump(request, response, writer)
+            await self._pump(request, writer)
         finally:
             self._streams.pop(key, None)
             self._gauge.dec()
             # The session ends with its stream: the bridge ends it at the endpoint too.
             await asyncio.shield(bridge.close(_CLOSE_GRACE_S, end_session=True))
             log.info("sse_stream_closed", stream=short_hash(key), seconds=round(time.monotonic() - opened, 1))
-        with contextlib.suppress(ConnectionError, RuntimeError):
-            await response.write_eof()
-        return response
+        return await writer.stream.close()
 
-    async def _pump(self, request: web.Request, response: web.StreamResponse, writer: StreamWriter) -> None:
+    async def _pump(self, request: web.Request, writer: StreamWriter) -> None:
         """Until the client goes or the stream ends; a client that stopped reading while a write
         waits on it (its queue overflowed) is cut off."""
-        pump = asyncio.create_task(writer.pump(response, self._keepalive_s))
+        pump = asyncio.create_task(writer.pump())
         broken = asyncio.create_task(writer.broken.wait())
         try:
             await asyncio.wait({pump, broken}, return_when=asyncio.FIRST_COMPLETED)
@@ -242,6 +236,7 @@ class LegacySseEndpoint:
         finally:
             broken.cancel()
             pump.cancel()
+            writer.stream.abort()  # no keep-alive once the stream is over
             with contextlib.suppress(asyncio.CancelledError):
                 await pump
 
@@ -266,13 +261,13 @@ class LegacySseEndpoint:
         named = self._open(token, identity.principal)
         if named is None:
             raise session_not_found()
-        boot, address, key = named
+        owner, key = named
         try:
             raw = await request.read()
         except web.HTTPRequestEntityTooLarge:
             raise ProxyError(jsonrpc.INVALID_REQUEST, "request body too large", status=413) from None
-        if boot != self._owner.boot:
-            return await self._forward(request, raw, token, Owner(boot, address))
+        if owner.boot != self._owner.boot:
+            return await self._forward(request, raw, token, owner)
         stream = self._streams.get(key)
         if stream is None or stream.principal != identity.principal:
             raise session_not_found()
@@ -298,20 +293,10 @@ class LegacySseEndpoint:
     # ------------------------------------------------------------ pure parts
 
     def _seal(self, key: str, principal: str) -> str:
-        plaintext = orjson.dumps([self._owner.boot, self._owner.address, key])
-        return self._sealer.seal(_PURPOSE, plaintext, short_hash(principal).encode())
+        return self._tokens.mint(key, short_hash(principal).encode())
 
-    def _open(self, token: str, principal: str) -> tuple[str, str | None, str] | None:
-        plaintext = self._sealer.open(_PURPOSE, token, short_hash(principal).encode())
-        if plaintext is None:
-            return None
-        try:
-            boot, address, key = orjson.loads(plaintext)
-        except (orjson.JSONDecodeError, ValueError, TypeError):
-            return None
-        if not isinstance(boot, str) or not isinstance(address, (str, type(None))) or not isinstance(key, str):
-            return None
-        return boot, address, key
+    def _open(self, token: str, principal: str) -> tuple[Owner, str] | None:
+        return self._tokens.open(token, short_hash(principal).encode())
 
     def _caller_headers(self, request: web.BaseRequest) -> dict[str, str]:
         """What of the client's headers its messages carry to the endpoint: who it is (its

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
 from typing import Any
 
@@ -80,7 +81,8 @@ async def _end_failed(request: web.BaseRequest, stream: web.StreamResponse, repl
 
 class SseStream:
     """An SSE response opened on first use, with keep-alive comments while it is quiet; with
-    `event_ids`, every message carries an id (downstream/resume.py)."""
+    `event_ids`, every message carries an id (downstream/resume.py). A keep-alive that cannot be
+    written is how a quiet stream learns its client went away: `on_gone` is called then."""
 
     def __init__(
         self,
@@ -88,9 +90,11 @@ class SseStream:
         keepalive_s: float,
         headers: dict[str, str] | None = None,
         event_ids: EventIds | None = None,
+        on_gone: Callable[[], None] | None = None,
     ) -> None:
         self._request = request
         self._event_ids = event_ids
+        self._on_gone = on_gone
         self._keepalive_s = keepalive_s
         self._headers = headers or {}
         self.response: web.StreamResponse | None = None
@@ -134,8 +138,15 @@ class SseStream:
             await response.write(data)
             self._last_write = time.monotonic()
 
+    async def pump(self, events: asyncio.Queue[bytes | None]) -> None:
+        """Write the encoded events `events` holds, in order, until it yields None; raises
+        ConnectionError or RuntimeError once the client is gone."""
+        await self.start()
+        while (event := await events.get()) is not None:
+            await self.write(event)
+
     async def _keep_alive(self) -> None:
-        with contextlib.suppress(ConnectionError, RuntimeError):
+        try:
             while True:
                 wait = self._last_write + self._keepalive_s - time.monotonic()
                 if wait > 0:
@@ -145,6 +156,9 @@ class SseStream:
                     assert self.response is not None
                     await self.response.write(KEEPALIVE)
                     self._last_write = time.monotonic()
+        except (ConnectionError, RuntimeError):
+            if self._on_gone is not None:
+                self._on_gone()
 
     async def close(self) -> web.StreamResponse:
         response = await self.start()

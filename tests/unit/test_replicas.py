@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
 from proxy.config import load_settings
+from proxy.downstream.legacy_sse import LegacySseEndpoint
 from proxy.metrics import Metrics
 from proxy.protocol.request_state import RequestStateCodec
 from proxy.replicas import (
@@ -18,6 +19,7 @@ from proxy.replicas import (
     Envelope,
     Forwarder,
     Owner,
+    OwnerTokens,
     ReplayEndpoint,
     ServerRequestIds,
     new_boot_id,
@@ -95,6 +97,51 @@ def test_a_server_request_id_survives_a_secret_rotation() -> None:
     request_id = ServerRequestIds(sealer(b"old-secret-0123456789"), A).mint("s", 1)
     rotated = ServerRequestIds(sealer(SECRET, (b"old-secret-0123456789",)), B)
     assert rotated.owner_of(request_id, "s") == A
+
+
+# Minted with Sealer(b"k" * 32) on the day of PINNED_NOW by the code before OwnerTokens served
+# both: a token a client holds across an upgrade must still open.
+PINNED_NOW = 1_780_000_000.0
+PINNED_OWNER = Owner("b00700000000cafe", "10.0.0.7:9001")
+PINNED_SERVER_REQUEST_ID = (
+    "sTVQed3Vf49zeMl6LH2amPCakboHSSZY7RvwUJ8qyUcwi_K79_P2yIqIb78VnqnBso8R01_mo8m05MIjQwIiAHPBxCddlA"
+)
+PINNED_SSE_SESSION = (  # for the principal "alice", key "k" * 32
+    "sTVQeWR1lHTytDLOJy6X8d_drnF4sYO2qI96_DkEPwMW8JmhlgXiTW89tyJcZMyJoPczhaTHFQdl7Exc8bv4giCJNsUipYcV123fjVuMas-RF3n5dj0S_E5dygxoBQqmw8koCYUpGg"
+)
+
+
+def pinned_sealer() -> Sealer:
+    return Sealer(b"k" * 32, (), Clock(PINNED_NOW))
+
+
+def test_a_server_request_id_minted_by_an_earlier_release_still_names_its_replica() -> None:
+    ids = ServerRequestIds(pinned_sealer(), A)
+    assert ids.owner_of(PINNED_SERVER_REQUEST_ID, "session-1") == PINNED_OWNER
+    assert ids.owner_of(PINNED_SERVER_REQUEST_ID, "session-2") is None
+    tokens = OwnerTokens(pinned_sealer(), A, "srq", int)
+    assert tokens.open(PINNED_SERVER_REQUEST_ID, short_hash("session-1").encode()) == (PINNED_OWNER, 3)
+    assert (
+        OwnerTokens(pinned_sealer(), A, "srq", str).open(PINNED_SERVER_REQUEST_ID, short_hash("session-1").encode())
+        is None
+    )
+
+
+def test_an_sse_session_id_minted_by_an_earlier_release_still_opens_for_its_caller_only() -> None:
+    settings = load_settings(None, **{"upstream.url": "http://127.0.0.1:1/mcp"})
+    endpoint = LegacySseEndpoint(settings, {}, cast(Any, None), pinned_sealer(), A, cast(Any, None), Metrics())
+    assert endpoint._open(PINNED_SSE_SESSION, "alice") == (PINNED_OWNER, "k" * 32)
+    assert endpoint._open(PINNED_SSE_SESSION, "bob") is None
+    # And one minted now opens the same way (the format did not move).
+    assert endpoint._open(endpoint._seal("key-1", "alice"), "alice") == (A, "key-1")
+
+
+def test_an_owner_token_of_another_purpose_or_value_type_opens_for_nothing() -> None:
+    token = OwnerTokens(sealer(), A, "one", str).mint("v", b"ctx")
+    assert OwnerTokens(sealer(), B, "one", str).open(token, b"ctx") == (A, "v")
+    assert OwnerTokens(sealer(), B, "two", str).open(token, b"ctx") is None
+    assert OwnerTokens(sealer(), B, "one", int).open(token, b"ctx") is None
+    assert OwnerTokens(sealer(), B, "one", str).open(token, b"other") is None
 
 
 def test_a_replica_without_an_address_names_only_its_boot() -> None:
