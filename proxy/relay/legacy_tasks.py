@@ -16,7 +16,7 @@ import asyncio
 import contextlib
 import secrets
 import time
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
@@ -37,6 +37,7 @@ Notify = Callable[[JSONDict], None]
 Run = Callable[[ReplyChannel], Awaitable[JSONDict]]
 log = structlog.get_logger(__name__)
 _NOTES_KEPT = 256  # notifications held for a tasks/result stream at most (the oldest go first)
+_ENDED_KEPT = 256  # ended tasks whose held notifications still wait for a tasks/result (the oldest go first)
 
 
 class _Live:
@@ -106,6 +107,9 @@ class LegacyTaskHost:
             page_size=config.page_size,
         )
         self._live: dict[tuple[str, str], _Live] = {}
+        # What an ended call left held: a client that polls tasks/get until the task ended and only
+        # then opens tasks/result (the TypeScript SDK's callToolStream) gets its progress there.
+        self._leftover: OrderedDict[tuple[str, str], list[JSONDict]] = OrderedDict()
         self._scope = TaskScope("legacy tasks")
 
     # ------------------------------------------------------------ requests
@@ -142,11 +146,14 @@ class LegacyTaskHost:
             task_id = lt.task_id_of(message)
             record = await self._find(principal, task_id)
             live = self._live.get((principal, task_id))
-            if live is not None and not record.terminal:
+            if live is not None:  # even one that just ended: it is leaving, and what it held with it
                 record = await self._await_live(live, channel)
             while not record.terminal:  # the call runs on another replica: follow the store
                 await asyncio.sleep(record.poll_interval_ms / 1000)
                 record = await self._find(principal, task_id)
+            if channel.can_stream:
+                for note in self._leftover.pop((principal, task_id), ()):
+                    await channel.send(note)
             return lt.result_reply(record, message["id"])
 
     async def cancel(self, principal: str, message: JSONDict) -> JSONDict:
@@ -194,8 +201,15 @@ class LegacyTaskHost:
                     await self.update(live, lt.lost(live.record, "the proxy shut down", self.now()))
             raise
         finally:
+            key = (record.principal, record.task_id)
+            # Input requests die with the call; notifications stay for the next tasks/result.
+            notes = [m for m in live.outbox if "id" not in m]
+            if notes:
+                self._leftover[key] = notes
+                while len(self._leftover) > _ENDED_KEPT:
+                    self._leftover.popitem(last=False)
             live.ended.set()
-            self._live.pop((record.principal, record.task_id), None)
+            self._live.pop(key, None)
 
     async def _finish(self, live: _Live, reply: JSONDict) -> None:
         stored = await self._stored(live.record)

@@ -12,7 +12,7 @@ import pytest
 from proxy.protocol import jsonrpc, meta
 from tests.integration.conftest import FakeClock, MakeProxy, Proxy
 from tests.integration.test_legacy_to_modern_http import ANSWERS, ELICIT, drive, scripted
-from tests.support.fake_modern import Call, FakeModern, complete, error, input_required
+from tests.support.fake_modern import Call, FakeModern, complete, error, input_required, notification
 from tests.support.legacy_peer import LegacyPeer, SseReader, read_reply
 
 JSONDict = dict[str, Any]
@@ -100,6 +100,40 @@ async def test_a_task_is_answered_at_once_and_its_result_is_the_calls_tagged_wit
         reply = await read_reply(response, peer.version, "tasks/result", request_id)
         assert await status_of(peer, task["taskId"]) == "completed"
     assert reply.result == {"content": TEXT, "_meta": {RELATED: {"taskId": task["taskId"]}}}
+
+
+async def test_progress_of_a_task_that_ended_before_any_tasks_result_comes_on_the_first_one(
+    peer: LegacyPeer, fake: FakeModern
+) -> None:
+    """The TypeScript SDK's callToolStream polls tasks/get until the task ended, and only then
+    opens tasks/result: the progress the call made meanwhile is held for it, not dropped."""
+
+    async def call_tool(call: Call) -> Any:
+        token = call.params["_meta"]["progressToken"]
+        for step in (1, 2):
+            await call.send(notification("notifications/progress", {"progressToken": token, "progress": step}))
+        return complete(content=TEXT)
+
+    fake.handlers["tools/call"] = call_tool
+    async with asyncio.timeout(WAIT):
+        reply = await peer.request(
+            "tools/call", {"name": "research", "arguments": {}, "task": {}, "_meta": {"progressToken": "p"}}
+        )
+        task_id = reply.result["task"]["taskId"]
+        await until_status(peer, task_id, "completed")
+        first = await peer.request("tasks/result", {"taskId": task_id})
+        again = await peer.request("tasks/result", {"taskId": task_id})
+    related = {RELATED: {"taskId": task_id}}
+    assert first.interim == [
+        {
+            "jsonrpc": "2.0",
+            "method": "notifications/progress",
+            "params": {"progressToken": "p", "progress": step, "_meta": related},
+        }
+        for step in (1, 2)
+    ]
+    assert first.result == {"content": TEXT, "_meta": related}
+    assert again.interim == [] and again.result == first.result  # told once
 
 
 async def test_input_the_call_needs_is_asked_on_the_tasks_result_stream_tagged_and_answered_upstream(

@@ -33,6 +33,7 @@ import argparse
 import json
 import logging
 import sys
+import warnings
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any
@@ -52,6 +53,8 @@ from pydantic import AnyUrl
 DEFAULT_TIMEOUT = 20.0
 DEFAULT_WAIT = 5.0  # bounded wait for an expected notification (also capped by --timeout)
 ROOTS = ["file:///tmp/root-a", "file:///tmp/root-b"]
+# mcp 1.30 warns on each use of its 2025-11-25 tasks API (2026-07-28 moved tasks to an extension).
+warnings.filterwarnings("ignore", "The experimental tasks API is deprecated", DeprecationWarning)
 
 
 def dump(model: Any) -> Any:
@@ -443,6 +446,157 @@ async def sc_cancel(session, obs, args, wait):
     return {"checkBefore": before, "checkAfter": after, "cancelledId": request_id[0]}
 
 
+# ---- tasks (2025-11-25): session.experimental, the SDK's requestor side of tasks ----------------
+TASK_PROGRESS = "task-progress"  # the progressToken a task's call carries (its progress comes as notifications)
+
+
+async def attempt(what: Awaitable[Any]) -> dict[str, Any]:
+    """{"ok": result} or {"error": {code, message}} of one SDK call."""
+    try:
+        return {"ok": dump(await what)}
+    except McpError as exc:
+        return {"error": {"code": exc.error.code, "message": exc.error.message}}
+
+
+async def create_task(session: ClientSession, obs: Observer, args: dict[str, Any], tool: str, arguments: Any):
+    obs.phase = f"tools/call {tool} as a task"
+    return await session.experimental.call_tool_as_task(
+        args.get("tool", tool),
+        args.get("arguments", arguments),
+        ttl=int(args.get("ttl", 60000)),
+        meta={"progressToken": TASK_PROGRESS},
+    )
+
+
+def task_progress(obs: Observer) -> list[dict[str, Any]]:
+    return [
+        n["params"]
+        for n in obs.notifications
+        if n.get("method") == "notifications/progress" and n["params"].get("progressToken") == TASK_PROGRESS
+    ]
+
+
+async def sc_task(session, obs, args, wait):
+    """A task: created, polled with poll_task (up to the end, or to input_required, which the
+    SDK does not stop at), then its result with the blocking get_task_result (where input
+    requests arrive, answered by the session's callbacks)."""
+    created = await create_task(session, obs, args, "echo", {"text": "as a task"})
+    task_id = created.task.taskId
+    statuses = []
+    obs.phase = "poll_task"
+    async for status in session.experimental.poll_task(task_id):
+        statuses.append(dump(status))
+        if status.status == "input_required":
+            break
+    obs.phase = "tasks/result"
+    result = await session.experimental.get_task_result(task_id, types.CallToolResult)
+    obs.phase = "tasks/get (after)"
+    after = await session.experimental.get_task(task_id)
+
+    def told_the_end() -> bool:  # the status notifications come on the GET stream, unordered with the result
+        return any(
+            n.get("method") == "notifications/tasks/status"
+            and n["params"]["taskId"] == task_id
+            and n["params"]["status"] in ("completed", "failed", "cancelled")
+            for n in obs.notifications
+        )
+
+    obs.phase = "wait for the final notifications/tasks/status"
+    await obs.wait_for(told_the_end, wait)
+    return {
+        "created": dump(created),
+        "statuses": statuses,
+        "result": dump(result),
+        "after": dump(after),
+        "progress": task_progress(obs),
+        "elicitations": [c["params"] for c in obs.callbacks if c["type"] == "elicitation"],
+    }
+
+
+async def sc_task_cancel(session, obs, args, wait):
+    """Cancel a running task with cancel_task (twice); a tasks/result waiting meanwhile, and the
+    server's `check_tool` count (bounded poll) show how it ended."""
+    check = args.get("check_tool", "cancelled_count")
+
+    async def count() -> int:
+        result = await call(session, obs, check, {})
+        return int(result.content[0].text)
+
+    before = await count()
+    created = await create_task(session, obs, args, "slow", {"seconds": 10})
+    task_id = created.task.taskId
+    out: dict[str, Any] = {"checkBefore": before, "taskId": task_id}
+
+    async def pending() -> None:
+        out["pendingResult"] = await attempt(session.experimental.get_task_result(task_id, types.CallToolResult))
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(pending)  # the stream the call's progress comes on
+        obs.phase = "wait for the task's progress (it runs upstream)"
+        out["progressed"] = await obs.wait_for(lambda: bool(task_progress(obs)), wait)
+        obs.phase = "tasks/cancel"
+        out["cancel"] = await attempt(session.experimental.cancel_task(task_id))
+        out["cancelAgain"] = await attempt(session.experimental.cancel_task(task_id))
+    out["afterCancel"] = await attempt(session.experimental.get_task(task_id))
+    after = before
+    with anyio.move_on_after(wait):
+        while after == before:
+            after = await count()
+            if after == before:
+                await anyio.sleep(0.1)  # the server's count is the only signal there is
+    out["checkAfter"] = after
+    return out
+
+
+async def sc_task_unknown(session, obs, args, wait):
+    task_id = args.get("task_id", "no-such-task")
+    obs.phase = "tasks/* on an unknown id"
+    return {
+        "getTask": await attempt(session.experimental.get_task(task_id)),
+        "getTaskResult": await attempt(session.experimental.get_task_result(task_id, types.CallToolResult)),
+        "cancelTask": await attempt(session.experimental.cancel_task(task_id)),
+    }
+
+
+async def sc_task_expiry(session, obs, args, wait):
+    """A task with a short ttl: its result, then get_task polled (bounded by `deadline`) until refused."""
+    created = await create_task(session, obs, args, "echo", {"text": "short-lived"})
+    task_id = created.task.taskId
+    result = await attempt(session.experimental.get_task_result(task_id, types.CallToolResult))
+    seen: dict[str, Any] = {}
+    with anyio.move_on_after(float(args.get("deadline", 10.0))):
+        while True:
+            seen = await attempt(session.experimental.get_task(task_id))
+            if "error" in seen:
+                break
+            await anyio.sleep(0.05)  # polling cadence, bounded by the deadline
+    return {"created": dump(created), "result": result, "expired": seen}
+
+
+async def sc_task_list(session, obs, args, wait):
+    created = []
+    for i in range(int(args.get("count", 2))):
+        created.append((await create_task(session, obs, {}, "echo", {"text": f"listed {i}"})).task.taskId)
+    obs.phase = "tasks/list"
+    return {"created": created, "listed": dump(await session.experimental.list_tasks())}
+
+
+async def sc_task_create(session, obs, args, wait):
+    """One task, followed until it ended; run() then ends the session (DELETE)."""
+    created = await create_task(session, obs, args, "echo", {"text": "kept"})
+    statuses = [dump(s) for s in [s async for s in session.experimental.poll_task(created.task.taskId)]]
+    return {"taskId": created.task.taskId, "statuses": statuses}
+
+
+async def sc_task_read(session, obs, args, wait):
+    task_id = args["task_id"]
+    return {
+        "getTask": await attempt(session.experimental.get_task(task_id)),
+        "getTaskResult": await attempt(session.experimental.get_task_result(task_id, types.CallToolResult)),
+        "listed": await attempt(session.experimental.list_tasks()),
+    }
+
+
 SCENARIOS: dict[str, Scenario] = {
     "cancel": sc_cancel,
     "initialize": sc_initialize,
@@ -461,6 +615,13 @@ SCENARIOS: dict[str, Scenario] = {
     "session_end": sc_session_end,
     "resources": sc_resources,
     "expiry": sc_expiry,
+    "task": sc_task,
+    "task_cancel": sc_task_cancel,
+    "task_unknown": sc_task_unknown,
+    "task_expiry": sc_task_expiry,
+    "task_list": sc_task_list,
+    "task_create": sc_task_create,
+    "task_read": sc_task_read,
 }
 
 
