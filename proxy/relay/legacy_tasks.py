@@ -191,6 +191,14 @@ class LegacyTaskHost:
                 reply = await run(TaskChannel(self, live))
             except ProxyError as exc:
                 reply = exc.reply(None)
+            except asyncio.CancelledError:
+                task = asyncio.current_task()
+                if task is not None and task.cancelling():
+                    raise  # this task was cancelled: tasks/cancel, or the proxy shutting down
+                # An answer it awaited was withdrawn: the session it asked ended meanwhile.
+                reply = jsonrpc.error_response(
+                    None, jsonrpc.INTERNAL_ERROR, "the session the task asked for input ended before answering"
+                )
             except Exception as exc:  # a defect: the task fails, it does not stay working forever
                 log.exception("task_call_failed", task=short_hash(record.task_id))
                 reply = jsonrpc.error_response(None, jsonrpc.INTERNAL_ERROR, f"the call failed: {type(exc).__name__}")

@@ -316,3 +316,23 @@ async def test_status_changes_are_told_on_the_sessions_get_stream(peer: LegacyPe
             if note.get("method") == "notifications/tasks/status":
                 break
     assert (note["params"]["taskId"], note["params"]["status"]) == (task["taskId"], "completed")
+
+
+async def test_a_task_whose_session_ends_while_it_waits_for_input_fails_saying_so(
+    proxy: Proxy, fake: FakeModern
+) -> None:
+    fake.handlers["tools/call"] = scripted(input_required({"confirm": ELICIT}, request_state="round-1"))
+    async with asyncio.timeout(WAIT):
+        first = await proxy.connect()
+        task = await create(first, "deploy")
+        await until_status(first, task["taskId"], "input_required")
+        _, response = await first.send("tasks/result", {"taskId": task["taskId"]})
+        reader = SseReader(response)
+        asked = await reader.message()  # the question, left unanswered
+        assert (await first.delete()).status == 200
+        later = await proxy.connect()
+        result = await later.request("tasks/result", {"taskId": task["taskId"]})
+        got = await later.request("tasks/get", {"taskId": task["taskId"]})
+    assert asked is not None and asked["method"] == "elicitation/create"
+    assert result.error["message"] == "the session the task asked for input ended before answering"
+    assert got.result["status"] == "failed"
