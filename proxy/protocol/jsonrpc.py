@@ -143,13 +143,14 @@ def kind(message: object) -> Kind:
         return "request" if is_request_id(message["id"]) else "invalid"
     if "result" in message and "error" not in message:
         return "response" if is_request_id(message.get("id")) else "invalid"
-    if "error" in message and "result" not in message and _is_error_object(message["error"]):
+    if "error" in message and "result" not in message and is_error_object(message["error"]):
         # An error reply may omit its id (or carry null) when the request's id was unreadable.
         return "response" if message.get("id") is None or is_request_id(message["id"]) else "invalid"
     return "invalid"
 
 
-def _is_error_object(error: object) -> bool:
+def is_error_object(error: object) -> bool:
+    """A JSON-RPC error object: an integer code and a message."""
     return (
         isinstance(error, dict)
         and isinstance(error.get("code"), int)

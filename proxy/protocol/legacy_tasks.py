@@ -235,17 +235,16 @@ def finished(record: TaskRecord, reply: JSONDict, now: float) -> TaskRecord:
     `isError` (2025-11-25: "this includes cases where the tool call result has isError set")."""
     if record.terminal:  # cancelled first: a result arriving afterwards changes nothing
         return record
-    error = reply.get("error")
-    if isinstance(error, dict):
-        message = error.get("message")
-        return replace(
-            record,
-            status="failed",
-            status_message=message if isinstance(message, str) else "the call failed",
-            reply=reply,
-            updated_at=now,
-        )
-    result = jsonrpc.obj(reply.get("result"))
+    result = reply.get("result")
+    if "error" in reply or not isinstance(result, dict):
+        given = reply.get("error")
+        error: JSONDict = (
+            given
+            if isinstance(given, dict) and jsonrpc.is_error_object(given)
+            else jsonrpc.error_object(jsonrpc.INTERNAL_ERROR, "the call ended without a result or an error")
+        )  # kept as an answer tasks/result can give
+        failure = {"jsonrpc": "2.0", "id": reply.get("id"), "error": error}
+        return replace(record, status="failed", status_message=error["message"], reply=failure, updated_at=now)
     status: Status = "failed" if result.get("isError") is True else "completed"
     return replace(record, status=status, reply=reply, updated_at=now)
 

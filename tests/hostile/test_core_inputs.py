@@ -17,6 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from proxy.protocol import jsonrpc, meta
+from proxy.protocol import legacy_tasks as lt
 from proxy.protocol.classify import Route, classify_post
 from proxy.protocol.forwarded_call import Fail as ForwardFail
 from proxy.protocol.forwarded_call import Finish, ForwardedCall
@@ -472,3 +473,54 @@ def test_parked_call_survives_any_upstream_stream_and_any_retry(data: st.DataObj
         if isinstance(action, ReplyClient):
             assert action.outcome.status in (200, 400, 404)
     json.loads(json.dumps(dataclasses.asdict(call.state), default=str))
+
+
+# ---------------------------------------------------------------- hosted tasks (2025-11-25 clients)
+
+_TASK_POLICY = lt.Policy(default_ttl_ms=60_000, max_ttl_ms=600_000, poll_interval_ms=1000, page_size=10)
+
+
+@hostile
+@given(hs.json_values)
+def test_a_task_request_of_any_shape_makes_a_task_or_is_invalid_params(params: Any) -> None:
+    tried("tasks")
+    message = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "t", "task": params}}
+    try:
+        record = lt.new_task("t1", "p", message, 1_700_000_000.0, _TASK_POLICY)
+    except lt.TaskRefused as exc:
+        assert exc.code == jsonrpc.INVALID_PARAMS
+        return
+    assert 0 <= record.ttl_ms <= _TASK_POLICY.max_ttl_ms
+    jsonrpc.encode(jsonrpc.result_response(1, lt.create_task_result(record)))
+
+
+@hostile
+@given(st.one_of(hs.json_values, st.text(max_size=80)))
+def test_any_cursor_or_task_id_is_read_or_refused_as_invalid_params(value: Any) -> None:
+    tried("tasks")
+    for attempt in (
+        lambda: lt.decode_cursor(value),
+        lambda: lt.task_id_of({"jsonrpc": "2.0", "id": 1, "method": "tasks/get", "params": {"taskId": value}}),
+    ):
+        try:
+            attempt()
+        except lt.TaskRefused as exc:
+            assert exc.code == jsonrpc.INVALID_PARAMS
+
+
+@hostile
+@given(st.binary(max_size=200), hs.json_values)
+def test_a_stored_record_that_is_not_this_versions_is_not_read_and_any_reply_ends_a_task(
+    raw: bytes, reply: Any
+) -> None:
+    tried("tasks")
+    assert lt.TaskRecord.decode(raw) is None or isinstance(lt.TaskRecord.decode(raw), lt.TaskRecord)
+    record = lt.new_task("t1", "p", {"method": "tools/call", "params": {"task": {}}}, 1.0, _TASK_POLICY)
+    done = lt.finished(record, reply if isinstance(reply, dict) else {"result": reply}, 2.0)
+    assert done.status in ("completed", "failed")
+    try:
+        answer = lt.result_reply(done, 9)
+    except lt.TaskRefused:  # pragma: no cover - an ended call always has its reply
+        raise AssertionError("a finished task has a result") from None
+    assert jsonrpc.kind(answer) == "response", answer
+    jsonrpc.encode(answer)

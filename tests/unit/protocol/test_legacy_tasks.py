@@ -102,8 +102,10 @@ def test_a_result_completes_and_an_error_or_an_iserror_result_fails() -> None:
     assert tool_error.status == "failed"
     error = lt.finished(record(), jsonrpc.error_response(7, -32602, "no such tool"), NOW)
     assert (error.status, error.status_message) == ("failed", "no such tool")
-    nameless = lt.finished(record(), {"jsonrpc": "2.0", "id": 7, "error": {"code": 1}}, NOW)
-    assert nameless.status_message == "the call failed"
+    for broken in ({"jsonrpc": "2.0", "id": 7, "error": {"code": 1}}, {"error": 5}, {"result": [1]}, {}):
+        failed = lt.finished(record(), broken, NOW)
+        assert (failed.status, failed.status_message) == ("failed", "the call ended without a result or an error")
+        assert jsonrpc.kind(lt.result_reply(failed, 9)) == "response"
 
 
 def test_a_cancelled_task_stays_cancelled_when_its_result_arrives() -> None:
