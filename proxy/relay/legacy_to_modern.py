@@ -232,9 +232,10 @@ class TranslatingBackend:
 
         async def run(channel: ReplyChannel) -> JSONDict:
             call = self._new_call(session, call_message, channel.can_stream, auth_headers)
-            return final_reply(
-                message, await self._drive(call, session, runtime, channel, auth_headers), session.legacy_version
-            )
+            # A task may outlive its token: each exchange goes with the session's latest credentials
+            # (the same caller's refreshed token, from its tasks/result or any other request).
+            finish = await self._drive(call, session, runtime, channel, auth_headers, latest=runtime.live)
+            return final_reply(message, finish, session.legacy_version)
 
         return await tasks.create(session.principal, message, run, notify=runtime.deliver)
 
@@ -347,9 +348,11 @@ class TranslatingBackend:
         channel: ReplyChannel,
         auth_headers: Mapping[str, str],
         resumed: list[Action] | None = None,
+        latest: Translated | None = None,
     ) -> Finish:
         """Execute the call's actions until it finishes (from its start, or from where a round
-        taken over left it); an upstream failure raises its ProxyError."""
+        taken over left it); an upstream failure raises its ProxyError. With `latest`, each
+        exchange goes with the credentials that session part last had."""
         credentials = {k: v for k, v in auth_headers.items() if k not in meta.TRACE_KEYS}
         actions = deque(call.start() if resumed is None else resumed)
         while actions:
@@ -358,6 +361,8 @@ class TranslatingBackend:
             if type(action) is SendUpstream:
                 if action.delay_s:
                     await asyncio.sleep(action.delay_s)
+                if latest is not None:
+                    credentials = {k: v for k, v in latest.auth_headers.items() if k not in meta.TRACE_KEYS}
                 actions.extend(await self._exchange(call, action, credentials, channel))
                 continue
             if type(action) is Finish:

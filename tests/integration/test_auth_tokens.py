@@ -27,7 +27,7 @@ from tests.support import fake_legacy, fake_modern
 from tests.support.fake_legacy import FakeLegacy
 from tests.support.fake_modern import FakeModern
 from tests.support.jwt_issuer import JwtIssuer
-from tests.support.legacy_peer import ACCEPT, LegacyPeer, error_body, initialize_message
+from tests.support.legacy_peer import ACCEPT, LegacyPeer, SseReader, error_body, initialize_message
 from tests.support.legacy_sse_client import sse_client as legacy_sse_client
 from tests.support.modern_peer import ModernPeer
 
@@ -561,3 +561,35 @@ async def test_resource_server_guards_the_http_sse_transport_too(
             )
             assert expired.startswith('Bearer error="invalid_token"')
     assert authorization_seen(modern_upstream.calls) == {PROXY_OWN}
+
+
+async def test_a_hosted_task_goes_on_upstream_with_the_callers_refreshed_token(
+    make_proxy: Build, modern_upstream: FakeModern, issuer: JwtIssuer
+) -> None:
+    """A task outlives its token: the round after the refresh goes upstream with the new one."""
+    first, refreshed = issuer.mint(aud=PUBLIC), issuer.mint(aud=PUBLIC)
+    rounds = iter(
+        [
+            fake_modern.input_required({"ok": {"method": "elicitation/create", "params": ELICIT}}, request_state="r1"),
+            fake_modern.complete(content=[{"type": "text", "text": "deployed"}]),
+        ]
+    )
+
+    async def deploy(call: fake_modern.Call) -> fake_modern.Outcome:
+        return next(rounds)
+
+    modern_upstream.handlers["tools/call"] = deploy
+    client = await make_proxy(modern_upstream)
+    async with asyncio.timeout(WAIT):
+        peer = await LegacyPeer.connect(client, headers=bearer(first))
+        task = (await peer.request("tools/call", {"name": "deploy", "arguments": {}, "task": {}})).result["task"]
+        await modern_upstream.next_call("tools/call")  # the first round went with the first token
+        _, response = await peer.send("tasks/result", {"taskId": task["taskId"]}, headers=bearer(refreshed))
+        reader = SseReader(response)
+        asked = await reader.message()
+        assert asked is not None and asked["method"] == "elicitation/create"
+        assert await peer.respond(asked["id"], {"action": "accept", "content": {"ok": True}}) == 202
+        final = await reader.message()
+    assert final is not None and final["result"]["content"] == [{"type": "text", "text": "deployed"}]
+    calls = [c for c in modern_upstream.calls if c.method == "tools/call"]
+    assert [c.headers.get("Authorization") for c in calls] == [f"Bearer {first}", f"Bearer {refreshed}"]
