@@ -16,6 +16,7 @@ MessageSink), in the order it arrives.
 from __future__ import annotations
 
 import asyncio
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable
 from typing import Any, Protocol
 
@@ -179,6 +180,9 @@ class EndpointBridge:
         self._initialized = asyncio.Event()  # legacy: the initialize exchange is over
         self._tasks: set[asyncio.Task[None]] = set()
         self._in_flight: dict[Any, asyncio.Task[None]] = {}  # request id -> its POST
+        # Requests a legacy host cancelled: their replies, should any still come, are not its to
+        # get ("the receiver SHOULD NOT send a response", 2025-11-25/basic/utilities/cancellation).
+        self._cancelled: OrderedDict[Any, None] = OrderedDict()
         self._stream: asyncio.Task[None] | None = None  # legacy GET stream
         # Modern: each tool's x-mcp-header annotations, learnt from the tools/list replies that pass
         # (or fetched for a call to a tool not seen yet), so a tools/call carries its Mcp-Param-*
@@ -404,6 +408,13 @@ class EndpointBridge:
             self._spawn(self._initialize(message, dict(self._caller_headers)), message["id"])
             return
         request_id = message.get("id") if isinstance(message, dict) and jsonrpc.kind(message) == "request" else None
+        if isinstance(message, dict) and message.get("method") == "notifications/cancelled":
+            params = message.get("params")
+            cancelled = params.get("requestId") if isinstance(params, dict) else None
+            if jsonrpc.is_request_id(cancelled) and cancelled in self._in_flight:
+                self._cancelled[cancelled] = None
+                while len(self._cancelled) > _CANCELLED_KEPT:
+                    self._cancelled.popitem(last=False)
         self._spawn(self._legacy_post(message, dict(self._caller_headers)), request_id)
 
     def _with_caller(self, headers: dict[str, str]) -> dict[str, str]:
@@ -527,6 +538,12 @@ class EndpointBridge:
             message = on_message(message)  # what it returns is what the client gets
         if isinstance(message, list) and not message:
             return
+        if isinstance(message, dict) and "method" not in message and self._cancelled:
+            request_id = message.get("id")
+            if jsonrpc.is_request_id(request_id) and request_id in self._cancelled:
+                del self._cancelled[request_id]
+                log.info("stdio_cancelled_reply_dropped", id=request_id)
+                return
         self._writer.write(message)
 
 
@@ -534,3 +551,4 @@ _NO_TIMEOUT = aiohttp.ClientTimeout(total=None, sock_read=None)
 _OWN_REQUEST_TIMEOUT = aiohttp.ClientTimeout(total=30.0)
 _TOOLS_REFRESH_S = 5.0  # a tool still unknown after a walk makes another only after this
 _TOOL_PAGES_MAX = 100
+_CANCELLED_KEPT = 1024  # cancelled request ids remembered at most (the oldest go first)

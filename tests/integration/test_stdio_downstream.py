@@ -171,7 +171,12 @@ async def test_a_slow_call_blocks_no_other_and_progress_reaches_the_host(start: 
     echo = await host.request(3, "tools/call", {"name": "echo", "arguments": {"text": "hi"}})
     assert echo["result"]["content"][0]["text"] == "hi"
     await host.send({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": "slow"}})
+    # The server answers the cancelled call anyway; the host must not get that answer (the mcp 1.30
+    # client fails on a reply to a request it gave up).
+    after = await host.request(4, "tools/call", {"name": "echo", "arguments": {"text": "after"}})
+    assert after["result"]["content"][0]["text"] == "after"
     assert await host.close() == 0
+    assert not any(m.get("id") == "slow" and "method" not in m for m in host.lines)
 
 
 async def test_garbage_lines_get_errors_and_the_bridge_keeps_reading(start: Any) -> None:

@@ -8,7 +8,7 @@ with -32601 as a legacy server does) or `modern` (answers `server/discover`, ref
   pid    {"content": [{"type": "text", "text": "<its pid>"}]}
   echo   its `text` argument
   hold   a progress notification when it has a progressToken, then nothing (a call in flight
-         until the client cancels it)
+         until the client cancels it; then it is answered with an error, as the mcp SDK does)
 
 $STDIO_SERVER_FAULT makes the whole process misbehave, for fault injection: `garbage` (answers
 every line with lines that are not JSON-RPC), `exit` (exits 3 at once), `hang` (reads, never
@@ -58,6 +58,7 @@ def main() -> None:
             record.write(f"{os.getpid()}\n")
     if FAULT == "exit":
         sys.exit(3)
+    held: dict = {}  # the ids of `hold` calls in flight
     for line in sys.stdin:
         if FAULT == "garbage":
             sys.stdout.write("this is not JSON\n\x00\xff{{{\n")
@@ -67,8 +68,12 @@ def main() -> None:
             continue
         message = json.loads(line)
         method, params = message.get("method"), message.get("params") or {}
+        if method == "notifications/cancelled" and params.get("requestId") in held:
+            # As the mcp SDK's servers do: the cancelled call is answered with an error anyway.
+            error({"id": held.pop(params["requestId"])}, 0, "Request cancelled")
+            continue
         if method is None or "id" not in message:
-            continue  # a notification (a cancelled `hold` just never answers) or a reply
+            continue  # a notification or a reply
         if method == "initialize" and ERA == "legacy":
             version = params.get("protocolVersion")
             result(
@@ -102,6 +107,7 @@ def main() -> None:
         elif method == "tools/call" and params.get("name") == "pid":
             result(message, text(str(os.getpid())))
         elif method == "tools/call" and params.get("name") == "hold":
+            held[message["id"]] = message["id"]
             token = (params.get("_meta") or {}).get("progressToken")
             if token is not None:
                 send(
