@@ -405,6 +405,18 @@ async def sc_resources(session, obs, args, wait):
     }
 
 
+async def changed_count(count: Callable[[], Awaitable[int]], before: int, wait: float) -> int:
+    """The server's count once it differs from `before` (or as it is after `wait`): polled, since
+    the server's count is the only signal there is."""
+    after = before
+    with anyio.move_on_after(wait):
+        while after == before:
+            after = await count()
+            if after == before:
+                await anyio.sleep(0.1)
+    return after
+
+
 async def sc_cancel(session, obs, args, wait):
     """Cancel a running call the 2025-era way: notifications/cancelled naming its id (the SDK
     sends none by itself), then stop waiting for it. The server's `check_tool` count, read before
@@ -437,12 +449,7 @@ async def sc_cancel(session, obs, args, wait):
         params = types.CancelledNotificationParams(requestId=request_id[0], reason="the user gave up")
         await session.send_notification(types.ClientNotification(types.CancelledNotification(params=params)))
         scope.cancel()
-    after = before
-    with anyio.move_on_after(wait):
-        while after == before:
-            after = await count()
-            if after == before:
-                await anyio.sleep(0.1)  # the server's count is the only signal there is
+    after = await changed_count(count, before, wait)
     return {"checkBefore": before, "checkAfter": after, "cancelledId": request_id[0]}
 
 
@@ -538,12 +545,7 @@ async def sc_task_cancel(session, obs, args, wait):
         out["cancel"] = await attempt(session.experimental.cancel_task(task_id))
         out["cancelAgain"] = await attempt(session.experimental.cancel_task(task_id))
     out["afterCancel"] = await attempt(session.experimental.get_task(task_id))
-    after = before
-    with anyio.move_on_after(wait):
-        while after == before:
-            after = await count()
-            if after == before:
-                await anyio.sleep(0.1)  # the server's count is the only signal there is
+    after = await changed_count(count, before, wait)
     out["checkAfter"] = after
     return out
 
