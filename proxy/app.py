@@ -196,7 +196,9 @@ def create_app(
         translating_backend, settings, store, ids, metrics, clock, owner=f"{boot}@{settings.replicas.advertised or ''}"
     )
     same_era = ModernPassThrough(settings, modern_upstream, metrics, cache, failures, binding)
-    modern_to_legacy = ModernToLegacy(settings, legacy_sessions, metrics, codec, clock, cache=cache, failures=failures)
+    modern_to_legacy = ModernToLegacy(
+        settings, legacy_sessions, metrics, codec, clock, cache=cache, failures=failures, tasks=legacy_tasks
+    )
     modern_to_legacy.on_era_mismatch = detector.suspect
     translating_backend.claimant = legacy_to_modern.owner
     router = routing_table(

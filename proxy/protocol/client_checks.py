@@ -24,7 +24,12 @@ MAX_DEPTH_LIMIT = 200
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 # Request fields that name something (a tool, a prompt, a resource): the relays look them up,
 # key by them and mirror them into Mcp-Name, so they must be strings (both eras' schemas say so).
-_NAME_FIELDS = {**NAME_BEARING_METHODS, "resources/subscribe": "uri", "resources/unsubscribe": "uri"}
+# (A task id is checked where tasks are served: it names nothing the relays look up or key by.)
+_NAME_FIELDS = {
+    **{method: name for method, name in NAME_BEARING_METHODS.items() if not method.startswith("tasks/")},
+    "resources/subscribe": "uri",
+    "resources/unsubscribe": "uri",
+}
 
 
 def too_deep(value: Any, limit: int, raw: bytes | None = None) -> bool:

@@ -23,6 +23,11 @@ NAME_BEARING_METHODS: dict[str, str] = {
     "tools/call": "name",
     "prompts/get": "name",
     "resources/read": "uri",
+    # The tasks extension's methods name their task (io.modelcontextprotocol/tasks extension,
+    # specification/draft/tasks.md, "Streamable HTTP: Routing Headers").
+    "tasks/get": "taskId",
+    "tasks/update": "taskId",
+    "tasks/cancel": "taskId",
 }
 
 _SENTINEL_PREFIX = "=?base64?"

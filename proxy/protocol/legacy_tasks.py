@@ -75,6 +75,9 @@ class TaskRecord:
     status_message: str | None = None
     reply: JSONDict | None = None  # the call's final JSON-RPC reply (result or error) once it ended
     owner: str = ""  # the replica running the call ("" = this one, alone)
+    # While `input_required`, for a 2026-07-28 client: the input requests not answered yet (key ->
+    # {method, params}); 2025-11-25 clients get them as requests on a tasks/result stream instead.
+    input_requests: JSONDict | None = None
 
     @property
     def terminal(self) -> bool:
@@ -96,10 +99,16 @@ class TaskRecord:
             return None
         if not isinstance(fields, dict) or fields.pop("v", None) != _RECORD_VERSION:
             return None
+        # Fields a later version added are left out, so replicas of both versions read each
+        # other's records during a rolling upgrade.
+        known = {k: v for k, v in fields.items() if k in _FIELDS}
         try:
-            return cls(**fields)
+            return cls(**known)
         except TypeError:
             return None
+
+
+_FIELDS = frozenset(TaskRecord.__dataclass_fields__)
 
 
 # ---------------------------------------------------------------- creating a task
@@ -141,9 +150,10 @@ def new_task(
     task_id: str, principal: str, message: JSONDict, now: float, policy: Policy, owner: str = ""
 ) -> TaskRecord:
     """The record of a task just created for `message` (a task-augmented tools/call). The retention
-    is what the client asked for, at most `max_ttl_ms`; the default when it asked for none."""
+    is what the client asked for, at most `max_ttl_ms`; the default when it asked for none (or
+    cannot: a 2026-07-28 client's call has no `task`)."""
     params = message["params"]
-    asked = requested_ttl_ms(params)
+    asked = requested_ttl_ms(params) if "task" in params else None
     ttl = policy.default_ttl_ms if asked is None else min(asked, policy.max_ttl_ms)
     name = params.get("name")
     return TaskRecord(
@@ -162,7 +172,7 @@ def new_task(
 # ---------------------------------------------------------------- what the client sees
 
 
-def _iso(seconds: float) -> str:
+def iso_time(seconds: float) -> str:
     return datetime.fromtimestamp(seconds, tz=UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
@@ -171,8 +181,8 @@ def task_object(record: TaskRecord) -> JSONDict:
     task: JSONDict = {
         "taskId": record.task_id,
         "status": record.status,
-        "createdAt": _iso(record.created_at),
-        "lastUpdatedAt": _iso(record.updated_at),
+        "createdAt": iso_time(record.created_at),
+        "lastUpdatedAt": iso_time(record.updated_at),
         "ttl": record.ttl_ms,
         "pollInterval": record.poll_interval_ms,
     }
@@ -217,17 +227,18 @@ def result_reply(record: TaskRecord, request_id: jsonrpc.RequestId) -> JSONDict:
 # ---------------------------------------------------------------- changes
 
 
-def asked(record: TaskRecord, now: float) -> TaskRecord:
-    """The call needs the client's input: `input_required` until it is answered."""
-    if record.terminal or record.status == "input_required":
+def asked(record: TaskRecord, now: float, requests: JSONDict | None = None) -> TaskRecord:
+    """The call needs the client's input: `input_required` until it is answered. `requests`: the
+    input requests still outstanding, for a client that reads them in tasks/get."""
+    if record.terminal or (record.status == "input_required" and record.input_requests == requests):
         return record
-    return replace(record, status="input_required", updated_at=now)
+    return replace(record, status="input_required", input_requests=requests, updated_at=now)
 
 
 def answered(record: TaskRecord, now: float) -> TaskRecord:
     if record.status != "input_required":
         return record
-    return replace(record, status="working", updated_at=now)
+    return replace(record, status="working", input_requests=None, updated_at=now)
 
 
 def finished(record: TaskRecord, reply: JSONDict, now: float) -> TaskRecord:
@@ -244,16 +255,18 @@ def finished(record: TaskRecord, reply: JSONDict, now: float) -> TaskRecord:
             else jsonrpc.error_object(jsonrpc.INTERNAL_ERROR, "the call ended without a result or an error")
         )  # kept as an answer tasks/result can give
         failure = {"jsonrpc": "2.0", "id": reply.get("id"), "error": error}
-        return replace(record, status="failed", status_message=error["message"], reply=failure, updated_at=now)
+        return replace(
+            record, status="failed", status_message=error["message"], reply=failure, input_requests=None, updated_at=now
+        )
     status: Status = "failed" if result.get("isError") is True else "completed"
-    return replace(record, status=status, reply=reply, updated_at=now)
+    return replace(record, status=status, reply=reply, input_requests=None, updated_at=now)
 
 
 def cancelled(record: TaskRecord, now: float) -> TaskRecord:
     """`tasks/cancel`: the task is `cancelled` before the answer; a task that ended cannot be."""
     if record.terminal:
         raise TaskRefused(jsonrpc.INVALID_PARAMS, f"Cannot cancel task: already in terminal status '{record.status}'")
-    return replace(record, status="cancelled", status_message=CANCELLED_MESSAGE, updated_at=now)
+    return replace(record, status="cancelled", status_message=CANCELLED_MESSAGE, input_requests=None, updated_at=now)
 
 
 def lost(record: TaskRecord, reason: str, now: float) -> TaskRecord:
@@ -261,7 +274,7 @@ def lost(record: TaskRecord, reason: str, now: float) -> TaskRecord:
     if record.terminal:
         return record
     reply = jsonrpc.error_response(None, jsonrpc.INTERNAL_ERROR, reason, {"reason": "task_lost"})
-    return replace(record, status="failed", status_message=reason, reply=reply, updated_at=now)
+    return replace(record, status="failed", status_message=reason, reply=reply, input_requests=None, updated_at=now)
 
 
 # ---------------------------------------------------------------- requests about tasks

@@ -24,7 +24,9 @@ from .versions import LATEST_LEGACY, LEGACY_VERSIONS, MODERN_VERSIONS, Era
 JSONDict = dict[str, Any]
 
 # Keys of the request `_meta` and params that only the proxy may consume.
-_CONSUMED_PARAMS = ("inputResponses", "requestState")
+# `task` is 2025-11-25's task augmentation, which a 2026-07-28 server ignores: a legacy server
+# would take it as one (the proxy asks for a task itself where it wants one).
+_CONSUMED_PARAMS = ("inputResponses", "requestState", "task")
 # Codes 2026-07-28 reserves (-32020..-32099) but does not define, which it forbids emitting.
 _MODERN_DEFINED = frozenset(
     {jsonrpc.HEADER_MISMATCH, jsonrpc.MISSING_REQUIRED_CAPABILITY, jsonrpc.UNSUPPORTED_PROTOCOL_VERSION}
@@ -286,11 +288,20 @@ def listen_closed(subscription_id: Any) -> JSONDict:
 
 def task_required_tools(result: object) -> set[str]:
     """The names of the tools of a tools/list result that run only as tasks."""
+    return _tools_by_task_support(result, ("required",))
+
+
+def task_capable_tools(result: object) -> set[str]:
+    """The names of the tools of a tools/list result that may run as tasks (optional or required)."""
+    return _tools_by_task_support(result, ("optional", "required"))
+
+
+def _tools_by_task_support(result: object, levels: tuple[str, ...]) -> set[str]:
     tools = jsonrpc.obj(result).get("tools")
     found: set[str] = set()
     for tool in tools if isinstance(tools, list) else ():
         if isinstance(tool, dict) and isinstance(tool.get("name"), str):
-            if jsonrpc.obj(tool.get("execution")).get("taskSupport") == "required":
+            if jsonrpc.obj(tool.get("execution")).get("taskSupport") in levels:
                 found.add(tool["name"])
     return found
 

@@ -348,6 +348,12 @@ class ParkedCall:
             return []
         return self._abandon("the proxy is shutting down")
 
+    def withdrawn(self) -> list[Action]:
+        """The client will not retry: the task the proxy ran the call in was cancelled or ended."""
+        if self.state.phase not in ("parked", "detached"):
+            return []
+        return self._abandon("cancelled by the client")
+
     def client_gone(self) -> list[Action]:
         """The attached request's stream closed: in 2026-07-28 that is the cancellation."""
         if not self.attached:

@@ -34,7 +34,8 @@ from .tasks import TaskScope
 
 JSONDict = dict[str, Any]
 Notify = Callable[[JSONDict], None]
-Run = Callable[[ReplyChannel], Awaitable[JSONDict]]
+Run = Callable[["TaskChannel"], Awaitable[JSONDict]]
+Watcher = Callable[[lt.TaskRecord], None]
 log = structlog.get_logger(__name__)
 _NOTES_KEPT = 256  # notifications held for a tasks/result stream at most (the oldest go first)
 _ENDED_KEPT = 256  # ended tasks whose held notifications still wait for a tasks/result (the oldest go first)
@@ -44,7 +45,7 @@ class _Live:
     """A task whose call runs on this replica: its latest record, its call, and what waits for
     a tasks/result stream."""
 
-    __slots__ = ("ended", "notify", "outbox", "readers", "record", "task")
+    __slots__ = ("answered", "answers", "asking", "ended", "notify", "outbox", "readers", "record", "task")
 
     def __init__(self, record: lt.TaskRecord, notify: Notify | None) -> None:
         self.record = record
@@ -53,6 +54,10 @@ class _Live:
         self.ended = asyncio.Event()
         self.outbox: deque[JSONDict] = deque()
         self.readers: list[ReplyChannel] = []
+        # A 2026-07-28 client's input round: what the call asks, what tasks/update answered so far.
+        self.asking: JSONDict | None = None
+        self.answers: JSONDict = {}
+        self.answered = asyncio.Event()
 
 
 class TaskChannel:
@@ -83,6 +88,11 @@ class TaskChannel:
         """The client answered every input request of a round: the task works again."""
         await self._host.update(self._live, lt.answered(self._live.record, self._host.now()))
 
+    async def ask(self, requests: JSONDict) -> JSONDict:
+        """A 2026-07-28 client's input round: the requests shown in tasks/get until tasks/update
+        answered every one; returns the answers."""
+        return await self._host.ask(self._live, requests)
+
 
 class LegacyTaskHost:
     def __init__(
@@ -110,14 +120,21 @@ class LegacyTaskHost:
         # What an ended call left held: a client that polls tasks/get until the task ended and only
         # then opens tasks/result (the TypeScript SDK's callToolStream) gets its progress there.
         self._leftover: OrderedDict[tuple[str, str], list[JSONDict]] = OrderedDict()
-        self._scope = TaskScope("legacy tasks")
+        self._watchers: dict[tuple[str, str], set[Watcher]] = {}
+        self._scope = TaskScope("hosted tasks")
 
     # ------------------------------------------------------------ requests
 
     async def create(self, principal: str, message: JSONDict, run: Run, notify: Notify | None = None) -> JSONDict:
         """A task-augmented tools/call: the task, at once; `run(channel)` makes the call's final
         reply meanwhile."""
-        with _refusals():
+        record = await self.start(principal, message, run, notify)
+        return jsonrpc.result_response(message["id"], lt.create_task_result(record))
+
+    async def start(self, principal: str, message: JSONDict, run: Run, notify: Notify | None = None) -> lt.TaskRecord:
+        """A task for the tools/call `message`, kept and running (`run(channel)` makes the call's
+        final reply); its record, for the answer in the client's revision."""
+        with refusals():
             if await self._store.count(principal) >= self._config.max_per_caller:
                 raise ProxyError(
                     jsonrpc.LIMIT_EXCEEDED,
@@ -132,17 +149,17 @@ class LegacyTaskHost:
         live.task = self._scope.spawn(self._run(live, run), name="legacy-task")
         self._metrics.tasks.labels("created").inc()
         log.info("task_created", task=short_hash(record.task_id), tool=record.tool, ttl_ms=record.ttl_ms)
-        return jsonrpc.result_response(message["id"], lt.create_task_result(record))
+        return record
 
     async def get(self, principal: str, message: JSONDict) -> JSONDict:
-        with _refusals():
+        with refusals():
             record = await self._find(principal, lt.task_id_of(message))
         return jsonrpc.result_response(message["id"], lt.task_object(record))
 
     async def result(self, principal: str, message: JSONDict, channel: ReplyChannel) -> JSONDict:
         """Blocks until the task ends; meanwhile what the call has for the client goes on this
         request's stream (a client that cannot take a stream gets it once it ended)."""
-        with _refusals():
+        with refusals():
             task_id = lt.task_id_of(message)
             record = await self._find(principal, task_id)
             live = self._live.get((principal, task_id))
@@ -157,9 +174,23 @@ class LegacyTaskHost:
             return lt.result_reply(record, message["id"])
 
     async def cancel(self, principal: str, message: JSONDict) -> JSONDict:
-        with _refusals():
+        with refusals():
             task_id = lt.task_id_of(message)
             record = await self._find(principal, task_id)
+        return jsonrpc.result_response(message["id"], lt.task_object(await self._cancel(record)))
+
+    async def withdraw(self, principal: str, message: JSONDict) -> None:
+        """A 2026-07-28 client's tasks/cancel: the task is cancelled unless it ended already (then
+        nothing changes, and the client gets the same acknowledgement)."""
+        with refusals():
+            record = await self._find(principal, lt.task_id_of(message))
+        if not record.terminal:
+            with contextlib.suppress(ProxyError):  # it ended meanwhile: nothing to cancel
+                await self._cancel(record)
+
+    async def _cancel(self, record: lt.TaskRecord) -> lt.TaskRecord:
+        principal, task_id = record.principal, record.task_id
+        with refusals():
             live = self._live.get((principal, task_id))
             cancelled = lt.cancelled(live.record if live is not None else record, self.now())
             if live is not None:
@@ -172,10 +203,73 @@ class LegacyTaskHost:
                 await self._put(cancelled)
         self._metrics.tasks.labels("cancelled").inc()
         log.info("task_cancelled", task=short_hash(task_id))
-        return jsonrpc.result_response(message["id"], lt.task_object(cancelled))
+        return cancelled
+
+    async def record(self, principal: str, message: JSONDict) -> lt.TaskRecord:
+        """The caller's task `params.taskId` names (-32602 for an unknown, foreign or expired one)."""
+        with refusals():
+            return await self._find(principal, lt.task_id_of(message))
+
+    async def answer(self, principal: str, message: JSONDict, responses: JSONDict) -> None:
+        """A 2026-07-28 client's tasks/update: answers to the task's outstanding input requests.
+        Answers to keys not outstanding (never asked, answered already) are ignored, as the
+        extension says; the task goes on once every request of the round is answered."""
+        with refusals():
+            record = await self._find(principal, lt.task_id_of(message))
+        live = self._live.get((principal, record.task_id))
+        if live is None or live.asking is None:
+            return
+        for key, response in responses.items():
+            if key in live.asking and key not in live.answers:
+                live.answers[key] = response
+        outstanding = {k: v for k, v in live.asking.items() if k not in live.answers}
+        if outstanding:
+            await self.update(live, lt.asked(live.record, self.now(), outstanding))
+        else:
+            live.answered.set()
+
+    async def ask(self, live: _Live, requests: JSONDict) -> JSONDict:
+        live.asking, live.answers = requests, {}
+        live.answered.clear()
+        await self.update(live, lt.asked(live.record, self.now(), requests))
+        try:
+            await live.answered.wait()
+            answers = live.answers
+        finally:
+            live.asking, live.answers = None, {}
+        await self.update(live, lt.answered(live.record, self.now()))
+        return answers
+
+    def watch(self, principal: str, task_ids: list[str], on_change: Watcher) -> Callable[[], None]:
+        """Call `on_change(record)` whenever one of these tasks of the caller's, running here,
+        changes (a 2026-07-28 listen stream); returns what stops it."""
+        keys = [(principal, task_id) for task_id in task_ids]
+        for key in keys:
+            self._watchers.setdefault(key, set()).add(on_change)
+
+        def stop() -> None:
+            for key in keys:
+                watchers = self._watchers.get(key)
+                if watchers is not None:
+                    watchers.discard(on_change)
+                    if not watchers:
+                        del self._watchers[key]
+
+        return stop
+
+    async def known(self, principal: str, task_ids: list[str]) -> list[str]:
+        """Those of `task_ids` that are the caller's live tasks (a listen acknowledges only those)."""
+        found = []
+        for task_id in task_ids:
+            try:
+                await self._find(principal, task_id)
+            except lt.TaskRefused:
+                continue
+            found.append(task_id)
+        return found
 
     async def list(self, principal: str, message: JSONDict) -> JSONDict:
-        with _refusals():
+        with refusals():
             params = jsonrpc.params_of(message)
             after = lt.decode_cursor(params["cursor"]) if params.get("cursor") is not None else None
             found = await self._store.page(principal, after, self._policy.page_size + 1)
@@ -259,6 +353,8 @@ class LegacyTaskHost:
         await self._put(record)
         if status_changed and live.notify is not None:
             live.notify(lt.status_notification(record))
+        for watcher in tuple(self._watchers.get((record.principal, record.task_id), ())):
+            watcher(record)
 
     async def _put(self, record: lt.TaskRecord) -> None:
         left = max(record.expires_at - self.now(), 0.001)
@@ -292,7 +388,8 @@ class LegacyTaskHost:
 
 
 @contextlib.contextmanager
-def _refusals() -> Iterator[None]:
+def refusals() -> Iterator[None]:
+    """A TaskRefused of the core, raised as the JSON-RPC error the client gets."""
     try:
         yield
     except lt.TaskRefused as exc:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import time
 from collections import deque
 from collections.abc import AsyncGenerator, Callable, Sequence
@@ -27,6 +28,8 @@ from ..config import Settings
 from ..errors import ProxyError
 from ..metrics import Metrics, method_label
 from ..protocol import jsonrpc, meta
+from ..protocol import legacy_tasks as lt
+from ..protocol import modern_tasks as mt
 from ..protocol import modern_to_legacy as m2l
 from ..protocol.capabilities import ALL_INPUT_CAPABILITIES
 from ..protocol.detection import names_modern_versions, recognized_modern_error
@@ -56,6 +59,7 @@ from ..upstream.errors import UpstreamError, UpstreamSessionGone
 from ..upstream.legacy_session import LegacyUpstreamSession, SessionFactory, SessionPool
 from .channel import Caller, ReplyChannel
 from .failures import UpstreamFailures
+from .legacy_tasks import LegacyTaskHost, TaskChannel, refusals
 from .tasks import Deadline, TaskScope
 
 JSONDict = dict[str, Any]
@@ -249,8 +253,11 @@ class ModernToLegacy:
         clock: Callable[[], float] = time.time,
         cache: ResponseCache | None = None,
         failures: UpstreamFailures | None = None,
+        tasks: LegacyTaskHost | None = None,
     ) -> None:
         self._settings = settings
+        # Tasks hosted for clients that declare the tasks extension (None: tasks are off).
+        self.hosted_tasks = tasks
         self.name = settings.upstream.name
         self._metrics = metrics
         self._cache = cache if cache is not None else ResponseCache(settings.cache, metrics)
@@ -269,6 +276,9 @@ class ModernToLegacy:
         # Tools the upstream listed with taskSupport "required" (learnt from its tools/list replies,
         # or from a walk of its list before the first tools/call of a server that takes tasks).
         self._task_tools: set[str] = set()
+        # ... and those it may run as tasks (optional or required): a client that declares the tasks
+        # extension gets a task for a call of one of those.
+        self._task_capable: set[str] = set()
         self._task_tools_learnt = False
 
     # ------------------------------------------------------------ what sessions receive unasked
@@ -314,6 +324,19 @@ class ModernToLegacy:
 
     async def handle(self, request: ModernRequest, channel: ReplyChannel, caller: Caller) -> tuple[JSONDict, int]:
         """Run one validated modern request; returns (reply, HTTP status)."""
+        tasks = self.hosted_tasks
+        if tasks is not None:
+            if request.method in mt.TASK_METHODS:
+                return await self._task_request(tasks, request, caller.principal), 200
+            if await self._becomes_task(request, caller):
+                return await self._create_task(tasks, request, caller), 200
+        return await self._serve(request, channel, caller)
+
+    async def _serve(
+        self, request: ModernRequest, channel: ReplyChannel, caller: Caller, *, as_task: bool = False
+    ) -> tuple[JSONDict, int]:
+        """`as_task`: the call runs as a task the proxy hosts, so a tool the server may run as a
+        task does (its own task then backs the proxy's)."""
         principal, auth_headers = caller.principal, caller.credentials
         params = jsonrpc.params_of(request.message)
         if "requestState" in params:
@@ -321,7 +344,7 @@ class ModernToLegacy:
         else:
             key = self._cache.key_for(request.method, params, request.version, request.capabilities)
             if key is None:
-                outcome = await self._handle(request, channel, principal, auth_headers)
+                outcome = await self._handle(request, channel, principal, auth_headers, as_task=as_task)
             else:
                 outcome = await self._cache.fetch(
                     key, principal, lambda: self._handle(request, channel, principal, auth_headers)
@@ -329,7 +352,13 @@ class ModernToLegacy:
         return {**outcome.message, "id": request.message["id"]}, outcome.status
 
     async def _handle(
-        self, request: ModernRequest, channel: ReplyChannel, principal: str, auth_headers: dict[str, str]
+        self,
+        request: ModernRequest,
+        channel: ReplyChannel,
+        principal: str,
+        auth_headers: dict[str, str],
+        *,
+        as_task: bool = False,
     ) -> Outcome:
         """A new request (not a retry carrying requestState) on a pooled legacy session."""
         request_id = request.message["id"]
@@ -342,9 +371,7 @@ class ModernToLegacy:
         interactive = request.method in INPUT_REQUIRED_METHODS and any(
             k in request.capabilities for k in ALL_INPUT_CAPABILITIES
         )
-        declared = (
-            ALL_INPUT_CAPABILITIES if self._settings.upstream.declare_capabilities == "all" else request.capabilities
-        )
+        declared = self._declared(request)
         try:
             session = await self.pool.acquire(
                 principal, declared, request.client_info, auth_headers, exclusive=interactive
@@ -362,6 +389,8 @@ class ModernToLegacy:
             if problem is not None:
                 return Outcome(problem.reply(request_id), problem.status)
             result = m2l.discover_result(session.initialize_result, self.hint("server/discover"))
+            if self.hosted_tasks is not None and m2l.runs_tool_calls_as_tasks(session.server_capabilities):
+                result = mt.advertise(result)
             return Outcome(jsonrpc.result_response(request_id, result))
         try:
             await self._ensure_level(session, request.log_level)
@@ -388,7 +417,8 @@ class ModernToLegacy:
         if request.method == "tools/call" and m2l.runs_tool_calls_as_tasks(session.server_capabilities):
             if not self._task_tools_learnt:
                 await self._learn_task_tools(session)
-            call.as_task = jsonrpc.params_of(request.message).get("name") in self._task_tools
+            name = jsonrpc.params_of(request.message).get("name")
+            call.as_task = name in self._task_tools or (as_task and name in self._task_capable)
         call.bind(session)
         self._calls.add(call)
         outgoing = meta.carry_trace(m2l.to_upstream(request.message, upstream_id, upstream_token), call.trace)
@@ -405,13 +435,98 @@ class ModernToLegacy:
         try:
             for _ in range(_TOOL_PAGES_MAX):
                 result = await session.call("tools/list", {"cursor": cursor} if cursor is not None else None)
-                self._task_tools |= m2l.task_required_tools(result)
+                self._learn_from(result)
                 cursor = result.get("nextCursor")
                 if cursor is None:
                     return
         except (UpstreamError, ProxyError, TimeoutError) as exc:
             self._task_tools_learnt = False  # tried again with the next call
             log.warning("upstream_tools_unlisted", upstream=self.name, error=str(exc))
+
+    def _declared(self, request: ModernRequest) -> JSONDict:
+        """The client capabilities a pooled session for this request declares upstream."""
+        if self._settings.upstream.declare_capabilities == "all":
+            return ALL_INPUT_CAPABILITIES
+        return request.capabilities
+
+    def _learn_from(self, tools_list: JSONDict) -> None:
+        self._task_tools |= m2l.task_required_tools(tools_list)
+        self._task_capable |= m2l.task_capable_tools(tools_list)
+
+    # ------------------------------------------------------------ tasks (the tasks extension)
+
+    async def _becomes_task(self, request: ModernRequest, caller: Caller) -> bool:
+        """A tools/call from a client that declares the tasks extension, of a tool the server may
+        run as a task: the proxy answers with a task (the extension lets the server decide which
+        calls become tasks; the server's own tool list says which take long)."""
+        params = jsonrpc.params_of(request.message)
+        if request.method != "tools/call" or "requestState" in params or not mt.declares(request.capabilities):
+            return False
+        if not self._task_tools_learnt:
+            credentials = {k: v for k, v in caller.credentials.items() if k.lower() not in meta.TRACE_KEYS}
+            declared = self._declared(request)
+            try:
+                session = await self.pool.acquire(
+                    caller.principal, declared, request.client_info, credentials, exclusive=False
+                )
+            except (UpstreamError, ProxyError):
+                return False  # the plain call meets the same failure, and reports it
+            try:
+                if m2l.runs_tool_calls_as_tasks(session.server_capabilities):
+                    await self._learn_task_tools(session)
+            finally:
+                self.pool.release(session)
+        return params.get("name") in self._task_capable
+
+    async def _create_task(self, tasks: LegacyTaskHost, request: ModernRequest, caller: Caller) -> JSONDict:
+        """The call runs in a task the proxy hosts: the handle now; each input round the call asks
+        for becomes the task's `inputRequests`, answered by tasks/update."""
+        message = request.message
+        first = dataclasses.replace(request, message={**message, "params": lt.untasked(message)["params"]})
+
+        async def run(channel: TaskChannel) -> JSONDict:
+            current = first
+            while True:
+                reply, _status = await self._serve(current, _NO_STREAM, caller, as_task=True)
+                result = reply.get("result")
+                if not (isinstance(result, dict) and result.get("resultType") == "input_required"):
+                    return reply
+                requests, state = result.get("inputRequests"), result.get("requestState")
+                if not isinstance(requests, dict) or not requests or not isinstance(state, str):
+                    return reply  # not a round the proxy parked: the call's answer as it is
+                try:
+                    answers = await channel.ask(requests)
+                except BaseException:  # the task was cancelled (or the proxy stops): no retry will come
+                    self._withdraw(state, caller.principal)
+                    raise
+                params = {**first.message["params"], "inputResponses": answers, "requestState": state}
+                current = dataclasses.replace(first, message={**first.message, "params": params})
+
+        with refusals():
+            record = await tasks.start(caller.principal, first.message, run)
+        return jsonrpc.result_response(message["id"], mt.create_result(record))
+
+    def _withdraw(self, request_state: str, principal: str) -> None:
+        claims = self.codec.verify(request_state, principal)
+        call = self._parked.get(claims.park_id) if claims is not None else None
+        if call is not None and not call.finished:
+            call.disarm()
+            self.unpark(call)
+            call.feed(call.machine.withdrawn())
+
+    async def _task_request(self, tasks: LegacyTaskHost, request: ModernRequest, principal: str) -> JSONDict:
+        message = request.message
+        with refusals():
+            if not mt.declares(request.capabilities):
+                raise mt.missing_extension()
+            if request.method == "tasks/get":
+                record = await tasks.record(principal, message)
+                return jsonrpc.result_response(message["id"], mt.get_result(record))
+            if request.method == "tasks/update":
+                await tasks.answer(principal, message, mt.input_responses(message))
+            else:
+                await tasks.withdraw(principal, message)
+        return jsonrpc.result_response(message["id"], mt.ack())
 
     async def _ensure_level(self, session: LegacyUpstreamSession, level: str | None) -> None:
         """Make the session at least as verbose as this request asks (docs/translation.md §4.4)."""
@@ -433,7 +548,7 @@ class ModernToLegacy:
                     messages = aiter(held.reply)
                     async for message in messages:
                         if call.method == "tools/list" and isinstance(message.get("result"), dict):
-                            self._task_tools |= m2l.task_required_tools(message["result"])
+                            self._learn_from(message["result"])
                         call.feed(call.machine.upstream_message(message))
                         outcome = await self._drain(call, channel) if call.outbox else None
                         if outcome is not None:
@@ -750,6 +865,7 @@ class ListenBridge:
         self.queue: asyncio.Queue[JSONDict | None] = asyncio.Queue()
         self.honored: JSONDict = {}
         self._session: LegacyUpstreamSession | None = None
+        self._unwatch: Callable[[], None] = lambda: None
 
     # SessionOwner: what the dedicated session's GET stream brings.
     def on_server_request(self, session: LegacyUpstreamSession, request: JSONDict) -> None:
@@ -767,13 +883,17 @@ class ListenBridge:
         wanted = params.get("notifications")
         if not isinstance(wanted, dict):
             raise ProxyError(jsonrpc.INVALID_PARAMS, "subscriptions/listen needs a notifications filter", refused=True)
+        task_ids: list[str] = []
         if "taskIds" in wanted:
-            raise ProxyError(
-                jsonrpc.MISSING_REQUIRED_CAPABILITY,
-                "task notifications need the tasks extension",
-                refused=True,
-                data={"requiredCapabilities": {"extensions": {"io.modelcontextprotocol/tasks": {}}}},
-            )
+            if not mt.declares(self._request.capabilities):
+                raise ProxyError(
+                    jsonrpc.MISSING_REQUIRED_CAPABILITY, mt.MISSING_MESSAGE, refused=True, data=mt.MISSING_DATA
+                )
+            with refusals():
+                task_ids = mt.listened_task_ids(wanted)
+            tasks = self._relay.hosted_tasks
+            # Only the caller's own tasks, running or kept, are acknowledged (and then followed).
+            task_ids = await tasks.known(self._principal, task_ids) if tasks is not None else []
         uris = wanted.get("resourceSubscriptions", [])
         if not isinstance(uris, list) or not all(isinstance(u, str) for u in uris):
             raise ProxyError(jsonrpc.INVALID_PARAMS, "resourceSubscriptions must be a list of URIs", refused=True)
@@ -795,10 +915,17 @@ class ListenBridge:
                 except (UpstreamError, ProxyError, TimeoutError) as exc:
                     log.info("upstream_subscribe_refused", upstream=self._relay.name, error=str(exc))
         self.honored = m2l.honored_filter(wanted, session.server_capabilities, session.push_channel, subscribed)
+        if task_ids and self._relay.hosted_tasks is not None:
+            self.honored["taskIds"] = task_ids
+            self._unwatch = self._relay.hosted_tasks.watch(self._principal, task_ids, self._task_changed)
         return m2l.acknowledgement(self.honored, self.subscription_id)
+
+    def _task_changed(self, record: lt.TaskRecord) -> None:
+        self.queue.put_nowait(mt.notification(record, self.subscription_id))
 
     async def close(self) -> None:
         session = self._session
+        self._unwatch()
         self._relay.listens.discard(self)
         if session is None or session.closed:
             return
@@ -810,6 +937,19 @@ class ListenBridge:
     @property
     def alive(self) -> bool:
         return self._session is not None and not self._session.closed
+
+
+class _NoStream:
+    """Where a hosted task's interim messages go: nowhere (the tasks extension carries no progress
+    or logs for a task; its input requests are the task's `inputRequests`)."""
+
+    can_stream = False
+
+    async def send(self, message: dict[str, Any]) -> None:
+        return None
+
+
+_NO_STREAM = _NoStream()
 
 
 async def probe(relay: ModernToLegacy) -> None:

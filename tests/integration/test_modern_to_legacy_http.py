@@ -456,6 +456,8 @@ async def test_server_discover_is_answered_from_the_legacy_initialize_result(
             "logging": {},
             "completions": {},
             "experimental": {"com.example/x": {"on": True}},
+            # Its 2025-11-25 tasks are not the extension's; the proxy hosts the extension's tasks.
+            "extensions": {"io.modelcontextprotocol/tasks": {}},
         },
         "instructions": INSTRUCTIONS,
         "_meta": SINFO,

@@ -37,7 +37,15 @@ FULL_CAPABILITIES: JSONDict = {
     "elicitation": {"form": {}, "url": {}},
 }
 # Which body field a name-bearing method mirrors into Mcp-Name (2026-07-28 streamable-http.mdx).
-NAME_FIELDS = {"tools/call": "name", "prompts/get": "name", "resources/read": "uri"}
+NAME_FIELDS = {
+    "tools/call": "name",
+    "prompts/get": "name",
+    "resources/read": "uri",
+    # the tasks extension (specification/draft/tasks.md, "Streamable HTTP: Routing Headers")
+    "tasks/get": "taskId",
+    "tasks/update": "taskId",
+    "tasks/cancel": "taskId",
+}
 _DEFAULT: Any = object()
 
 

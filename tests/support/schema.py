@@ -1,7 +1,9 @@
 """Validate wire messages against the official MCP JSON schemas of one revision.
 
 The schemas are vendored in tests/schemas (copies of `schema/<revision>/schema.json` from the
-specification repository, modelcontextprotocol/modelcontextprotocol).
+specification repository, modelcontextprotocol/modelcontextprotocol), and the tasks extension's as
+revision "ext-tasks" (`schema/draft/schema.json` of modelcontextprotocol/ext-tasks at e4345978,
+the io.modelcontextprotocol/tasks extension's own repository).
 """
 
 from __future__ import annotations
@@ -45,6 +47,31 @@ SERVER_REQUEST_TYPES = {
 }
 
 
+TASK_EXTENSION = "ext-tasks"
+_TASK_RESULT_TYPES = {
+    "tasks/get": "GetTaskResult",
+    "tasks/update": "UpdateTaskResult",
+    "tasks/cancel": "CancelTaskResult",
+}
+
+
+def _is_task_extension(message: dict[str, Any], request_method: str | None) -> bool:
+    """A message of the tasks extension's rather than the core's: a task handle, an answer to a
+    tasks/* request, a task notification."""
+    if "result" in message:
+        result = message["result"]
+        handle = request_method == "tools/call" and isinstance(result, dict) and result.get("resultType") == "task"
+        return handle or request_method in _TASK_RESULT_TYPES
+    return message.get("method") == "notifications/tasks"
+
+
+def _task_extension_errors(message: dict[str, Any], request_method: str | None) -> list[str]:
+    if "result" not in message:
+        return errors(TASK_EXTENSION, "TaskStatusNotification", message)
+    definition = "CreateTaskResult" if request_method == "tools/call" else _TASK_RESULT_TYPES[str(request_method)]
+    return errors(TASK_EXTENSION, definition, message["result"])
+
+
 def schema_path(revision: str) -> Path:
     path = SCHEMAS / f"schema-{revision}.json"
     if not path.is_file():
@@ -86,6 +113,8 @@ def server_message_errors(revision: str, message: dict[str, Any], request_method
     """
     problems = errors(revision, "JSONRPCMessage", message)
     modern = revision == "2026-07-28"
+    if modern and _is_task_extension(message, request_method):
+        return problems + _task_extension_errors(message, request_method)
     if "result" in message and request_method in RESULT_TYPES:
         result = message["result"]
         definition = RESULT_TYPES[request_method]

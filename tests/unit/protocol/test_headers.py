@@ -120,8 +120,15 @@ def test_mcp_name_mirrors_the_name_or_uri_of_name_bearing_methods(method, params
     assert name_header_value(method, params) == expected
 
 
-def test_name_bearing_methods_are_the_three_the_spec_lists():
-    assert NAME_BEARING_METHODS == {"tools/call": "name", "prompts/get": "name", "resources/read": "uri"}
+def test_name_bearing_methods_are_the_three_the_spec_lists_and_the_tasks_extensions():
+    assert NAME_BEARING_METHODS == {
+        "tools/call": "name",
+        "prompts/get": "name",
+        "resources/read": "uri",
+        "tasks/get": "taskId",
+        "tasks/update": "taskId",
+        "tasks/cancel": "taskId",
+    }
 
 
 @pytest.mark.parametrize(

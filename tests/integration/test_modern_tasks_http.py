@@ -1,0 +1,368 @@
+"""Modern (2026-07-28) clients that declare the `io.modelcontextprotocol/tasks` extension, in front
+of a legacy server whose tools run as tasks: the proxy answers their calls with a task it hosts,
+and serves tasks/get, tasks/update, tasks/cancel and task notifications on a listen stream
+(README "Tasks for 2026-07-28 clients"). Real app, scripted legacy upstream (tests/support/fake_legacy.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from proxy.protocol import jsonrpc, meta
+from proxy.protocol.modern_tasks import EXTENSION
+from tests.integration.test_modern_to_legacy_http import (  # the fixtures of that module's legacy fake too
+    ACCEPTED,
+    ELICIT_PARAMS,
+    WAIT,
+    Proxy,
+    fake,
+    fake_server,
+    make_proxy,
+    proxy,
+    tool_result,
+)
+from tests.integration.test_modern_to_legacy_tasks import RELATED, RESEARCH, TASK, task_server
+from tests.support.fake_legacy import Call, FakeLegacy, Outcome, error
+from tests.support.modern_peer import FULL_CAPABILITIES, ModernPeer, ModernReply
+from tests.support.schema import errors
+
+JSONDict = dict[str, Any]
+__all__ = ["fake", "fake_server", "make_proxy", "proxy"]  # pytest finds fixtures by module name
+TASKS = {"extensions": {EXTENSION: {}}}
+ASKING = {**FULL_CAPABILITIES, **TASKS}  # can answer input, and holds tasks
+
+
+def declaring(proxy: Proxy, who: str = "Bearer alice", capabilities: JSONDict = ASKING) -> ModernPeer:
+    return proxy.modern(who, capabilities=capabilities)
+
+
+def schema_problems(definition: str, value: JSONDict) -> list[str]:
+    return errors("ext-tasks", definition, value)
+
+
+async def created(client: ModernPeer, params: JSONDict = RESEARCH) -> JSONDict:
+    reply = await client.request("tools/call", params)
+    assert reply.status == 200, reply.messages
+    handle = reply.result
+    assert handle["resultType"] == "task", handle
+    assert schema_problems("CreateTaskResult", handle) == []
+    return handle
+
+
+async def get(client: ModernPeer, task_id: str) -> ModernReply:
+    return await client.request("tasks/get", {"taskId": task_id})
+
+
+async def until(client: ModernPeer, task_id: str, done: Callable[[JSONDict], bool]) -> JSONDict:
+    """Poll tasks/get (bounded by the caller's timeout) until `done(task)`."""
+    while True:
+        reply = await get(client, task_id)
+        task = reply.result
+        assert schema_problems("GetTaskResult", task) == []
+        if done(task):
+            return task
+        await asyncio.sleep(0.02)
+
+
+def ended(task: JSONDict) -> bool:
+    return task["status"] in ("completed", "failed", "cancelled")
+
+
+async def test_discover_declares_the_extension_for_a_server_that_runs_calls_as_tasks(
+    proxy: Proxy, fake: FakeLegacy
+) -> None:
+    task_server(fake, None)
+    async with asyncio.timeout(WAIT):
+        reply = await declaring(proxy).request("server/discover")
+    assert reply.result["capabilities"]["extensions"] == {EXTENSION: {}}
+    assert "tasks" not in reply.result["capabilities"]  # the 2025-11-25 slot is not the extension's
+
+
+async def test_discover_does_not_declare_it_without_tasks_upstream_or_with_tasks_off(
+    make_proxy: Any, fake: FakeLegacy
+) -> None:
+    plain = await make_proxy()
+    async with asyncio.timeout(WAIT):
+        reply = await declaring(plain).request("server/discover")
+    assert "extensions" not in reply.result["capabilities"]
+    task_server(fake, None)
+    off = await make_proxy(**{"tasks.enabled": False})
+    async with asyncio.timeout(WAIT):
+        reply = await declaring(off).request("server/discover")
+    assert "extensions" not in reply.result["capabilities"]
+
+
+async def test_a_declaring_clients_call_becomes_a_task_whose_result_tasks_get_inlines(
+    proxy: Proxy, fake: FakeLegacy
+) -> None:
+    release = asyncio.Event()
+
+    async def result(call: Call) -> Outcome:
+        await release.wait()
+        return {**tool_result("tides are lunar"), "_meta": dict(RELATED)}
+
+    task_server(fake, result)
+    client = declaring(proxy, capabilities=TASKS)
+    async with asyncio.timeout(WAIT):
+        handle = await created(client)
+        working = (await get(client, handle["taskId"])).result
+        release.set()
+        done = await until(client, handle["taskId"], ended)
+    assert handle["status"] == "working" and handle["ttlMs"] == 3_600_000 and handle["pollIntervalMs"] == 1000
+    assert {"result", "error", "inputRequests", "ttl", "pollInterval"}.isdisjoint(handle)
+    assert handle["taskId"] != TASK["taskId"]  # the proxy's own id: the upstream's is bound to its session
+    assert working["resultType"] == "complete" and working["status"] == "working"
+    assert done["status"] == "completed"
+    assert done["result"]["content"] == tool_result("tides are lunar")["content"]
+    assert meta.RELATED_TASK not in done["result"].get("_meta", {})  # an inlined result is not tagged
+    [call] = fake.calls_of("tools/call")
+    assert call.params["task"] == {}  # the server's own task backs the proxy's
+    assert fake.calls_of("tasks/result")[0].params == {"taskId": TASK["taskId"]}
+
+
+async def test_a_client_that_does_not_declare_the_extension_gets_the_result_itself(
+    proxy: Proxy, fake: FakeLegacy
+) -> None:
+    async def result(call: Call) -> Outcome:
+        return tool_result("tides are lunar")
+
+    task_server(fake, result)
+    async with asyncio.timeout(WAIT):
+        reply = await proxy.modern("Bearer alice", capabilities={}).request("tools/call", RESEARCH)
+    assert reply.result["resultType"] == "complete"
+    assert reply.result["content"] == tool_result("tides are lunar")["content"]
+
+
+async def test_a_tool_that_does_not_run_as_a_task_is_answered_at_once(proxy: Proxy, fake: FakeLegacy) -> None:
+    task_server(fake, None)
+    async with asyncio.timeout(WAIT):
+        reply = await declaring(proxy).request("tools/call", {"name": "echo", "arguments": {}})
+    assert reply.result["resultType"] == "complete"
+    assert "task" not in fake.calls_of("tools/call")[0].params
+
+
+async def test_a_2025_task_param_from_a_modern_client_is_not_taken_for_one(proxy: Proxy, fake: FakeLegacy) -> None:
+    task_server(fake, None)
+    params = {"name": "echo", "arguments": {}, "task": {"ttl": 1000}}
+    async with asyncio.timeout(WAIT):
+        reply = await declaring(proxy).request("tools/call", params)
+    assert reply.result["resultType"] == "complete"  # 2026-07-28 servers ignore `task`
+    assert "task" not in fake.calls_of("tools/call")[0].params
+
+
+async def test_input_the_task_needs_is_in_tasks_get_and_tasks_update_answers_it(proxy: Proxy, fake: FakeLegacy) -> None:
+    async def result(call: Call) -> Outcome:
+        answer = await call.ask("elicitation/create", {**ELICIT_PARAMS, "_meta": dict(RELATED)})
+        return tool_result(f"researched: {answer['result']['content']['confirm']}")
+
+    task_server(fake, result)
+    client = declaring(proxy)
+    async with asyncio.timeout(WAIT):
+        handle = await created(client)
+        asking = await until(client, handle["taskId"], lambda t: t["status"] != "working")
+        [key] = asking["inputRequests"]
+        acked = await client.request("tasks/update", {"taskId": handle["taskId"], "inputResponses": {key: ACCEPTED}})
+        done = await until(client, handle["taskId"], ended)
+    assert asking["status"] == "input_required"
+    assert asking["inputRequests"][key]["method"] == "elicitation/create"
+    assert asking["inputRequests"][key]["params"]["message"] == ELICIT_PARAMS["message"]
+    assert acked.result == {"resultType": "complete"}
+    assert done["status"] == "completed" and done["result"]["content"] == tool_result("researched: True")["content"]
+    assert len(fake.calls_of("tools/call")) == 1  # answered in the same upstream call, not a new one
+
+
+async def test_answers_to_keys_not_asked_are_ignored_and_the_task_waits_for_its_own(
+    proxy: Proxy, fake: FakeLegacy
+) -> None:
+    async def result(call: Call) -> Outcome:
+        answer = await call.ask("elicitation/create", {**ELICIT_PARAMS, "_meta": dict(RELATED)})
+        return tool_result(f"researched: {answer['result']['action']}")
+
+    task_server(fake, result)
+    client = declaring(proxy)
+    async with asyncio.timeout(WAIT):
+        handle = await created(client)
+        asking = await until(client, handle["taskId"], lambda t: t["status"] != "working")
+        stray = await client.request("tasks/update", {"taskId": handle["taskId"], "inputResponses": {"nope": ACCEPTED}})
+        still = (await get(client, handle["taskId"])).result
+    assert stray.result == {"resultType": "complete"}
+    assert still["status"] == "input_required" and still["inputRequests"] == asking["inputRequests"]
+
+
+async def test_a_cancelled_task_is_cancelled_upstream_and_cancelling_again_is_acknowledged(
+    proxy: Proxy, fake: FakeLegacy
+) -> None:
+    async def result(call: Call) -> Outcome:
+        await asyncio.Event().wait()  # never ends by itself
+        return None
+
+    task_server(fake, result)
+    fake.handlers["tasks/cancel"] = lambda call: asyncio.sleep(0, {**TASK, "status": "cancelled"})
+    client = declaring(proxy)
+    async with asyncio.timeout(WAIT):
+        handle = await created(client)
+        await fake.next_call("tasks/result")
+        first = await client.request("tasks/cancel", {"taskId": handle["taskId"]})
+        upstream = await fake.next_call("tasks/cancel")
+        task = (await get(client, handle["taskId"])).result
+        again = await client.request("tasks/cancel", {"taskId": handle["taskId"]})
+    assert first.result == again.result == {"resultType": "complete"}
+    assert schema_problems("CancelTaskResult", first.result) == []
+    assert task["status"] == "cancelled" and "result" not in task
+    assert upstream.params == {"taskId": TASK["taskId"]}
+
+
+async def test_an_error_ends_the_task_failed_with_it_and_a_tool_error_ends_it_completed(
+    proxy: Proxy, fake: FakeLegacy
+) -> None:
+    outcomes = [error(-32603, "API rate limit exceeded"), {**tool_result("no such topic"), "isError": True}]
+
+    async def result(call: Call) -> Outcome:
+        return outcomes.pop(0)
+
+    task_server(fake, result)
+    client = declaring(proxy)
+    async with asyncio.timeout(WAIT):
+        failed = await until(client, (await created(client))["taskId"], ended)
+        tool_error = await until(client, (await created(client))["taskId"], ended)
+    assert failed["status"] == "failed" and failed["error"]["code"] == -32603
+    assert failed["error"]["message"] == "API rate limit exceeded" and "result" not in failed
+    assert tool_error["status"] == "completed" and tool_error["result"]["isError"] is True  # not "failed"
+
+
+@pytest.mark.parametrize("method", ["tasks/get", "tasks/update", "tasks/cancel"])
+async def test_unknown_and_foreign_task_ids_are_not_found(proxy: Proxy, fake: FakeLegacy, method: str) -> None:
+    async def result(call: Call) -> Outcome:
+        return tool_result("done")
+
+    task_server(fake, result)
+    alice, bob = declaring(proxy), declaring(proxy, "Bearer bob")
+    params: JSONDict = {"inputResponses": {}} if method == "tasks/update" else {}
+    async with asyncio.timeout(WAIT):
+        handle = await created(alice)
+        unknown = await bob.request(method, {"taskId": "no-such-task", **params})
+        foreign = await bob.request(method, {"taskId": handle["taskId"], **params})
+        own = await until(alice, handle["taskId"], ended)
+    for reply in (unknown, foreign):
+        assert reply.error["code"] == jsonrpc.INVALID_PARAMS
+        assert reply.error["message"] == "Failed to retrieve task: Task not found"
+    assert own["status"] == "completed"  # bob's cancel did not touch alice's task
+
+
+@pytest.mark.parametrize("method", ["tasks/get", "tasks/update", "tasks/cancel"])
+async def test_tasks_methods_without_the_extension_are_missing_capability_400(
+    proxy: Proxy, fake: FakeLegacy, method: str
+) -> None:
+    task_server(fake, None)
+    async with asyncio.timeout(WAIT):
+        reply = await proxy.modern("Bearer alice", capabilities={}).request(method, {"taskId": "t"})
+    assert reply.status == 400
+    assert reply.error["code"] == jsonrpc.MISSING_REQUIRED_CAPABILITY
+    assert reply.error["data"] == {"requiredCapabilities": {"extensions": {EXTENSION: {}}}}
+
+
+@pytest.mark.parametrize("method", ["tasks/result", "tasks/list"])
+async def test_the_methods_the_extension_removed_are_not_found_404(proxy: Proxy, fake: FakeLegacy, method: str) -> None:
+    task_server(fake, None)
+    async with asyncio.timeout(WAIT):
+        reply = await declaring(proxy).request(method, {"taskId": "t"} if method == "tasks/result" else {})
+    assert reply.status == 404 and reply.error["code"] == jsonrpc.METHOD_NOT_FOUND
+
+
+async def test_tasks_get_with_another_task_in_mcp_name_is_a_header_mismatch(proxy: Proxy, fake: FakeLegacy) -> None:
+    task_server(fake, None)
+    async with asyncio.timeout(WAIT):
+        reply = await declaring(proxy).request("tasks/get", {"taskId": "t-1"}, headers={"Mcp-Name": "t-2"})
+        missing = await declaring(proxy).request("tasks/get", {"taskId": "t-1"}, headers={"Mcp-Name": None})
+    assert reply.status == missing.status == 400
+    assert reply.error["code"] == missing.error["code"] == jsonrpc.HEADER_MISMATCH
+
+
+async def test_bad_input_responses_are_invalid_params(proxy: Proxy, fake: FakeLegacy) -> None:
+    task_server(fake, None)
+    async with asyncio.timeout(WAIT):
+        reply = await declaring(proxy).request("tasks/update", {"taskId": "t", "inputResponses": ["yes"]})
+    assert reply.error["code"] == jsonrpc.INVALID_PARAMS
+
+
+async def test_a_task_is_gone_once_its_retention_passed(make_proxy: Any, fake: FakeLegacy) -> None:
+    async def result(call: Call) -> Outcome:
+        return tool_result("done")
+
+    task_server(fake, result)
+    proxy = await make_proxy(**{"tasks.default_ttl_s": 0.3})
+    client = declaring(proxy)
+    async with asyncio.timeout(WAIT):
+        handle = await created(client)
+        reply = await get(client, handle["taskId"])
+        while reply.final is not None and "result" in reply.final:  # polled until it is gone
+            await asyncio.sleep(0.05)
+            reply = await get(client, handle["taskId"])
+    assert handle["ttlMs"] == 300
+    assert reply.error["code"] == jsonrpc.INVALID_PARAMS
+
+
+async def test_a_listen_stream_for_the_task_gets_its_changes_as_notifications_tasks(
+    proxy: Proxy, fake: FakeLegacy
+) -> None:
+    release = asyncio.Event()
+
+    async def result(call: Call) -> Outcome:
+        await release.wait()
+        return tool_result("tides are lunar")
+
+    task_server(fake, result)
+    client = declaring(proxy)
+    async with asyncio.timeout(WAIT):
+        handle = await created(client)
+        message, response = await client.send(
+            "subscriptions/listen", {"notifications": {"taskIds": [handle["taskId"], "not-mine"]}}, id="l-1"
+        )
+        stream = client.stream(response, message)
+        try:
+            ack = await stream.next()
+            release.set()
+            note = await stream.next()
+        finally:
+            stream.close()
+    assert ack is not None and ack["params"]["notifications"]["taskIds"] == [handle["taskId"]]
+    assert note is not None and note["method"] == "notifications/tasks"
+    assert schema_problems("TaskStatusNotification", note) == []
+    assert note["params"]["taskId"] == handle["taskId"] and note["params"]["status"] == "completed"
+    assert note["params"]["result"]["content"] == tool_result("tides are lunar")["content"]
+    assert note["params"]["_meta"] == {meta.SUBSCRIPTION_ID: "l-1"}
+
+
+async def test_a_listen_for_task_ids_without_the_extension_is_still_refused(proxy: Proxy, fake: FakeLegacy) -> None:
+    task_server(fake, None)
+    client = proxy.modern("Bearer alice", capabilities={})
+    async with asyncio.timeout(WAIT):
+        reply = await client.request("subscriptions/listen", {"notifications": {"taskIds": ["t"]}}, id="l-1")
+    assert reply.status == 400 and reply.error["code"] == jsonrpc.MISSING_REQUIRED_CAPABILITY
+
+
+async def test_a_task_cancelled_while_it_waits_for_input_is_cancelled_upstream(proxy: Proxy, fake: FakeLegacy) -> None:
+    answered: asyncio.Future[JSONDict] = asyncio.get_running_loop().create_future()
+
+    async def result(call: Call) -> Outcome:
+        answered.set_result(await call.ask("elicitation/create", {**ELICIT_PARAMS, "_meta": dict(RELATED)}))
+        await asyncio.Event().wait()
+        return None
+
+    task_server(fake, result)
+    fake.handlers["tasks/cancel"] = lambda call: asyncio.sleep(0, {**TASK, "status": "cancelled"})
+    client = declaring(proxy)
+    async with asyncio.timeout(WAIT):
+        handle = await created(client)
+        await until(client, handle["taskId"], lambda t: t["status"] == "input_required")
+        await client.request("tasks/cancel", {"taskId": handle["taskId"]})
+        upstream = await fake.next_call("tasks/cancel")
+        answer = await answered
+        task = (await get(client, handle["taskId"])).result
+    assert upstream.params == {"taskId": TASK["taskId"]}
+    assert answer["result"]["action"] == "cancel"  # the server's question is not left hanging
+    assert task["status"] == "cancelled" and "inputRequests" not in task
