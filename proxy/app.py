@@ -235,6 +235,7 @@ def create_app(
         boot=boot,
         identifier=identifier,
         tracing=tracing,
+        tasks=legacy_tasks,
     )
 
     async def ready() -> None:

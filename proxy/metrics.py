@@ -117,7 +117,8 @@ class Metrics:
             PREFIX + "forwards_total",
             "Echoes forwarded to the replica holding what they name: kind resume (a requestState "
             "retry), deliver (a legacy client's answer), subscribe (to the GET stream's replica) or sse "
-            "(an HTTP+SSE client's message, to the replica holding its stream); "
+            "(an HTTP+SSE client's message, to the replica holding its stream) or task (a tasks/update "
+            "or tasks/cancel, to the replica running the task); "
             "outcome ok, owner_gone or refused.",
             ["kind", "outcome"],
             registry=r,

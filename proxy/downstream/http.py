@@ -32,6 +32,7 @@ from ..relay.channel import Caller
 from ..relay.detect import EraDetector
 from ..relay.failures import UpstreamFailures
 from ..relay.legacy_sessions import LegacySessionHost
+from ..relay.legacy_tasks import LegacyTaskHost
 from ..relay.routes import Router
 from ..replicas import Forwarder, OwnerGone, call_lost
 from ..sealing import Sealer
@@ -48,6 +49,7 @@ Host = LegacySessionHost[Any]
 _PASSTHROUGH_PREFIXES = ("mcp-",)
 _SESSION_HEADER_LOWER = SESSION_HEADER.lower()
 _STREAM_SCOPED = frozenset({"resources/subscribe", "resources/unsubscribe"})
+_TASK_STEERING = frozenset({"tasks/update", "tasks/cancel"})
 _LOGGED_METHOD_MAX = 200  # characters of a client's method name the access log keeps
 # The request's Identity, once computed (RequestKey: aiohttp 3.13 and later; a string before).
 _IDENTITY: Any = web.RequestKey("identity", Identity) if hasattr(web, "RequestKey") else "mcp_era_proxy.identity"
@@ -70,8 +72,10 @@ class McpEndpoint:
         boot: str = "",
         identifier: Identifier | None = None,
         tracing: Tracing = NO_TRACING,
+        tasks: LegacyTaskHost | None = None,
     ) -> None:
         self._settings = settings
+        self._tasks = tasks  # hosted tasks: a modern client's answer or cancel goes where its task runs
         self._tracing = tracing  # one span per request, parented on its trace context (tracing.py)
         self._identifier = identifier or Identifier(settings, None)
         # resource_server: the proxy is the token's audience; passing the token on is forbidden.
@@ -402,6 +406,13 @@ class McpEndpoint:
                 except OwnerGone:
                     lost = call_lost()
                     raise ProxyError(lost["code"], lost["message"], data=lost["data"]) from None
+        tasks = self._tasks if era is Era.LEGACY else None
+        if checked.method in _TASK_STEERING and self._forwarder is not None and tasks is not None:
+            # tasks/update and tasks/cancel act on the task's call: served by the replica running it.
+            owner = self._forwarder.stream_owner(await tasks.runner_of(caller.principal, checked.message))
+            if owner is not None:
+                with contextlib.suppress(OwnerGone):  # gone: served here, from the record
+                    return await self._forwarder.replay(request, raw, owner, kind="task", request_id=body["id"])
         if checked.method == "subscriptions/listen":
             return await self._listen(request, route.modern.listen(checked, caller), body["id"])
         async with RequestReply(request, self._keepalive_s) as reply:

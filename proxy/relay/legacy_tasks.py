@@ -217,6 +217,13 @@ class LegacyTaskHost:
         with refusals():
             record = await self._find(principal, lt.task_id_of(message))
         live = self._live.get((principal, record.task_id))
+        if live is None and record.status == "input_required":
+            # Its call runs on a replica this one cannot replay to: the answers would be lost.
+            raise ProxyError(
+                jsonrpc.INTERNAL_ERROR,
+                "the task's call runs on another replica, which cannot be reached: answer it there",
+                data={"taskId": record.task_id, "reason": "task_elsewhere"},
+            )
         if live is None or live.asking is None:
             return
         for key, response in responses.items():
@@ -256,6 +263,21 @@ class LegacyTaskHost:
                         del self._watchers[key]
 
         return stop
+
+    async def runner_of(self, principal: str, message: JSONDict) -> str:
+        """The replica running the call of the caller's task `params.taskId` names, as its record
+        says (`boot@address`); "" for this one, none (it ended) or no such task of the caller's."""
+        task_id = jsonrpc.params_of(message).get("taskId")
+        if not isinstance(task_id, str) or (principal, task_id) in self._live:
+            return ""
+        try:
+            data = await self._store.get(principal, task_id)
+        except StoreUnavailable:
+            return ""  # served here, which reports the store's failure
+        record = lt.TaskRecord.decode(data) if data is not None else None
+        if record is None or record.terminal or record.principal != principal or record.owner == self._owner:
+            return ""
+        return record.owner
 
     async def known(self, principal: str, task_ids: list[str]) -> list[str]:
         """Those of `task_ids` that are the caller's live tasks (a listen acknowledges only those)."""

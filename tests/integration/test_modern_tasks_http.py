@@ -366,3 +366,27 @@ async def test_a_task_cancelled_while_it_waits_for_input_is_cancelled_upstream(p
     assert upstream.params == {"taskId": TASK["taskId"]}
     assert answer["result"]["action"] == "cancel"  # the server's question is not left hanging
     assert task["status"] == "cancelled" and "inputRequests" not in task
+
+
+async def test_a_partial_answer_leaves_the_other_request_outstanding_until_it_is_answered(
+    proxy: Proxy, fake: FakeLegacy
+) -> None:
+    async def result(call: Call) -> Outcome:
+        tagged = {**ELICIT_PARAMS, "_meta": dict(RELATED)}
+        first, second = await asyncio.gather(call.ask("elicitation/create", tagged), call.ask("roots/list", {}))
+        return tool_result(f"{first['result']['action']} with {len(second['result']['roots'])} roots")
+
+    task_server(fake, result)
+    client = declaring(proxy)
+    async with asyncio.timeout(WAIT):
+        handle = await created(client)
+        asking = await until(client, handle["taskId"], lambda t: len(t.get("inputRequests", {})) == 2)
+        keys = {request["method"]: key for key, request in asking["inputRequests"].items()}
+        elicit = {"taskId": handle["taskId"], "inputResponses": {keys["elicitation/create"]: ACCEPTED}}
+        await client.request("tasks/update", elicit)
+        partly = (await get(client, handle["taskId"])).result
+        roots = {"taskId": handle["taskId"], "inputResponses": {keys["roots/list"]: {"roots": []}}}
+        await client.request("tasks/update", roots)
+        done = await until(client, handle["taskId"], ended)
+    assert partly["status"] == "input_required" and list(partly["inputRequests"]) == [keys["roots/list"]]
+    assert done["status"] == "completed" and done["result"]["content"] == tool_result("accept with 0 roots")["content"]
