@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 from proxy.protocol import jsonrpc, meta
 from proxy.protocol import legacy_tasks as lt
+from proxy.protocol import modern_tasks as mt
 from proxy.protocol.classify import Route, classify_post
 from proxy.protocol.forwarded_call import Fail as ForwardFail
 from proxy.protocol.forwarded_call import Finish, ForwardedCall
@@ -524,3 +525,30 @@ def test_a_stored_record_that_is_not_this_versions_is_not_read_and_any_reply_end
         raise AssertionError("a finished task has a result") from None
     assert jsonrpc.kind(answer) == "response", answer
     jsonrpc.encode(answer)
+
+
+# ---------------------------------------------------------------- hosted tasks (2026-07-28 clients)
+
+
+@hostile
+@given(hs.json_values, hs.json_values, hs.json_values)
+def test_any_update_listen_filter_or_reply_is_shown_or_refused_as_invalid_params(
+    responses: Any, notifications: Any, reply: Any
+) -> None:
+    tried("tasks")
+    params = {"taskId": "t1", "inputResponses": responses}
+    message = {"jsonrpc": "2.0", "id": 1, "method": "tasks/update", "params": params}
+    for attempt in (
+        lambda: mt.input_responses(message),
+        lambda: mt.listened_task_ids(notifications if isinstance(notifications, dict) else {"taskIds": notifications}),
+    ):
+        try:
+            attempt()
+        except lt.TaskRefused as exc:
+            assert exc.code == jsonrpc.INVALID_PARAMS
+    record = lt.new_task("t1", "p", {"method": "tools/call", "params": {}}, 1.0, _TASK_POLICY)
+    asking = lt.asked(record, 1.5, responses if isinstance(responses, dict) else None)
+    done = lt.finished(asking, reply if isinstance(reply, dict) else {"result": reply}, 2.0)
+    for shown in (mt.get_result(asking), mt.get_result(done), mt.notification(done, 1)["params"]):
+        assert shown["status"] in ("working", "input_required", "completed", "failed")
+        jsonrpc.encode(jsonrpc.result_response(1, shown))
