@@ -116,9 +116,9 @@ class Metrics:
         self.forwards = Counter(
             PREFIX + "forwards_total",
             "Echoes forwarded to the replica holding what they name: kind resume (a requestState "
-            "retry), deliver (a legacy client's answer), subscribe (to the GET stream's replica) or sse "
-            "(an HTTP+SSE client's message, to the replica holding its stream) or task (a tasks/update "
-            "or tasks/cancel, to the replica running the task); "
+            "retry), deliver (a legacy client's answer), subscribe (to the GET stream's replica), sse "
+            "(an HTTP+SSE client's message, to the replica holding its stream) or task (a tasks/update, "
+            "tasks/result or tasks/cancel, to the replica running the task); "
             "outcome ok, owner_gone or refused.",
             ["kind", "outcome"],
             registry=r,

@@ -49,7 +49,8 @@ Host = LegacySessionHost[Any]
 _PASSTHROUGH_PREFIXES = ("mcp-",)
 _SESSION_HEADER_LOWER = SESSION_HEADER.lower()
 _STREAM_SCOPED = frozenset({"resources/subscribe", "resources/unsubscribe"})
-_TASK_STEERING = frozenset({"tasks/update", "tasks/cancel"})
+_TASK_STEERING = frozenset({"tasks/update", "tasks/cancel"})  # a 2026-07-28 client's
+_LEGACY_TASK_STEERING = frozenset({"tasks/result", "tasks/cancel"})  # a 2025-11-25 client's
 _LOGGED_METHOD_MAX = 200  # characters of a client's method name the access log keeps
 # The request's Identity, once computed (RequestKey: aiohttp 3.13 and later; a string before).
 _IDENTITY: Any = web.RequestKey("identity", Identity) if hasattr(web, "RequestKey") else "mcp_era_proxy.identity"
@@ -266,6 +267,13 @@ class McpEndpoint:
                     return await self._forwarder.replay(request, raw, owner, kind="subscribe")
                 except OwnerGone:
                     gone = owner.boot  # that replica is gone: the change is made here, for the stream's next home
+        if body["method"] in _LEGACY_TASK_STEERING and self._forwarder is not None and self._tasks is not None:
+            # A hosted task's tasks/result (where its input requests come) and tasks/cancel (which
+            # stops its call) are served by the replica running the call.
+            owner = self._forwarder.stream_owner(await self._tasks.runner_of(session.principal, body))
+            if owner is not None:
+                with contextlib.suppress(OwnerGone):  # gone: served here, from the record
+                    return await self._forwarder.replay(request, raw, owner, kind="task")
         async with RequestReply(request, self._keepalive_s, self._event_ids(session, body["id"])) as reply:
             message = await self._run(host, session, body, reply, caller, record)
             if body["method"] in _STREAM_SCOPED and self._forwarder is not None and message and "result" in message:
