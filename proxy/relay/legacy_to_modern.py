@@ -444,13 +444,15 @@ class TranslatingBackend:
         """Send one upstream request and feed what comes back to the call; relay its notifications
         as they arrive. Returns the actions that follow the reply."""
         headers = {**credentials, **send.headers} if credentials else send.headers
+        sent_id = call.upstream_id
         try:
             with Deadline(self._settings.upstream.request_timeout_s):
                 async with self._upstream.exchange(send.message, headers) as messages:
                     async for incoming in messages:
                         actions = call.upstream_message(incoming)
-                        if not call.awaiting_upstream:
-                            return actions  # the reply: what follows it
+                        # The reply: what follows it (the call may await the next request already).
+                        if not call.awaiting_upstream or call.upstream_id != sent_id:
+                            return actions
                         for action in actions:  # a notification, or a request dropped
                             if isinstance(action, RelayToClient):
                                 await channel.send(action.message)
