@@ -330,6 +330,7 @@ def create_app(
             await legacy_tasks.close()  # tasks still running fail ("the proxy shut down")
         for host in hosts:
             await host.close_all()
+        await translating_backend.settle_cancels()  # upstream tasks given up while closing
         left = await modern_to_legacy.settle(max(0.0, drain_deadline[0] - time.monotonic()))
         if left:
             log.warning("calls_cut_at_shutdown", calls=left)

@@ -330,6 +330,12 @@ class TasksConfig(_Section):
     max_per_caller: int = Field(100, gt=0, description="Tasks kept per caller at most (finished ones included).")
     poll_interval_ms: int = Field(1000, gt=0, description="The pollInterval the proxy asks clients to respect.")
     page_size: int = Field(50, gt=0, le=1000, description="Tasks per tasks/list page.")
+    follow_upstream: bool = Field(
+        True,
+        description="Declare the io.modelcontextprotocol/tasks extension on the tools/call sent to a 2026-07-28 "
+        "upstream that has it, and follow a task it answers with (tasks/get at its pollIntervalMs, input through "
+        "tasks/update, tasks/cancel when the legacy client gives up) until its result; off: never declared.",
+    )
 
 
 class StreamsConfig(_Section):

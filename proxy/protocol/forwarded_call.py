@@ -16,6 +16,14 @@ round-trips through JSON), so a call can be inspected, stored or resumed elsewhe
 The next step after a reply is one of SendUpstream (a retry or the next round), LookupToolHeaders
 (refresh after -32020), AskClient (input requests), Finish. Rules: docs/translation.md §3.4-§3.6,
 the error table of §3.5; 2026-07-28/basic/patterns/mrtr.mdx.
+
+A call whose request declared the `io.modelcontextprotocol/tasks` extension may be answered with a
+task (`resultType: "task"`): the call then follows it (io.modelcontextprotocol/tasks extension
+(specification/draft/tasks.md)) with the same events: each SendUpstream is a `tasks/get` (after
+the task's poll interval) or a `tasks/update`; an `input_required` task's new `inputRequests` are
+asked as a round's are (AskClient, client_answered), their answers go back with `tasks/update`;
+the task's inline `result` or `error` finishes the call. `open_task` names a task still running
+upstream, which the driver cancels (`cancel_task`) when the call ends without it.
 """
 
 from __future__ import annotations
@@ -26,6 +34,7 @@ from typing import Any, Literal
 
 from . import jsonrpc, meta
 from . import legacy_to_modern as l2m
+from . import task_extension as te
 from .detection import recognized_modern_error
 from .headers import ParamHeader
 from .outcome import UpstreamFailure, invalid
@@ -33,6 +42,7 @@ from .versions import pick_modern
 
 JSONDict = dict[str, Any]
 Phase = Literal["new", "headers", "upstream", "asking", "done"]
+TaskStep = Literal["get", "update"]
 
 # ---------------------------------------------------------------- actions
 
@@ -106,7 +116,7 @@ class InputRound:
 
 @dataclass(frozen=True, slots=True)
 class Log:
-    level: Literal["warning", "error"]
+    level: Literal["info", "warning", "error"]
     event: str
     fields: Mapping[str, Any]
 
@@ -170,6 +180,12 @@ class ForwardedCallState:
     progress_floor: float | None = None  # last progress value the client saw, across rounds
     asks: dict[str, JSONDict] = field(default_factory=dict)  # key -> {method, request} this round
     answers: dict[str, JSONDict] = field(default_factory=dict)
+    poll_interval_ms: int = 1000  # how often an upstream task is polled when it suggests nothing
+    task_id: str | None = None  # the upstream task this call follows
+    task_status: str | None = None  # its last status seen; "gone" once the upstream forgot it
+    task_poll_ms: int | None = None  # its last pollIntervalMs
+    task_step: TaskStep | None = None  # the tasks/* request in flight
+    task_asked: list[str] = field(default_factory=list)  # inputRequests keys asked over the task's life
 
 
 # ---------------------------------------------------------------- machine
@@ -194,6 +210,7 @@ class ForwardedCall:
         can_stream: bool,
         max_rounds: int,
         trace: Mapping[str, str] | None = None,
+        poll_interval_ms: int = 1000,
     ) -> ForwardedCall:
         return cls(
             ForwardedCallState(
@@ -208,6 +225,7 @@ class ForwardedCall:
                 upstream=upstream,
                 can_stream=can_stream,
                 max_rounds=max_rounds,
+                poll_interval_ms=poll_interval_ms,
             )
         )
 
@@ -228,6 +246,23 @@ class ForwardedCall:
     def upstream_id(self) -> str:
         """The id of the upstream request in flight (or last sent)."""
         return f"{self.state.tag}.{self.state.attempt}"
+
+    @property
+    def open_task(self) -> str | None:
+        """The upstream task this call follows, while it has not ended there."""
+        state = self.state
+        if state.task_id is None or state.task_status in te.TERMINAL or state.task_status in ("gone", "abandoned"):
+            return None
+        return state.task_id
+
+    def cancel_task(self) -> SendUpstream | None:
+        """The `tasks/cancel` of the task still open upstream (best effort: the driver sends it
+        when the call ends without the task's end, and reads nothing of the ack)."""
+        task_id = self.open_task
+        if task_id is None:
+            return None
+        self.state.task_status = "abandoned"  # cancelled once
+        return self._task_request("tasks/cancel", task_id, f"{self.state.tag}.cancel")
 
     def pending_keys(self) -> tuple[str, ...]:
         """The input requests of this round still unanswered."""
@@ -301,8 +336,11 @@ class ForwardedCall:
         state.answers[key] = value
         if self.pending_keys():
             return []
-        state.input_responses = {k: state.answers[k] for k in state.asks}  # in the order asked
+        responses = {k: state.answers[k] for k in state.asks}  # in the order asked
         state.asks, state.answers = {}, {}
+        if state.task_id is not None:  # a task's input: answered with tasks/update, not a retry
+            return self._send_task("update", responses)
+        state.input_responses = responses
         return self._send()
 
     def round_timed_out(self) -> list[Action]:
@@ -352,6 +390,8 @@ class ForwardedCall:
 
     def _reply(self, message: JSONDict) -> list[Action]:
         """The upstream's reply: the error ladder, or the result by its resultType."""
+        if self.state.task_step is not None:
+            return self._task_reply(message)
         error = message.get("error")
         if isinstance(error, dict):
             return self._upstream_error(error, id_less=message.get("id") is None)
@@ -395,6 +435,8 @@ class ForwardedCall:
 
     def _upstream_result(self, result: object) -> list[Action]:
         state = self.state
+        if te.is_task_result(result) and self.method in te.TASK_METHODS and te.declared(state.capabilities):
+            return self._follow(result)
         outcome = l2m.classify_result(self.method, result)
         if isinstance(outcome, l2m.Complete):
             state.phase = "done"
@@ -417,6 +459,123 @@ class ForwardedCall:
             state.input_responses = None
             return [InputRound(), *self._send(delay_s=min(0.05 * state.rounds, 1.0))]
         return [InputRound(), *self._ask(outcome.input_requests)]
+
+    # ------------------------------------------------------------ an upstream task
+
+    def _follow(self, result: object) -> list[Action]:
+        """The upstream answered with a task: poll it until it ends."""
+        try:
+            view = te.parse_task(result, created=True)
+        except te.InvalidTask as exc:
+            return self._invalid(f"invalid CreateTaskResult: {exc}")
+        state = self.state
+        state.task_id = view.task_id
+        state.task_status, state.task_poll_ms = view.status, view.poll_interval_ms
+        tool = jsonrpc.obj(state.request.get("params")).get("name")
+        followed = Log(
+            "info",
+            "upstream_task_followed",
+            {"task": te.short_id(view.task_id), "tool": tool, "ttl_ms": view.ttl_ms, "poll_ms": view.poll_interval_ms},
+        )
+        return [followed, *self._poll()]
+
+    def _task_reply(self, message: JSONDict) -> list[Action]:
+        state = self.state
+        step, state.task_step = state.task_step, None
+        error = message.get("error")
+        if isinstance(error, dict):
+            if error.get("code") == jsonrpc.INVALID_PARAMS:  # expired, or never known there
+                state.task_status = "gone"
+                return [self._task_ended("gone"), self._finish_error(te.gone_error(error))]
+            return [
+                Log("warning", "upstream_failed", {"method": f"tasks/{step}", "error": error}),
+                self._finish_error(
+                    jsonrpc.error_object(
+                        jsonrpc.INTERNAL_ERROR,
+                        f"the upstream failed tasks/{step} for the task running this call: {error.get('message')}",
+                        {"upstreamError": error},
+                    )
+                ),
+            ]
+        if step == "update":  # an empty ack; the task moves on in its own time
+            return self._poll()
+        try:
+            view = te.parse_task(message.get("result"))
+        except te.InvalidTask as exc:
+            return self._invalid(f"invalid tasks/get result: {exc}")
+        if view.task_id != state.task_id:
+            return self._invalid("tasks/get answered for another task")
+        state.task_status = view.status
+        if view.poll_interval_ms is not None:
+            state.task_poll_ms = view.poll_interval_ms
+        if view.status == "completed" and view.result is not None:
+            state.phase = "done"
+            return [self._task_ended("completed"), Finish(result=view.result)]
+        if view.status == "failed" and view.error is not None:
+            return [self._task_ended("failed"), self._finish_error(l2m.error_to_downstream(self.method, view.error))]
+        if view.status == "cancelled":
+            return [self._task_ended("cancelled"), self._finish_error(te.cancelled_error())]
+        if view.status == "input_required" and view.input_requests is not None:
+            # A snapshot of every outstanding request: a key asked before is not asked again.
+            new = {k: v for k, v in view.input_requests.items() if k not in state.task_asked}
+            if new:
+                state.rounds += 1
+                if state.rounds > state.max_rounds:
+                    return [
+                        InputRound(),
+                        self._error(
+                            jsonrpc.INTERNAL_ERROR, f"gave up after {state.max_rounds} rounds of input requests"
+                        ),
+                    ]
+                actions = self._ask(new)
+                if isinstance(actions[-1], AskClient):
+                    state.task_asked.extend(new)
+                return [InputRound(), *actions]
+        return self._poll()
+
+    def _poll(self) -> list[Action]:
+        delay = te.poll_delay_s(self.state.task_poll_ms, self.state.poll_interval_ms)
+        return self._send_task("get", None, delay)
+
+    def _send_task(self, step: TaskStep, input_responses: JSONDict | None, delay_s: float = 0.0) -> list[Action]:
+        state = self.state
+        assert state.task_id is not None
+        state.attempt += 1
+        send = self._task_request(f"tasks/{step}", state.task_id, self.upstream_id, input_responses, delay_s)
+        state.task_step = step
+        state.phase = "upstream"
+        return [send]
+
+    def _task_request(
+        self,
+        method: str,
+        task_id: str,
+        upstream_id: str,
+        input_responses: JSONDict | None = None,
+        delay_s: float = 0.0,
+    ) -> SendUpstream:
+        state = self.state
+        profile = l2m.ClientProfile(state.modern_version, state.capabilities, state.client_info, state.log_level)
+        message = te.request(method, upstream_id, task_id, l2m.request_meta(profile), input_responses)
+        headers = te.headers(method, task_id, state.modern_version)
+        if state.trace:
+            headers = {**state.trace, **headers}
+            message = meta.carry_trace(message, headers)
+        return SendUpstream(message, headers, delay_s)
+
+    def _task_ended(self, status: str) -> Log:
+        assert self.state.task_id is not None
+        return Log("info", "upstream_task_ended", {"task": te.short_id(self.state.task_id), "status": status})
+
+    def _finish_error(self, error: JSONDict) -> Finish:
+        self.state.phase = "done"
+        return Finish(error=error)
+
+    def _invalid(self, reason: str) -> list[Action]:
+        return [
+            Log("error", "upstream_invalid_result", {"method": self.method, "reason": reason}),
+            self._error(jsonrpc.INTERNAL_ERROR, f"upstream {self.state.upstream!r} sent an invalid result: {reason}"),
+        ]
 
     def _ask(self, input_requests: JSONDict) -> list[Action]:
         state = self.state

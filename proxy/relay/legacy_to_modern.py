@@ -32,6 +32,7 @@ from ..metrics import Metrics, method_label
 from ..protocol import jsonrpc, meta
 from ..protocol import legacy_tasks as lt
 from ..protocol import legacy_to_modern as l2m
+from ..protocol import task_extension as te
 from ..protocol.capabilities import modern_client_capabilities
 from ..protocol.forwarded_call import (
     Action,
@@ -65,7 +66,7 @@ from .legacy_sessions import Opened
 from .legacy_tasks import LegacyTaskHost, TaskChannel
 from .listen import SessionListener, listen_request
 from .runtime import SessionRuntime
-from .tasks import Deadline
+from .tasks import Deadline, TaskScope
 
 JSONDict = dict[str, Any]
 log = structlog.get_logger(__name__)
@@ -81,6 +82,7 @@ _DROPPED_NOTIFICATIONS = frozenset(
     }
 )
 _TOOLS_REFRESH_S = 5.0
+_TASK_CANCEL_S = 5.0  # how long a tasks/cancel for an abandoned upstream task may take
 
 
 class _ToolHeaders:
@@ -136,6 +138,8 @@ class TranslatingBackend:
         # Called when an answer says the upstream no longer speaks 2026-07-28 (era re-detection).
         self.on_era_mismatch: Callable[[str], None] = lambda reason: None
         self._modern_version = LATEST_MODERN
+        # tasks/cancel of upstream tasks whose calls ended without them: they outlive the call.
+        self._cancels = TaskScope("upstream task cancels")
 
     # ------------------------------------------------------------ sessions
 
@@ -329,15 +333,25 @@ class TranslatingBackend:
     def _new_call(
         self, session: LegacySession, message: JSONDict, can_stream: bool, auth_headers: Mapping[str, str]
     ) -> ForwardedCall:
+        profile = self._profile(session)
+        if (
+            message.get("method") in te.TASK_METHODS
+            and self._settings.tasks.follow_upstream
+            and te.declared(session.server_capabilities)
+        ):
+            # The upstream may answer with a task of its own; the call then follows it
+            # (io.modelcontextprotocol/tasks extension (specification/draft/tasks.md)).
+            profile = dataclasses.replace(profile, capabilities=te.with_extension(profile.capabilities))
         return ForwardedCall.new(
             message,
-            self._profile(session),
+            profile,
             session.legacy_version,
             tag=str(next(self._upstream_ids)),
             upstream=self._upstream.name,
             can_stream=can_stream,
             max_rounds=self._settings.input.max_rounds,
             trace={k: v for k, v in auth_headers.items() if k in meta.TRACE_KEYS},
+            poll_interval_ms=self._settings.tasks.poll_interval_ms,
         )
 
     async def _drive(
@@ -354,6 +368,28 @@ class TranslatingBackend:
         taken over left it); an upstream failure raises its ProxyError. With `latest`, each
         exchange goes with the credentials that session part last had."""
         credentials = {k: v for k, v in auth_headers.items() if k not in meta.TRACE_KEYS}
+        try:
+            return await self._run_actions(call, session, runtime, channel, auth_headers, credentials, resumed, latest)
+        finally:
+            # Given up (the client cancelled, a round timed out, the proxy stops...) while the
+            # upstream still runs a task for it: that task is cancelled, best effort.
+            cancel = call.cancel_task()
+            if cancel is not None:
+                if latest is not None:
+                    credentials = {k: v for k, v in latest.auth_headers.items() if k not in meta.TRACE_KEYS}
+                self._spawn_cancel(cancel, credentials)
+
+    async def _run_actions(
+        self,
+        call: ForwardedCall,
+        session: LegacySession,
+        runtime: Runtime | None,
+        channel: ReplyChannel,
+        auth_headers: Mapping[str, str],
+        credentials: dict[str, str],
+        resumed: list[Action] | None,
+        latest: Translated | None,
+    ) -> Finish:
         actions = deque(call.start() if resumed is None else resumed)
         while actions:
             action = actions.popleft()
@@ -408,13 +444,15 @@ class TranslatingBackend:
         """Send one upstream request and feed what comes back to the call; relay its notifications
         as they arrive. Returns the actions that follow the reply."""
         headers = {**credentials, **send.headers} if credentials else send.headers
+        sent_id = call.upstream_id
         try:
             with Deadline(self._settings.upstream.request_timeout_s):
                 async with self._upstream.exchange(send.message, headers) as messages:
                     async for incoming in messages:
                         actions = call.upstream_message(incoming)
-                        if not call.awaiting_upstream:
-                            return actions  # the reply: what follows it
+                        # The reply: what follows it (the call may await the next request already).
+                        if not call.awaiting_upstream or call.upstream_id != sent_id:
+                            return actions
                         for action in actions:  # a notification, or a request dropped
                             if isinstance(action, RelayToClient):
                                 await channel.send(action.message)
@@ -428,6 +466,37 @@ class TranslatingBackend:
 
     def _log(self, action: Log) -> None:
         getattr(log, action.level)(action.event, upstream=self._upstream.name, **action.fields)
+
+    def _spawn_cancel(self, send: SendUpstream, credentials: Mapping[str, str]) -> None:
+        if self._cancels.closed:
+            return
+        self._cancels.spawn(self._cancel_upstream_task(send, credentials), name="upstream-task-cancel")
+
+    async def _cancel_upstream_task(self, send: SendUpstream, credentials: Mapping[str, str]) -> None:
+        task = te.short_id(str(jsonrpc.params_of(send.message).get("taskId")))
+        try:
+            with Deadline(_TASK_CANCEL_S):
+                async with self._upstream.exchange(send.message, {**credentials, **send.headers}) as messages:
+                    async for incoming in messages:
+                        if "method" not in incoming:
+                            error = incoming.get("error")
+                            if isinstance(error, dict):
+                                log.warning(
+                                    "upstream_task_cancel_failed", upstream=self._upstream.name, task=task, error=error
+                                )
+                                return
+                            break
+        except (UpstreamError, TimeoutError) as exc:
+            log.warning("upstream_task_cancel_failed", upstream=self._upstream.name, task=task, error=str(exc))
+            return
+        log.info("upstream_task_cancelled", upstream=self._upstream.name, task=task)
+
+    async def settle_cancels(self, timeout_s: float = _TASK_CANCEL_S) -> None:
+        """Shutdown: the tasks/cancel requests under way get a bounded moment, then end."""
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout_s):
+                await self._cancels.drain()
+        await self._cancels.aclose()
 
     # ------------------------------------------------------------ x-mcp-header
 

@@ -1246,3 +1246,18 @@ async def test_a_quiet_get_stream_receives_keepalive_comments(make_proxy: MakePr
         assert await reader.comment()
         response.close()
     assert reader.comments >= 2
+
+
+async def test_a_load_shedding_answer_is_retried_with_its_state_on_a_new_request(
+    peer: LegacyPeer, fake: FakeModern
+) -> None:
+    """input_required with a requestState only (2026-07-28/basic/patterns/mrtr.mdx): the retry is
+    a new upstream request, not a second reply awaited on the first one's stream."""
+    fake.handlers["tools/call"] = scripted(
+        input_required(request_state="shed-1"), complete(content=[{"type": "text", "text": "ok"}])
+    )
+    async with asyncio.timeout(5.0):
+        reply = await peer.request("tools/call", {"name": "busy", "arguments": {}})
+    assert reply.result["content"] == [{"type": "text", "text": "ok"}]
+    _, retry = fake.calls_of("tools/call")
+    assert retry.params["requestState"] == "shed-1" and "inputResponses" not in retry.params

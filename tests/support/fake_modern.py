@@ -37,12 +37,18 @@ from multidict import CIMultiDictProxy
 from proxy.protocol import jsonrpc, meta
 from proxy.protocol.versions import MODERN_VERSIONS
 from tests.support.schema import errors as schema_errors
+from tests.support.schema import ext_tasks_errors
 
 JSONDict = dict[str, Any]
 MODERN = MODERN_VERSIONS[0]
 PATH = "/mcp"
 SERVER_INFO = {"name": "fake-modern", "version": "1.2.3"}
 ACKNOWLEDGED = "notifications/subscriptions/acknowledged"
+_EXT_TASK_REQUESTS = {
+    "tasks/get": "GetTaskRequest",
+    "tasks/update": "UpdateTaskRequest",
+    "tasks/cancel": "CancelTaskRequest",
+}
 
 
 @dataclass
@@ -272,11 +278,18 @@ class FakeModern:
             self._listens_changed.notify_all()
 
     def schema_problems(self) -> list[str]:
-        """Every received request that is not a valid 2026-07-28 ClientRequest."""
+        """Every received request that is not a valid 2026-07-28 ClientRequest (or, for the
+        methods of the io.modelcontextprotocol/tasks extension, a valid request of its schema)."""
         problems: list[str] = []
         for call in self.calls:
             if call.request.method == "POST" and isinstance(call.body, dict) and "id" in call.body:
-                problems += [f"{call.method}: {p}" for p in schema_errors(MODERN, "ClientRequest", call.body)]
+                extension = _EXT_TASK_REQUESTS.get(call.method or "")
+                found = (
+                    ext_tasks_errors(extension, call.body)
+                    if extension is not None
+                    else schema_errors(MODERN, "ClientRequest", call.body)
+                )
+                problems += [f"{call.method}: {p}" for p in found]
         return problems
 
     # ------------------------------------------------------------ serving

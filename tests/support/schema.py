@@ -132,3 +132,22 @@ def server_message_errors(revision: str, message: dict[str, Any], request_method
     elif "method" in message:
         problems += errors(revision, "ServerNotification", message)
     return problems
+
+
+# The io.modelcontextprotocol/tasks extension's own schema (self-contained: its `$defs` carry the
+# core types it uses), vendored from modelcontextprotocol/ext-tasks (tests/schemas/README.md).
+EXT_TASKS_SCHEMA = SCHEMAS / "ext-tasks-e4345978.json"
+
+
+@cache
+def _ext_tasks_validator(definition: str) -> Draft202012Validator:
+    schema = json.loads(EXT_TASKS_SCHEMA.read_text())
+    return Draft202012Validator({"$ref": f"#/$defs/{definition}", "$defs": schema["$defs"]})
+
+
+def ext_tasks_errors(definition: str, value: Any) -> list[str]:
+    """Violations of `value` as `definition` of the tasks extension's schema (empty when valid)."""
+    return [
+        f"{definition} at /{'/'.join(map(str, e.absolute_path))}: {e.message}"
+        for e in _ext_tasks_validator(definition).iter_errors(value)
+    ]

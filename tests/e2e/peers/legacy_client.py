@@ -417,17 +417,32 @@ async def changed_count(count: Callable[[], Awaitable[int]], before: int, wait: 
     return after
 
 
+async def tool_count(session: ClientSession, obs: Observer, tool: str) -> int:
+    """A count the server tells through a tool (the tool's text is the number)."""
+    result = await call(session, obs, tool, {})
+    return int(result.content[0].text)
+
+
+async def running(session: ClientSession, obs: Observer, args: dict[str, Any], before: int | None, wait: float) -> bool:
+    """Whether the call started runs upstream: by the server's `started_tool` count moving past
+    `before` (for a call that reports no progress, e.g. one the server runs as a task)."""
+    if before is None:
+        return False
+    return await changed_count(lambda: tool_count(session, obs, args["started_tool"]), before, wait) != before
+
+
 async def sc_cancel(session, obs, args, wait):
     """Cancel a running call the 2025-era way: notifications/cancelled naming its id (the SDK
     sends none by itself), then stop waiting for it. The server's `check_tool` count, read before
-    and (bounded) after, tells whether the server saw the call cancelled."""
+    and (bounded) after, tells whether the server saw the call cancelled. The call is known to
+    run by its first progress, or by the server's `started_tool` count when it has none."""
     check = args.get("check_tool", "cancelled_count")
 
     async def count() -> int:
-        result = await call(session, obs, check, {})
-        return int(result.content[0].text)
+        return await tool_count(session, obs, check)
 
     before = await count()
+    started_before = await tool_count(session, obs, args["started_tool"]) if args.get("started_tool") else None
     progressed = anyio.Event()
 
     async def on_progress(p: float, total: float | None, message: str | None) -> None:
@@ -444,8 +459,12 @@ async def sc_cancel(session, obs, args, wait):
 
     async with anyio.create_task_group() as group:
         group.start_soon(slow)
-        with anyio.fail_after(wait):
-            await progressed.wait()  # the call runs upstream
+        if started_before is not None:
+            if not await running(session, obs, args, started_before, wait):
+                raise TimeoutError("the call never started upstream")
+        else:
+            with anyio.fail_after(wait):
+                await progressed.wait()  # the call runs upstream
         params = types.CancelledNotificationParams(requestId=request_id[0], reason="the user gave up")
         await session.send_notification(types.ClientNotification(types.CancelledNotification(params=params)))
         scope.cancel()
@@ -530,6 +549,7 @@ async def sc_task_cancel(session, obs, args, wait):
         return int(result.content[0].text)
 
     before = await count()
+    started_before = await tool_count(session, obs, args["started_tool"]) if args.get("started_tool") else None
     created = await create_task(session, obs, args, "slow", {"seconds": 10})
     task_id = created.task.taskId
     out: dict[str, Any] = {"checkBefore": before, "taskId": task_id}
@@ -540,7 +560,10 @@ async def sc_task_cancel(session, obs, args, wait):
     async with anyio.create_task_group() as group:
         group.start_soon(pending)  # the stream the call's progress comes on
         obs.phase = "wait for the task's progress (it runs upstream)"
-        out["progressed"] = await obs.wait_for(lambda: bool(task_progress(obs)), wait)
+        if started_before is not None:
+            out["progressed"] = await running(session, obs, args, started_before, wait)
+        else:
+            out["progressed"] = await obs.wait_for(lambda: bool(task_progress(obs)), wait)
         obs.phase = "tasks/cancel"
         out["cancel"] = await attempt(session.experimental.cancel_task(task_id))
         out["cancelAgain"] = await attempt(session.experimental.cancel_task(task_id))
