@@ -18,20 +18,13 @@ from typing import Any
 
 from . import jsonrpc, meta
 from .legacy_tasks import TaskRecord, TaskRefused, iso_time
+from .task_extension import EXTENSION
 
 JSONDict = dict[str, Any]
-EXTENSION = "io.modelcontextprotocol/tasks"
-TASK_METHODS = frozenset({"tasks/get", "tasks/update", "tasks/cancel"})
 # What a request that needs the extension gets without it: -32021 with the capability it needs
 # (specification/draft/tasks.md, "Error Handling"; HTTP 400, 2026-07-28 schema).
 MISSING_MESSAGE = "Missing required client capability"
 MISSING_DATA: JSONDict = {"requiredCapabilities": {"extensions": {EXTENSION: {}}}}
-
-
-def declares(capabilities: object) -> bool:
-    """The request's client capabilities declare the extension (negotiated per request: servers
-    must not infer it from earlier ones)."""
-    return isinstance(jsonrpc.obj(jsonrpc.obj(capabilities).get("extensions")).get(EXTENSION), dict)
 
 
 def missing_extension() -> TaskRefused:

@@ -31,6 +31,7 @@ from ..protocol import jsonrpc, meta
 from ..protocol import legacy_tasks as lt
 from ..protocol import modern_tasks as mt
 from ..protocol import modern_to_legacy as m2l
+from ..protocol import task_extension as te
 from ..protocol.capabilities import ALL_INPUT_CAPABILITIES
 from ..protocol.detection import names_modern_versions, recognized_modern_error
 from ..protocol.methods import CACHEABLE_METHODS, INPUT_REQUIRED_METHODS
@@ -326,7 +327,7 @@ class ModernToLegacy:
         """Run one validated modern request; returns (reply, HTTP status)."""
         tasks = self.hosted_tasks
         if tasks is not None:
-            if request.method in mt.TASK_METHODS:
+            if request.method in te.METHODS:
                 return await self._task_request(tasks, request, caller.principal), 200
             if await self._becomes_task(request, caller):
                 return await self._create_task(tasks, request, caller), 200
@@ -460,7 +461,7 @@ class ModernToLegacy:
         run as a task: the proxy answers with a task (the extension lets the server decide which
         calls become tasks; the server's own tool list says which take long)."""
         params = jsonrpc.params_of(request.message)
-        if request.method != "tools/call" or "requestState" in params or not mt.declares(request.capabilities):
+        if request.method != "tools/call" or "requestState" in params or not te.declared(request.capabilities):
             return False
         if not self._task_tools_learnt:
             credentials = {k: v for k, v in caller.credentials.items() if k.lower() not in meta.TRACE_KEYS}
@@ -517,7 +518,7 @@ class ModernToLegacy:
     async def _task_request(self, tasks: LegacyTaskHost, request: ModernRequest, principal: str) -> JSONDict:
         message = request.message
         with refusals():
-            if not mt.declares(request.capabilities):
+            if not te.declared(request.capabilities):
                 raise mt.missing_extension()
             if request.method == "tasks/get":
                 record = await tasks.record(principal, message)
@@ -885,7 +886,7 @@ class ListenBridge:
             raise ProxyError(jsonrpc.INVALID_PARAMS, "subscriptions/listen needs a notifications filter", refused=True)
         task_ids: list[str] = []
         if "taskIds" in wanted:
-            if not mt.declares(self._request.capabilities):
+            if not te.declared(self._request.capabilities):
                 raise ProxyError(
                     jsonrpc.MISSING_REQUIRED_CAPABILITY, mt.MISSING_MESSAGE, refused=True, data=mt.MISSING_DATA
                 )

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from proxy.protocol import jsonrpc, meta
-from proxy.protocol.modern_tasks import EXTENSION
+from proxy.protocol.task_extension import EXTENSION
 from tests.integration.test_modern_to_legacy_http import (  # the fixtures of that module's legacy fake too
     ACCEPTED,
     ELICIT_PARAMS,

@@ -48,6 +48,9 @@ SERVER_REQUEST_TYPES = {
 
 
 TASK_EXTENSION = "ext-tasks"
+# The extension's own schema (self-contained: its `$defs` carry the core types it uses), vendored
+# from modelcontextprotocol/ext-tasks (tests/schemas/README.md).
+EXT_TASKS_SCHEMA = SCHEMAS / "ext-tasks-e4345978.json"
 _TASK_RESULT_TYPES = {
     "tasks/get": "GetTaskResult",
     "tasks/update": "UpdateTaskResult",
@@ -73,7 +76,7 @@ def _task_extension_errors(message: dict[str, Any], request_method: str | None) 
 
 
 def schema_path(revision: str) -> Path:
-    path = SCHEMAS / f"schema-{revision}.json"
+    path = EXT_TASKS_SCHEMA if revision == TASK_EXTENSION else SCHEMAS / f"schema-{revision}.json"
     if not path.is_file():
         raise FileNotFoundError(f"no schema for revision {revision} at {path}")
     return path
@@ -134,20 +137,6 @@ def server_message_errors(revision: str, message: dict[str, Any], request_method
     return problems
 
 
-# The io.modelcontextprotocol/tasks extension's own schema (self-contained: its `$defs` carry the
-# core types it uses), vendored from modelcontextprotocol/ext-tasks (tests/schemas/README.md).
-EXT_TASKS_SCHEMA = SCHEMAS / "ext-tasks-e4345978.json"
-
-
-@cache
-def _ext_tasks_validator(definition: str) -> Draft202012Validator:
-    schema = json.loads(EXT_TASKS_SCHEMA.read_text())
-    return Draft202012Validator({"$ref": f"#/$defs/{definition}", "$defs": schema["$defs"]})
-
-
 def ext_tasks_errors(definition: str, value: Any) -> list[str]:
     """Violations of `value` as `definition` of the tasks extension's schema (empty when valid)."""
-    return [
-        f"{definition} at /{'/'.join(map(str, e.absolute_path))}: {e.message}"
-        for e in _ext_tasks_validator(definition).iter_errors(value)
-    ]
+    return errors(TASK_EXTENSION, definition, value)

@@ -13,6 +13,7 @@ import pytest
 from proxy.protocol import jsonrpc, meta
 from proxy.protocol import legacy_tasks as lt
 from proxy.protocol import modern_tasks as mt
+from proxy.protocol import task_extension as te
 from tests.support.schema import errors
 
 NOW = 1_764_633_600.5  # 2025-12-02T00:00:00.5Z
@@ -32,11 +33,10 @@ def finished(reply: dict[str, Any]) -> lt.TaskRecord:
 
 
 def test_the_extension_is_declared_per_request_in_the_client_capabilities() -> None:
-    assert mt.declares({"extensions": {mt.EXTENSION: {}}})
-    assert not mt.declares({})
-    assert not mt.declares({"extensions": {mt.EXTENSION: True}})  # settings are an object
-    assert not mt.declares({"tasks": {"requests": {"tools": {"call": {}}}}})  # 2025-11-25's is not it
-    assert not mt.declares(None)
+    assert te.declared({"extensions": {te.EXTENSION: {}}})
+    assert not te.declared({})
+    assert not te.declared({"tasks": {"requests": {"tools": {"call": {}}}}})  # 2025-11-25's is not it
+    assert not te.declared(None)
 
 
 def test_a_call_without_task_gets_the_default_retention() -> None:
@@ -122,7 +122,7 @@ def test_a_status_notification_is_the_detailed_task_tagged_with_the_subscription
 
 def test_discover_gains_the_extension_beside_what_the_server_declared() -> None:
     result = {"resultType": "complete", "capabilities": {"tools": {}, "extensions": {"x/y": {"a": 1}}}}
-    assert mt.advertise(result)["capabilities"] == {"tools": {}, "extensions": {"x/y": {"a": 1}, mt.EXTENSION: {}}}
+    assert mt.advertise(result)["capabilities"] == {"tools": {}, "extensions": {"x/y": {"a": 1}, te.EXTENSION: {}}}
 
 
 @pytest.mark.parametrize("responses", [None, [], "yes", {"k1": "accept"}, {"k1": None}])
@@ -146,7 +146,7 @@ def test_listened_task_ids_must_be_a_list_of_ids(ids: Any) -> None:
 def test_missing_extension_is_32021_with_the_capability_needed() -> None:
     refused = mt.missing_extension()
     assert refused.code == jsonrpc.MISSING_REQUIRED_CAPABILITY
-    assert refused.data == {"requiredCapabilities": {"extensions": {mt.EXTENSION: {}}}}
+    assert refused.data == {"requiredCapabilities": {"extensions": {te.EXTENSION: {}}}}
 
 
 def test_a_record_of_a_later_version_with_fields_this_one_lacks_is_still_read() -> None:
