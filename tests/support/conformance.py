@@ -1,11 +1,14 @@
 """The official conformance runner (@modelcontextprotocol/conformance, pinned in tests/peers) against
-a URL, and how many of the scenarios it scores passed; used by tests/e2e and tests/replicas."""
+a URL, and how many of the scenarios it scores passed; used by tests/e2e and tests/replicas. Also one
+scenario at a time with its per-check results (the tasks-* scenarios, which it does not score)."""
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 from pathlib import Path
+from typing import Any
 
 from tests.support import peers
 
@@ -16,6 +19,10 @@ REQUIRED_2026_07_28 = 37
 EXPECTED_FAILURES_2026_07_28 = Path(__file__).resolve().parents[1] / "conformance-expected-failures-2026-07-28.yml"
 # The scenarios of that file: the only ones allowed to fail there (35 / 37).
 EXPECTED_FAILED_2026_07_28 = ["input-required-result-basic-elicitation", "input-required-result-capability-check"]
+# The tasks-* scenarios (2026-07-28 wire, io.modelcontextprotocol/tasks): what each check should
+# report through the proxy in front of the legacy task-tools fixture. Used by
+# tests/e2e/test_conformance_tasks.py.
+TASKS_EXPECTATIONS_2026_07_28 = Path(__file__).resolve().parents[1] / "conformance-tasks-2026-07-28.yml"
 
 
 def run_conformance(
@@ -43,3 +50,30 @@ def required_scenarios(requirements: str) -> set[str]:
     ).stdout
     server_part = listing.split("Server scenarios", 1)[1].split("Client scenarios", 1)[0]
     return set(re.findall(r"^\s+- (\S+)", server_part, re.MULTILINE))
+
+
+def run_scenario(url: str, scenario: str, out: Path, timeout_s: float = 120.0) -> tuple[int, list[dict[str, Any]], str]:
+    """One server scenario: the runner's exit status, its per-check results (the checks.json it
+    writes under `out`) and its per-check lines as printed, colours removed."""
+    argv = [str(peers.conformance_bin()), "server", "--url", url, "--scenario", scenario, "-o", str(out)]
+    argv += ["--timeout", str(int(timeout_s * 1000))]
+    done = subprocess.run(
+        argv, capture_output=True, text=True, timeout=timeout_s + 60, env={**peers.node_env()}, check=False
+    )
+    printed = re.sub(r"\x1b\[[0-9;]*m", "", done.stdout)
+    lines = printed[printed.find("Checks:") : printed.find("Test Results:")].strip()
+    reports = sorted(out.glob("*/checks.json"))
+    if len(reports) != 1:
+        raise AssertionError(f"{scenario}: expected one checks.json under {out}, found {reports}:\n{printed[-3000:]}")
+    checks: list[dict[str, Any]] = json.loads(reports[0].read_text())
+    return done.returncode, checks, lines
+
+
+def scenarios_named(prefix: str) -> list[str]:
+    """Every server scenario of the runner whose name starts with `prefix`, pending ones included."""
+    argv = [str(peers.conformance_bin()), "list", "--server"]
+    listing = subprocess.run(
+        argv, capture_output=True, text=True, timeout=60, env={**peers.node_env()}, check=True
+    ).stdout
+    server_part = listing.split("Server scenarios", 1)[1].split("Client scenarios", 1)[0]
+    return sorted(set(re.findall(rf"^\s+- ({re.escape(prefix)}\S*)", server_part, re.MULTILINE)))

@@ -1,12 +1,17 @@
 """The real upstream peers, started once per test session and shared by tests/e2e and tests/replicas
 (registered in tests/conftest.py): the conformance fixture in modern-only and legacy-only mode, the
-mcp==2.3.0 modern-only server and the mcp==1.30.0 legacy server. Each listens on 127.0.0.1 only and
-is stopped at the end of the session."""
+mcp==2.3.0 modern-only server, the mcp==1.30.0 legacy server and the 2025-11-25 task-tools fixture
+(tests/peers/fixtures/legacy-tasks-fixture.mjs). Each listens on 127.0.0.1 only and is stopped at
+the end of the session."""
 
 from __future__ import annotations
 
+import json
+import urllib.request
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -51,3 +56,26 @@ def legacy_server(logs_dir: Path) -> Iterator[str]:
     argv = [str(peers.mcp1_python()), str(peers.PEER_SCRIPTS / "legacy_server.py"), "--port", str(port)]
     with listening(argv, port, logs_dir / "legacy-server.log"):
         yield f"http://127.0.0.1:{port}/mcp"
+
+
+@contextmanager
+def legacy_tasks_server(log: Path, **env: str) -> Iterator[str]:
+    """The 2025-11-25 task-tools fixture (SDK v1) until the block ends: its URL. `env` reaches it
+    as environment, e.g. FAILING_JOB_TASK_SUPPORT="optional"."""
+    port = free_port()
+    with listening(["bash", str(peers.peer_sh()), "legacy-tasks", str(port)], port, log, env=env):
+        yield f"http://127.0.0.1:{port}/mcp"
+
+
+@pytest.fixture(scope="session")
+def legacy_tasks(logs_dir: Path) -> Iterator[str]:
+    """The 2025-11-25 task-tools fixture: the tools the runner's tasks-* scenarios call, as legacy tasks."""
+    with legacy_tasks_server(logs_dir / "legacy-tasks.log") as url:
+        yield url
+
+
+def legacy_tasks_counts(url: str) -> dict[str, Any]:
+    """The task-tools fixture's counters (tasks created, cancelled by tasks/cancel, calls cancelled)."""
+    with urllib.request.urlopen(url.removesuffix("/mcp") + "/counts", timeout=5) as response:
+        counts: dict[str, Any] = json.load(response)
+    return counts

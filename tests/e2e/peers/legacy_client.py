@@ -505,7 +505,7 @@ def task_progress(obs: Observer) -> list[dict[str, Any]]:
 async def sc_task(session, obs, args, wait):
     """A task: created, polled with poll_task (up to the end, or to input_required, which the
     SDK does not stop at), then its result with the blocking get_task_result (where input
-    requests arrive, answered by the session's callbacks)."""
+    requests arrive, answered by the session's callbacks; a JSON-RPC error is `resultError`)."""
     created = await create_task(session, obs, args, "echo", {"text": "as a task"})
     task_id = created.task.taskId
     statuses = []
@@ -515,7 +515,11 @@ async def sc_task(session, obs, args, wait):
         if status.status == "input_required":
             break
     obs.phase = "tasks/result"
-    result = await session.experimental.get_task_result(task_id, types.CallToolResult)
+    result, result_error = None, None
+    try:
+        result = await session.experimental.get_task_result(task_id, types.CallToolResult)
+    except McpError as exc:  # a task that ended in a JSON-RPC error: tasks/result answers that error
+        result_error = {"code": exc.error.code, "message": exc.error.message}
     obs.phase = "tasks/get (after)"
     after = await session.experimental.get_task(task_id)
 
@@ -533,6 +537,7 @@ async def sc_task(session, obs, args, wait):
         "created": dump(created),
         "statuses": statuses,
         "result": dump(result),
+        **({"resultError": result_error} if result_error else {}),
         "after": dump(after),
         "progress": task_progress(obs),
         "elicitations": [c["params"] for c in obs.callbacks if c["type"] == "elicitation"],
