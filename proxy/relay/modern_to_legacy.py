@@ -754,60 +754,60 @@ def _reader_failed(upstream: str) -> UpstreamFailure:
 
 
 class _TaskCall:
-    """The exchange of a call the server runs only as a task: the call made task-augmented, then
-    its `tasks/result` read as the call's reply (its input requests arrive on that stream, as the
-    2025-11-25 SDKs deliver them). A server that answers the call at once gives the reply itself."""
+    """The exchange of a call the server runs as a task: the call made task-augmented, then its
+    `tasks/result` read as the call's reply (its input requests arrive on that stream, as the
+    2025-11-25 SDKs deliver them). What the server sends before the task exists (a question it asks
+    first) is the call's like any other message; a server that answers the call at once gives the
+    reply itself."""
 
-    __slots__ = ("_call", "_outgoing", "_result")
+    __slots__ = ("_call", "_outgoing", "_streams")
 
     def __init__(self, call: LegacyCall, outgoing: JSONDict) -> None:
         self._call = call
         self._outgoing = outgoing
-        self._result: AbstractAsyncContextManager[Reply] | None = None
+        self._streams = contextlib.AsyncExitStack()
 
     async def __aenter__(self) -> Reply:
-        session, call_id = self._call.session, self._outgoing["id"]
-        first: list[JSONDict] = []
-        async with session.request(m2l.task_augmented(self._outgoing), self._call.trace) as reply:
-            status, headers = reply.status, reply.headers
-            async for message in reply:
-                first.append(message)
-                if "method" not in message:
-                    break
-        created = first[-1] if first and "method" not in first[-1] else None
-        task_id = m2l.created_task_id(created) if created is not None else None
-        if task_id is None:
-            return _Relayed(status, headers, first, None, call_id)
-        self._call.upstream_task_id = task_id
-        self._result = session.request(m2l.task_result_request(session.next_id(), task_id), self._call.trace)
-        result = await self._result.__aenter__()
-        return _Relayed(result.status, result.headers, first[:-1], result, call_id)
+        request = self._call.session.request(m2l.task_augmented(self._outgoing), self._call.trace)
+        return _TaskReply(self, await self._streams.enter_async_context(request))
 
     async def __aexit__(self, *exc_info: Any) -> bool | None:
-        result, self._result = self._result, None
-        return await result.__aexit__(*exc_info) if result is not None else None
+        return await self._streams.__aexit__(*exc_info)
+
+    async def messages(self, created: Reply) -> AsyncGenerator[JSONDict, None]:
+        call, call_id = self._call, self._outgoing["id"]
+        task_id: str | None = None
+        async for message in created:
+            if "method" in message:
+                yield message  # the server's question before it made the task, or a notification
+                continue
+            task_id = m2l.created_task_id(message)
+            if task_id is None:
+                yield m2l.as_call_reply(message, call_id)
+                return
+            break
+        if task_id is None:
+            return  # the stream ended without an answer: the call's end, as for any stream
+        call.upstream_task_id = task_id
+        waited = call.session.request(m2l.task_result_request(call.session.next_id(), task_id), call.trace)
+        result = await self._streams.enter_async_context(waited)
+        async for message in result:
+            yield message if "method" in message else m2l.as_call_reply(message, call_id)
 
 
-class _Relayed:
-    """A reply made of messages already read, then those of `rest`, the final one under `call_id`."""
+class _TaskReply:
+    """The reply of a _TaskCall: the call's stream up to the task, then its tasks/result stream."""
 
-    __slots__ = ("_before", "_call_id", "_rest", "headers", "status")
+    __slots__ = ("_created", "_exchange", "headers", "status")
 
-    def __init__(
-        self, status: int, headers: Any, before: list[JSONDict], rest: Reply | None, call_id: jsonrpc.RequestId
-    ) -> None:
-        self.status = status
-        self.headers = headers
-        self._before = before
-        self._rest = rest
-        self._call_id = call_id
+    def __init__(self, exchange: _TaskCall, created: Reply) -> None:
+        self._exchange = exchange
+        self._created = created
+        self.status = created.status
+        self.headers = created.headers
 
-    async def __aiter__(self) -> AsyncGenerator[JSONDict, None]:
-        for message in self._before:
-            yield message if "method" in message else m2l.as_call_reply(message, self._call_id)
-        if self._rest is not None:
-            async for message in self._rest:
-                yield message if "method" in message else m2l.as_call_reply(message, self._call_id)
+    def __aiter__(self) -> AsyncGenerator[JSONDict, None]:
+        return self._exchange.messages(self._created)
 
 
 class _Held:

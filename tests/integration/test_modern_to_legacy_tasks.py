@@ -139,3 +139,28 @@ async def test_a_client_that_never_listed_the_tools_gets_the_task_only_tool_call
     assert first.result["content"] == again.result["content"] == tool_result("done")["content"]
     assert len(fake.calls_of("tools/list")) == 1  # the proxy walked the list once, before the first call
     assert [c.params.get("task") for c in fake.calls_of("tools/call")] == [{}, {}]
+
+
+async def test_a_question_the_server_asks_before_it_makes_the_task_is_an_input_round_too(
+    proxy: Proxy, fake: FakeLegacy
+) -> None:
+    async def result(call: Call) -> Outcome:
+        return tool_result("researched")
+
+    task_server(fake, result)
+    asked: list[JSONDict] = []
+
+    async def tools_call(call: Call) -> Outcome:
+        asked.append(await call.ask("elicitation/create", ELICIT_PARAMS))  # on the call's own stream
+        return {"task": TASK}
+
+    fake.handlers["tools/call"] = tools_call
+    client = proxy.modern("Bearer alice")
+    async with asyncio.timeout(WAIT):
+        await client.request("tools/list")
+        first = input_required(await client.request("tools/call", RESEARCH))
+        [key] = first["inputRequests"]
+        second = await client.request("tools/call", retry(RESEARCH, first["requestState"], {key: ACCEPTED}))
+    assert [a["result"] for a in asked] == [ACCEPTED]
+    assert second.result["content"] == tool_result("researched")["content"]
+    assert len(fake.calls_of("tasks/result")) == 1
