@@ -3,7 +3,7 @@ through the proxy in front of a 2025-11-25-only server whose tools run as legacy
 (tests/peers/fixtures/legacy-tasks-fixture.mjs, checked on its own in test_legacy_tasks_fixture.py).
 Each scenario runs on its own; every check it reports is compared with the table in
 tests/conformance-tasks-2026-07-28.yml (the runner does not score these scenarios, so the table is the
-verdict). Scenarios the table marks `pending` report their mismatches as an expected failure."""
+verdict)."""
 
 from __future__ import annotations
 
@@ -78,8 +78,4 @@ def test_tasks_scenario_through_the_proxy_in_front_of_a_legacy_task_server(
     assert checks, printed
     entry = TABLE[scenario]
     found = mismatches(entry, checks)
-    if entry.get("pending"):
-        if found:
-            pytest.xfail(f"pending (tasks facade not merged), {len(found)} mismatches:\n" + "\n".join(found))
-        pytest.fail(f"{scenario} matches the table: drop its `pending` flag\n{printed}")
     assert found == [], "\n".join(found) + "\n\n" + printed
