@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from tests.e2e.conftest import ProxyFactory
-from tests.e2e.test_tasks_e2e import run_tagged
+from tests.e2e.test_tasks_e2e import run_tagged, run_ts
 from tests.support import peers
 from tests.support.procs import free_port, listening
 from tests.support.schema import ext_tasks_errors
@@ -219,3 +219,24 @@ def test_cancelling_a_hosted_task_cancels_the_upstream_task(proxy_url: str) -> N
     assert observed["progressed"] is True
     assert observed["cancel"]["ok"]["status"] == "cancelled"
     assert observed["checkAfter"] == observed["checkBefore"] + 1
+
+
+# The TypeScript SDK v1's 2025-11-25 task client (`callToolStream`, which decides by the tool list
+# whether to make a task: the proxy lists every tool as one that may run as a task).
+
+
+def test_the_typescript_clients_task_streams_to_the_upstream_tasks_result(proxy_url: str, task_server: str) -> None:
+    before = counts(task_server)["created"]
+    observed = run_ts(proxy_url, "stream", tool="slow_task", arguments={"seconds": 0.3}, ttl=60_000)
+    kinds = [event["type"] for event in observed["events"]]
+    assert kinds[0] == "taskCreated" and kinds[-1] == "result", observed["events"]
+    assert text_of(observed["events"][-1]["result"]) == "slow done after 0.3s"
+    assert counts(task_server)["created"] == before + 1  # the proxy's task followed the upstream's
+    ended = [n for n in observed["statusNotifications"] if n["status"] == "completed"]
+    assert ended and ended[-1]["taskId"] == observed["events"][0]["task"]["taskId"]
+
+
+def test_the_typescript_client_answers_the_upstream_tasks_question_during_its_task(proxy_url: str) -> None:
+    observed = run_ts(proxy_url, "stream", tool="ask_task", arguments={}, ttl=60_000)
+    assert [e["message"] for e in observed["elicitations"]] == ["What is your name?"]
+    assert text_of(observed["events"][-1]["result"]) == "hello Ada (accept)"  # the driver's answer
