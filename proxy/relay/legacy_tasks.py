@@ -88,6 +88,10 @@ class TaskChannel:
         """The client answered every input request of a round: the task works again."""
         await self._host.update(self._live, lt.answered(self._live.record, self._host.now()))
 
+    def time_left(self) -> float:
+        """Seconds the task is kept yet (its call may take as long)."""
+        return max(self._live.record.expires_at - self._host.now(), 0.001)
+
     async def ask(self, requests: JSONDict) -> JSONDict:
         """A 2026-07-28 client's input round: the requests shown in tasks/get until tasks/update
         answered every one; returns the answers."""

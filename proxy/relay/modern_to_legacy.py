@@ -99,6 +99,8 @@ class LegacyCall:
         self.wakeup = asyncio.Event()
         self.tasks = TaskScope("legacy call")
         self.as_task = False  # a tool the server runs only as a task: made as one (_TaskCall)
+        # How long the client waits for a round of it: a request's bound, or a hosted task's retention.
+        self.timeout_s = relay.request_timeout_s
         self.upstream_task_id: str | None = None  # that task, once the server created it
         self.finished = False
         self._timer: asyncio.TimerHandle | None = None
@@ -257,6 +259,7 @@ class ModernToLegacy:
         tasks: LegacyTaskHost | None = None,
     ) -> None:
         self._settings = settings
+        self.request_timeout_s = settings.upstream.request_timeout_s
         # Tasks hosted for clients that declare the tasks extension (None: tasks are off).
         self.hosted_tasks = tasks
         self.name = settings.upstream.name
@@ -334,10 +337,11 @@ class ModernToLegacy:
         return await self._serve(request, channel, caller)
 
     async def _serve(
-        self, request: ModernRequest, channel: ReplyChannel, caller: Caller, *, as_task: bool = False
+        self, request: ModernRequest, channel: ReplyChannel, caller: Caller, *, hosted_for_s: float | None = None
     ) -> tuple[JSONDict, int]:
-        """`as_task`: the call runs as a task the proxy hosts, so a tool the server may run as a
-        task does (its own task then backs the proxy's)."""
+        """`hosted_for_s`: the call runs in a task the proxy hosts, kept that long yet: a tool the
+        server may run as a task does (its own task then backs the proxy's), and the call may take
+        that long rather than one request's bound."""
         principal, auth_headers = caller.principal, caller.credentials
         params = jsonrpc.params_of(request.message)
         if "requestState" in params:
@@ -345,7 +349,7 @@ class ModernToLegacy:
         else:
             key = self._cache.key_for(request.method, params, request.version, request.capabilities)
             if key is None:
-                outcome = await self._handle(request, channel, principal, auth_headers, as_task=as_task)
+                outcome = await self._handle(request, channel, principal, auth_headers, hosted_for_s=hosted_for_s)
             else:
                 outcome = await self._cache.fetch(
                     key, principal, lambda: self._handle(request, channel, principal, auth_headers)
@@ -359,7 +363,7 @@ class ModernToLegacy:
         principal: str,
         auth_headers: dict[str, str],
         *,
-        as_task: bool = False,
+        hosted_for_s: float | None = None,
     ) -> Outcome:
         """A new request (not a retry carrying requestState) on a pooled legacy session."""
         request_id = request.message["id"]
@@ -419,7 +423,9 @@ class ModernToLegacy:
             if not self._task_tools_learnt:
                 await self._learn_task_tools(session)
             name = jsonrpc.params_of(request.message).get("name")
-            call.as_task = name in self._task_tools or (as_task and name in self._task_capable)
+            call.as_task = name in self._task_tools or (hosted_for_s is not None and name in self._task_capable)
+        if hosted_for_s is not None:
+            call.timeout_s = hosted_for_s
         call.bind(session)
         self._calls.add(call)
         outgoing = meta.carry_trace(m2l.to_upstream(request.message, upstream_id, upstream_token), call.trace)
@@ -488,7 +494,7 @@ class ModernToLegacy:
         async def run(channel: TaskChannel) -> JSONDict:
             current = first
             while True:
-                reply, _status = await self._serve(current, _NO_STREAM, caller, as_task=True)
+                reply, _status = await self._serve(current, _NO_STREAM, caller, hosted_for_s=channel.time_left())
                 result = reply.get("result")
                 if not (isinstance(result, dict) and result.get("resultType") == "input_required"):
                     return reply
@@ -543,7 +549,7 @@ class ModernToLegacy:
         held: _Held | None = None
         handed_over = False
         try:
-            with Deadline(self._settings.upstream.request_timeout_s):
+            with Deadline(call.timeout_s):
                 try:
                     held = await call.open(outgoing)
                     messages = aiter(held.reply)
@@ -579,7 +585,7 @@ class ModernToLegacy:
     async def _attend(self, call: LegacyCall, channel: ReplyChannel) -> Outcome:
         """Serve the attached request of a call with its own reader until it has its answer."""
         try:
-            with Deadline(self._settings.upstream.request_timeout_s):
+            with Deadline(call.timeout_s):
                 while True:
                     outcome = await self._drain(call, channel)
                     if outcome is not None:

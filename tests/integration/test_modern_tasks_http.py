@@ -390,3 +390,20 @@ async def test_a_partial_answer_leaves_the_other_request_outstanding_until_it_is
         done = await until(client, handle["taskId"], ended)
     assert partly["status"] == "input_required" and list(partly["inputRequests"]) == [keys["roots/list"]]
     assert done["status"] == "completed" and done["result"]["content"] == tool_result("accept with 0 roots")["content"]
+
+
+async def test_a_hosted_call_may_take_as_long_as_its_task_is_kept_not_one_requests_bound(
+    make_proxy: Any, fake: FakeLegacy
+) -> None:
+    async def result(call: Call) -> Outcome:
+        await asyncio.sleep(0.6)  # the upstream's work: longer than upstream.request_timeout_s
+        return tool_result("slow but done")
+
+    task_server(fake, result)
+    proxy = await make_proxy(**{"upstream.request_timeout_s": 0.2})
+    client = declaring(proxy)
+    async with asyncio.timeout(WAIT):
+        done = await until(client, (await created(client))["taskId"], ended)
+        plain = await proxy.modern("Bearer alice", capabilities={}).request("tools/call", RESEARCH)
+    assert done["status"] == "completed" and done["result"]["content"] == tool_result("slow but done")["content"]
+    assert plain.error["code"] == jsonrpc.UPSTREAM_TIMEOUT  # the same call, not hosted, has the request's bound
