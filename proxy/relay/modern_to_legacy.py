@@ -144,6 +144,21 @@ class LegacyCall:
 
     # ------------------------------------------------------------ the upstream side
 
+    def takes(self, request: JSONDict) -> bool:
+        """A server request that came outside any call's stream (the GET stream, stdio) is this
+        call's, the one holding the session, unless the server runs the call as a task: then only
+        one tagged with that task is (2025-11-25 tasks.mdx: a task's requests MUST carry the
+        related-task `_meta`). Servers ask of their own accord too (server-everything lists the
+        roots of each new session), and such a request must not end the task's call."""
+        if not self.as_task:
+            return True
+        related = (meta.meta_of(request.get("params")) or {}).get(meta.RELATED_TASK)
+        task_id = related.get("taskId") if isinstance(related, dict) else None
+        if not isinstance(task_id, str):
+            return False
+        # Before the reply that creates the task is read, a tagged request can only be its.
+        return self.upstream_task_id is None or task_id == self.upstream_task_id
+
     def bind(self, session: LegacyUpstreamSession) -> None:
         self.session = session
         session.active.add(self)
@@ -285,7 +300,7 @@ class ModernToLegacy:
 
     def on_server_request(self, session: LegacyUpstreamSession, request: JSONDict) -> None:
         call = session.exclusive
-        if isinstance(call, LegacyCall) and not call.finished:
+        if isinstance(call, LegacyCall) and not call.finished and call.takes(request):
             call.feed(call.machine.upstream_message(request))
             return
         if request.get("method") == "ping":

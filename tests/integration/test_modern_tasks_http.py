@@ -175,6 +175,31 @@ async def test_input_the_task_needs_is_in_tasks_get_and_tasks_update_answers_it(
     assert len(fake.calls_of("tools/call")) == 1  # answered in the same upstream call, not a new one
 
 
+async def test_on_the_get_stream_only_a_request_tagged_with_the_task_is_the_tasks(
+    proxy: Proxy, fake: FakeLegacy
+) -> None:
+    # server-everything lists the roots of each new session on its GET stream while the task runs;
+    # a client that cannot give roots must not see its task fail for it.
+    async def result(call: Call) -> Outcome:
+        assert call.session is not None
+        await call.session.stream()
+        untagged = await call.session.request("roots/list").answer()
+        tagged = await call.session.request("elicitation/create", {**ELICIT_PARAMS, "_meta": dict(RELATED)}).answer()
+        return tool_result(f"roots: {untagged['error']['code']}, confirm: {tagged['result']['content']['confirm']}")
+
+    task_server(fake, result)
+    client = declaring(proxy, capabilities={"elicitation": {}, **TASKS})  # no roots
+    async with asyncio.timeout(WAIT):
+        handle = await created(client)
+        asking = await until(client, handle["taskId"], lambda t: t["status"] != "working")
+        [key] = asking["inputRequests"]
+        await client.request("tasks/update", {"taskId": handle["taskId"], "inputResponses": {key: ACCEPTED}})
+        done = await until(client, handle["taskId"], ended)
+    assert asking["inputRequests"][key]["method"] == "elicitation/create"
+    assert done["status"] == "completed", done
+    assert done["result"]["content"] == tool_result(f"roots: {jsonrpc.INTERNAL_ERROR}, confirm: True")["content"]
+
+
 async def test_answers_to_keys_not_asked_are_ignored_and_the_task_waits_for_its_own(
     proxy: Proxy, fake: FakeLegacy
 ) -> None:
