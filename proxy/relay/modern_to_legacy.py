@@ -99,6 +99,7 @@ class LegacyCall:
         self.tasks = TaskScope("legacy call")
         self.as_task = False  # a tool the server runs only as a task: made as one (_TaskCall)
         self.upstream_task_id: str | None = None  # that task, once the server created it
+        self.task_known = asyncio.Event()  # the server's answer to the task-augmented call was read
         self.finished = False
         self._timer: asyncio.TimerHandle | None = None
         self._reader: asyncio.Task[None] | None = None
@@ -223,6 +224,12 @@ class LegacyCall:
         before the session serves anyone else (some servers mishandle a cancellation for a request
         whose stream already closed); then free the session."""
         try:
+            if self.as_task:
+                # Given up while the server may still be creating its task: the answer names the
+                # task to cancel (a notifications/cancelled would leave it running).
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(_ABANDON_TIMEOUT_S):
+                        await self.task_known.wait()
             with contextlib.suppress(UpstreamError, ProxyError, TimeoutError):
                 async with asyncio.timeout(_ABANDON_TIMEOUT_S):
                     for response in responses:
@@ -781,21 +788,39 @@ class _TaskCall:
 
     async def __aenter__(self) -> Reply:
         session, call_id = self._call.session, self._outgoing["id"]
-        first: list[JSONDict] = []
-        async with session.request(m2l.task_augmented(self._outgoing), self._call.trace) as reply:
-            status, headers = reply.status, reply.headers
-            async for message in reply:
-                first.append(message)
-                if "method" not in message:
-                    break
-        created = first[-1] if first and "method" not in first[-1] else None
-        task_id = m2l.created_task_id(created) if created is not None else None
+        # Read to its end even if the call is given up meanwhile, so the task it makes is known and
+        # can be cancelled (LegacyCall._abandon waits for it).
+        creating = self._call.tasks.spawn(self._create(), name="legacy-task-create")
+        created = await asyncio.shield(creating)
+        if isinstance(created, Exception):
+            raise created
+        status, headers, first = created
+        task_id = self._call.upstream_task_id
         if task_id is None:
             return _Relayed(status, headers, first, None, call_id)
-        self._call.upstream_task_id = task_id
         self._result = session.request(m2l.task_result_request(session.next_id(), task_id), self._call.trace)
         result = await self._result.__aenter__()
         return _Relayed(result.status, result.headers, first[:-1], result, call_id)
+
+    async def _create(self) -> tuple[int, Any, list[JSONDict]] | Exception:
+        """The task-augmented call: its HTTP status, headers and messages up to its answer (or
+        what it failed with, for the caller to raise: nobody may be waiting any more)."""
+        call = self._call
+        first: list[JSONDict] = []
+        try:
+            async with call.session.request(m2l.task_augmented(self._outgoing), call.trace) as reply:
+                status, headers = reply.status, reply.headers
+                async for message in reply:
+                    first.append(message)
+                    if "method" not in message:
+                        break
+            created = first[-1] if first and "method" not in first[-1] else None
+            call.upstream_task_id = m2l.created_task_id(created) if created is not None else None
+            return status, headers, first
+        except Exception as exc:
+            return exc
+        finally:
+            call.task_known.set()
 
     async def __aexit__(self, *exc_info: Any) -> bool | None:
         result, self._result = self._result, None

@@ -241,6 +241,38 @@ async def test_a_cancelled_task_is_cancelled_upstream_and_cancelling_again_is_ac
     assert upstream.params == {"taskId": TASK["taskId"]}
 
 
+async def test_a_task_cancelled_while_the_server_still_creates_its_own_is_cancelled_upstream(
+    proxy: Proxy, fake: FakeLegacy
+) -> None:
+    # The handle comes at once, before the server answered the call with its task: a cancel then
+    # is for the task that answer names (notifications/cancelled does not cancel a task).
+    release = asyncio.Event()
+
+    async def never(call: Call) -> Outcome:
+        await asyncio.Event().wait()
+        return None
+
+    async def creating(call: Call) -> Outcome:
+        await release.wait()
+        return {"task": TASK}
+
+    task_server(fake, never)
+    fake.handlers["tools/call"] = creating
+    fake.handlers["tasks/cancel"] = lambda call: asyncio.sleep(0, {**TASK, "status": "cancelled"})
+    client = declaring(proxy)
+    async with asyncio.timeout(WAIT):
+        handle = await created(client)
+        await fake.next_call("tools/call")
+        acked = await client.request("tasks/cancel", {"taskId": handle["taskId"]})
+        release.set()
+        upstream = await fake.next_call("tasks/cancel")
+        task = (await get(client, handle["taskId"])).result
+    assert acked.result == {"resultType": "complete"}
+    assert upstream.params == {"taskId": TASK["taskId"]}
+    assert task["status"] == "cancelled"
+    assert fake.calls_of("notifications/cancelled") == []
+
+
 async def test_an_error_ends_the_task_failed_with_it_and_a_tool_error_ends_it_completed(
     proxy: Proxy, fake: FakeLegacy
 ) -> None:
