@@ -102,6 +102,7 @@ class LegacyCall:
         # How long the client waits for a round of it: a request's bound, or a hosted task's retention.
         self.timeout_s = relay.request_timeout_s
         self.upstream_task_id: str | None = None  # that task, once the server created it
+        self.task_known = asyncio.Event()  # the server's answer to the task-augmented call was read
         self.finished = False
         self._timer: asyncio.TimerHandle | None = None
         self._reader: asyncio.Task[None] | None = None
@@ -146,6 +147,21 @@ class LegacyCall:
             self._timer = None
 
     # ------------------------------------------------------------ the upstream side
+
+    def takes(self, request: JSONDict) -> bool:
+        """A server request that came outside any call's stream (the GET stream, stdio) is this
+        call's, the one holding the session, unless the server runs the call as a task: then only
+        one tagged with that task is (2025-11-25 tasks.mdx: a task's requests MUST carry the
+        related-task `_meta`). Servers ask of their own accord too (server-everything lists the
+        roots of each new session), and such a request must not end the task's call."""
+        if not self.as_task:
+            return True
+        related = (meta.meta_of(request.get("params")) or {}).get(meta.RELATED_TASK)
+        task_id = related.get("taskId") if isinstance(related, dict) else None
+        if not isinstance(task_id, str):
+            return False
+        # Before the reply that creates the task is read, a tagged request can only be its.
+        return self.upstream_task_id is None or task_id == self.upstream_task_id
 
     def bind(self, session: LegacyUpstreamSession) -> None:
         self.session = session
@@ -211,6 +227,12 @@ class LegacyCall:
         before the session serves anyone else (some servers mishandle a cancellation for a request
         whose stream already closed); then free the session."""
         try:
+            if self.as_task:
+                # Given up while the server may still be creating its task: the answer names the
+                # task to cancel (a notifications/cancelled would leave it running).
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(_ABANDON_TIMEOUT_S):
+                        await self.task_known.wait()
             with contextlib.suppress(UpstreamError, ProxyError, TimeoutError):
                 async with asyncio.timeout(_ABANDON_TIMEOUT_S):
                     for response in responses:
@@ -289,7 +311,7 @@ class ModernToLegacy:
 
     def on_server_request(self, session: LegacyUpstreamSession, request: JSONDict) -> None:
         call = session.exclusive
-        if isinstance(call, LegacyCall) and not call.finished:
+        if isinstance(call, LegacyCall) and not call.finished and call.takes(request):
             call.feed(call.machine.upstream_message(request))
             return
         if request.get("method") == "ping":
@@ -764,26 +786,56 @@ class _TaskCall:
     `tasks/result` read as the call's reply (its input requests arrive on that stream, as the
     2025-11-25 SDKs deliver them). What the server sends before the task exists (a question it asks
     first) is the call's like any other message; a server that answers the call at once gives the
-    reply itself."""
+    reply itself.
 
-    __slots__ = ("_call", "_outgoing", "_streams")
+    The task-augmented call is read by a task of the call's own, to its answer even if the call is
+    given up meanwhile: the task it makes is then known, and cancelled (LegacyCall._abandon waits
+    for it; a notifications/cancelled would leave the task running)."""
+
+    __slots__ = ("_call", "_head", "_incoming", "_outgoing", "_streams")
 
     def __init__(self, call: LegacyCall, outgoing: JSONDict) -> None:
         self._call = call
         self._outgoing = outgoing
         self._streams = contextlib.AsyncExitStack()
+        self._head: asyncio.Future[tuple[int, Any]] = asyncio.get_running_loop().create_future()
+        # The call's messages up to its answer; None once it ended, an exception if it failed.
+        self._incoming: asyncio.Queue[JSONDict | BaseException | None] = asyncio.Queue()
 
     async def __aenter__(self) -> Reply:
-        request = self._call.session.request(m2l.task_augmented(self._outgoing), self._call.trace)
-        return _TaskReply(self, await self._streams.enter_async_context(request))
+        self._call.tasks.spawn(self._create(), name="legacy-task-create")
+        status, headers = await self._head
+        return _TaskReply(self, status, headers)
 
     async def __aexit__(self, *exc_info: Any) -> bool | None:
         return await self._streams.__aexit__(*exc_info)
 
-    async def messages(self, created: Reply) -> AsyncGenerator[JSONDict, None]:
+    async def _create(self) -> None:
+        call = self._call
+        try:
+            async with call.session.request(m2l.task_augmented(self._outgoing), call.trace) as reply:
+                self._head.set_result((reply.status, reply.headers))
+                async for message in reply:
+                    if "method" not in message:
+                        call.upstream_task_id = m2l.created_task_id(message)
+                        self._incoming.put_nowait(message)
+                        break
+                    self._incoming.put_nowait(message)
+        except Exception as exc:  # for the reader to raise; nobody may be reading any more
+            if not self._head.done():
+                self._head.set_exception(exc)
+            self._incoming.put_nowait(exc)
+        finally:
+            if not self._head.done():  # cancelled before the server answered at all
+                self._head.cancel()
+            self._incoming.put_nowait(None)
+            call.task_known.set()
+
+    async def messages(self) -> AsyncGenerator[JSONDict, None]:
         call, call_id = self._call, self._outgoing["id"]
-        task_id: str | None = None
-        async for message in created:
+        while (message := await self._incoming.get()) is not None:
+            if isinstance(message, BaseException):
+                raise message
             if "method" in message:
                 yield message  # the server's question before it made the task, or a notification
                 continue
@@ -791,29 +843,25 @@ class _TaskCall:
             if task_id is None:
                 yield m2l.as_call_reply(message, call_id)
                 return
-            break
-        if task_id is None:
-            return  # the stream ended without an answer: the call's end, as for any stream
-        call.upstream_task_id = task_id
-        waited = call.session.request(m2l.task_result_request(call.session.next_id(), task_id), call.trace)
-        result = await self._streams.enter_async_context(waited)
-        async for message in result:
-            yield message if "method" in message else m2l.as_call_reply(message, call_id)
+            waited = call.session.request(m2l.task_result_request(call.session.next_id(), task_id), call.trace)
+            result = await self._streams.enter_async_context(waited)
+            async for message in result:
+                yield message if "method" in message else m2l.as_call_reply(message, call_id)
+            return
 
 
 class _TaskReply:
     """The reply of a _TaskCall: the call's stream up to the task, then its tasks/result stream."""
 
-    __slots__ = ("_created", "_exchange", "headers", "status")
+    __slots__ = ("_exchange", "headers", "status")
 
-    def __init__(self, exchange: _TaskCall, created: Reply) -> None:
+    def __init__(self, exchange: _TaskCall, status: int, headers: Any) -> None:
         self._exchange = exchange
-        self._created = created
-        self.status = created.status
-        self.headers = created.headers
+        self.status = status
+        self.headers = headers
 
     def __aiter__(self) -> AsyncGenerator[JSONDict, None]:
-        return self._exchange.messages(self._created)
+        return self._exchange.messages()
 
 
 class _Held:

@@ -175,6 +175,31 @@ async def test_input_the_task_needs_is_in_tasks_get_and_tasks_update_answers_it(
     assert len(fake.calls_of("tools/call")) == 1  # answered in the same upstream call, not a new one
 
 
+async def test_on_the_get_stream_only_a_request_tagged_with_the_task_is_the_tasks(
+    proxy: Proxy, fake: FakeLegacy
+) -> None:
+    # server-everything lists the roots of each new session on its GET stream while the task runs;
+    # a client that cannot give roots must not see its task fail for it.
+    async def result(call: Call) -> Outcome:
+        assert call.session is not None
+        await call.session.stream()
+        untagged = await call.session.request("roots/list").answer()
+        tagged = await call.session.request("elicitation/create", {**ELICIT_PARAMS, "_meta": dict(RELATED)}).answer()
+        return tool_result(f"roots: {untagged['error']['code']}, confirm: {tagged['result']['content']['confirm']}")
+
+    task_server(fake, result)
+    client = declaring(proxy, capabilities={"elicitation": {}, **TASKS})  # no roots
+    async with asyncio.timeout(WAIT):
+        handle = await created(client)
+        asking = await until(client, handle["taskId"], lambda t: t["status"] != "working")
+        [key] = asking["inputRequests"]
+        await client.request("tasks/update", {"taskId": handle["taskId"], "inputResponses": {key: ACCEPTED}})
+        done = await until(client, handle["taskId"], ended)
+    assert asking["inputRequests"][key]["method"] == "elicitation/create"
+    assert done["status"] == "completed", done
+    assert done["result"]["content"] == tool_result(f"roots: {jsonrpc.INTERNAL_ERROR}, confirm: True")["content"]
+
+
 async def test_answers_to_keys_not_asked_are_ignored_and_the_task_waits_for_its_own(
     proxy: Proxy, fake: FakeLegacy
 ) -> None:
@@ -214,6 +239,38 @@ async def test_a_cancelled_task_is_cancelled_upstream_and_cancelling_again_is_ac
     assert schema_problems("CancelTaskResult", first.result) == []
     assert task["status"] == "cancelled" and "result" not in task
     assert upstream.params == {"taskId": TASK["taskId"]}
+
+
+async def test_a_task_cancelled_while_the_server_still_creates_its_own_is_cancelled_upstream(
+    proxy: Proxy, fake: FakeLegacy
+) -> None:
+    # The handle comes at once, before the server answered the call with its task: a cancel then
+    # is for the task that answer names (notifications/cancelled does not cancel a task).
+    release = asyncio.Event()
+
+    async def never(call: Call) -> Outcome:
+        await asyncio.Event().wait()
+        return None
+
+    async def creating(call: Call) -> Outcome:
+        await release.wait()
+        return {"task": TASK}
+
+    task_server(fake, never)
+    fake.handlers["tools/call"] = creating
+    fake.handlers["tasks/cancel"] = lambda call: asyncio.sleep(0, {**TASK, "status": "cancelled"})
+    client = declaring(proxy)
+    async with asyncio.timeout(WAIT):
+        handle = await created(client)
+        await fake.next_call("tools/call")
+        acked = await client.request("tasks/cancel", {"taskId": handle["taskId"]})
+        release.set()
+        upstream = await fake.next_call("tasks/cancel")
+        task = (await get(client, handle["taskId"])).result
+    assert acked.result == {"resultType": "complete"}
+    assert upstream.params == {"taskId": TASK["taskId"]}
+    assert task["status"] == "cancelled"
+    assert fake.calls_of("notifications/cancelled") == []
 
 
 async def test_an_error_ends_the_task_failed_with_it_and_a_tool_error_ends_it_completed(

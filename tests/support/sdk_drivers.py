@@ -1,5 +1,6 @@
-"""The real SDK clients as scenario drivers (tests/e2e/peers): the mcp==1.30.0 legacy client and the
-mcp==2.3.0 modern client, each run in its own virtualenv; used by tests/e2e and tests/replicas."""
+"""The real SDK clients as scenario drivers (tests/e2e/peers): the mcp==1.30.0 legacy client, the
+mcp==2.3.0 modern client, and that SDK as a client of the tasks extension, each run in its own
+virtualenv; used by tests/e2e and tests/replicas."""
 
 from __future__ import annotations
 
@@ -37,6 +38,12 @@ def modern_client_argv(url: str, scenario: str, args: dict[str, Any] | None = No
     return driver_argv(peers.mcp2_python(), "modern_client.py", url, scenario, args, timeout)
 
 
+def modern_task_client_argv(
+    url: str, scenario: str, args: dict[str, Any] | None = None, timeout: float = 30.0
+) -> list[str]:
+    return driver_argv(peers.mcp2_python(), "modern_task_client.py", url, scenario, args, timeout)
+
+
 def observations(returncode: int, stdout: str, stderr: str) -> dict[str, Any]:
     """What a driver printed: its last stdout line (observations or its error), exit status, stderr."""
     lines = [line for line in stdout.splitlines() if line.strip()]
@@ -65,3 +72,10 @@ def run_modern_client(
 ) -> dict[str, Any]:
     """Run one scenario of the mcp==2.3.0 driver (2026-07-28 mode); returns its observations."""
     return _run(modern_client_argv(url, scenario, args, timeout), timeout)
+
+
+def run_modern_task_client(
+    url: str, scenario: str, args: dict[str, Any] | None = None, timeout: float = 30.0
+) -> dict[str, Any]:
+    """Run one scenario of the mcp==2.3.0 tasks-extension driver; returns its observations."""
+    return _run(modern_task_client_argv(url, scenario, args, timeout), timeout)
