@@ -464,3 +464,20 @@ async def test_a_hosted_call_may_take_as_long_as_its_task_is_kept_not_one_reques
         plain = await proxy.modern("Bearer alice", capabilities={}).request("tools/call", RESEARCH)
     assert done["status"] == "completed" and done["result"]["content"] == tool_result("slow but done")["content"]
     assert plain.error["code"] == jsonrpc.UPSTREAM_TIMEOUT  # the same call, not hosted, has the request's bound
+
+
+async def test_past_the_tasks_kept_per_caller_a_call_is_refused_and_other_callers_are_not(
+    make_proxy: Any, fake: FakeLegacy
+) -> None:
+    async def result(call: Call) -> Outcome:
+        return tool_result("done")
+
+    task_server(fake, result)
+    proxy = await make_proxy(**{"tasks.max_per_caller": 1})
+    async with asyncio.timeout(WAIT):
+        kept = await created(declaring(proxy))
+        refused = await declaring(proxy).request("tools/call", RESEARCH)
+        other = await created(declaring(proxy, "Bearer bob"))
+    assert refused.error["code"] == jsonrpc.LIMIT_EXCEEDED
+    assert "tasks.max_per_caller" in refused.error["message"]
+    assert kept["taskId"] != other["taskId"]
