@@ -251,14 +251,19 @@ class LegacyTaskHost:
         await self.update(live, lt.answered(live.record, self.now()))
         return answers
 
-    def watch(self, principal: str, task_ids: list[str], on_change: Watcher) -> Callable[[], None]:
-        """Call `on_change(record)` whenever one of these tasks of the caller's, running here,
-        changes (a 2026-07-28 listen stream); returns what stops it."""
-        keys = [(principal, task_id) for task_id in task_ids]
+    def watch(self, principal: str, records: list[lt.TaskRecord], on_change: Watcher) -> Callable[[], None]:
+        """Call `on_change(record)` whenever one of these tasks of the caller's changes (a 2026-07-28
+        listen stream): at once for those running here, at the poll interval from the store for
+        those running on another replica. Returns what stops it."""
+        keys = [(principal, record.task_id) for record in records]
         for key in keys:
             self._watchers.setdefault(key, set()).add(on_change)
+        elsewhere = [r for r in records if (principal, r.task_id) not in self._live and not r.terminal]
+        poller = self._scope.spawn(self._poll(elsewhere, on_change), name="task-watch") if elsewhere else None
 
         def stop() -> None:
+            if poller is not None:
+                poller.cancel()
             for key in keys:
                 watchers = self._watchers.get(key)
                 if watchers is not None:
@@ -267,6 +272,26 @@ class LegacyTaskHost:
                         del self._watchers[key]
 
         return stop
+
+    async def _poll(self, records: list[lt.TaskRecord], on_change: Watcher) -> None:
+        """Follow records another replica writes, until each ended or is gone."""
+        seen = {record.task_id: record for record in records}
+        while seen:
+            await asyncio.sleep(self._policy.poll_interval_ms / 1000)
+            for task_id, last in list(seen.items()):
+                try:
+                    data = await self._store.get(last.principal, task_id)
+                except StoreUnavailable:
+                    continue  # tried again at the next interval
+                record = lt.TaskRecord.decode(data) if data is not None else None
+                if record is None:
+                    del seen[task_id]
+                    continue
+                if record != last:
+                    on_change(record)
+                    seen[task_id] = record
+                if record.terminal:
+                    del seen[task_id]
 
     async def runner_of(self, principal: str, message: JSONDict) -> str:
         """The replica running the call of the caller's task `params.taskId` names, as its record
@@ -283,15 +308,15 @@ class LegacyTaskHost:
             return ""
         return record.owner
 
-    async def known(self, principal: str, task_ids: list[str]) -> list[str]:
-        """Those of `task_ids` that are the caller's live tasks (a listen acknowledges only those)."""
+    async def known(self, principal: str, task_ids: list[str]) -> list[lt.TaskRecord]:
+        """The records of those of `task_ids` that are the caller's tasks, running or kept (a
+        listen acknowledges only those)."""
         found = []
         for task_id in task_ids:
             try:
-                await self._find(principal, task_id)
+                found.append(await self._find(principal, task_id))
             except lt.TaskRefused:
                 continue
-            found.append(task_id)
         return found
 
     async def list(self, principal: str, message: JSONDict) -> JSONDict:

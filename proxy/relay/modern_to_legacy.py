@@ -938,7 +938,7 @@ class ListenBridge:
         wanted = params.get("notifications")
         if not isinstance(wanted, dict):
             raise ProxyError(jsonrpc.INVALID_PARAMS, "subscriptions/listen needs a notifications filter", refused=True)
-        task_ids: list[str] = []
+        watched: list[lt.TaskRecord] = []
         if "taskIds" in wanted:
             if not te.declared(self._request.capabilities):
                 raise ProxyError(
@@ -948,7 +948,7 @@ class ListenBridge:
                 task_ids = mt.listened_task_ids(wanted)
             tasks = self._relay.hosted_tasks
             # Only the caller's own tasks, running or kept, are acknowledged (and then followed).
-            task_ids = await tasks.known(self._principal, task_ids) if tasks is not None else []
+            watched = await tasks.known(self._principal, task_ids) if tasks is not None else []
         uris = wanted.get("resourceSubscriptions", [])
         if not isinstance(uris, list) or not all(isinstance(u, str) for u in uris):
             raise ProxyError(jsonrpc.INVALID_PARAMS, "resourceSubscriptions must be a list of URIs", refused=True)
@@ -970,9 +970,9 @@ class ListenBridge:
                 except (UpstreamError, ProxyError, TimeoutError) as exc:
                     log.info("upstream_subscribe_refused", upstream=self._relay.name, error=str(exc))
         self.honored = m2l.honored_filter(wanted, session.server_capabilities, session.push_channel, subscribed)
-        if task_ids and self._relay.hosted_tasks is not None:
-            self.honored["taskIds"] = task_ids
-            self._unwatch = self._relay.hosted_tasks.watch(self._principal, task_ids, self._task_changed)
+        if watched and self._relay.hosted_tasks is not None:
+            self.honored["taskIds"] = [record.task_id for record in watched]
+            self._unwatch = self._relay.hosted_tasks.watch(self._principal, watched, self._task_changed)
         return m2l.acknowledgement(self.honored, self.subscription_id)
 
     def _task_changed(self, record: lt.TaskRecord) -> None:

@@ -143,3 +143,33 @@ async def test_a_legacy_tasks_cancel_on_another_replica_ends_the_call_where_it_r
         await upstream.cancelled.wait()  # the first replica closed the upstream request
     assert cancelled.result["status"] == "cancelled"
     assert second.forwards("task", "ok") == 1.0
+
+
+async def test_a_listen_on_another_replica_gets_the_tasks_changes_from_the_store(
+    make_replica: Any, legacy_upstream: FakeLegacy, redis: RedisServer
+) -> None:
+    release = asyncio.Event()
+
+    async def result(call: Call) -> Outcome:
+        await release.wait()
+        return tool_result("done elsewhere")
+
+    task_server(legacy_upstream, result)
+    first, second = await two(make_replica, legacy_upstream, redis)
+    async with asyncio.timeout(WAIT):
+        handle = await created(alice(first), {"name": "research", "arguments": {}})
+        listener = alice(second)
+        message, response = await listener.send(
+            "subscriptions/listen", {"notifications": {"taskIds": [handle["taskId"]]}}, id="l-1"
+        )
+        stream = listener.stream(response, message)
+        try:
+            ack = await stream.next()
+            release.set()
+            note = await stream.next()
+        finally:
+            stream.close()
+    assert ack is not None and ack["params"]["notifications"]["taskIds"] == [handle["taskId"]]
+    assert note is not None and note["method"] == "notifications/tasks"
+    assert note["params"]["status"] == "completed"
+    assert note["params"]["result"]["content"] == tool_result("done elsewhere")["content"]
