@@ -262,6 +262,14 @@ def finished(record: TaskRecord, reply: JSONDict, now: float) -> TaskRecord:
     return replace(record, status=status, reply=reply, input_requests=None, updated_at=now)
 
 
+def told(record: TaskRecord, status_message: str) -> TaskRecord:
+    """A running task as shown with what the work behind it says of itself (not kept: the next
+    look asks again)."""
+    if record.terminal:
+        return record
+    return replace(record, status_message=status_message)
+
+
 def cancelled(record: TaskRecord, now: float) -> TaskRecord:
     """`tasks/cancel`: the task is `cancelled` before the answer; a task that ended cannot be."""
     if record.terminal:

@@ -88,6 +88,10 @@ class TaskChannel:
         """The client answered every input request of a round: the task works again."""
         await self._host.update(self._live, lt.answered(self._live.record, self._host.now()))
 
+    @property
+    def task_id(self) -> str:
+        return self._live.record.task_id
+
     def time_left(self) -> float:
         """Seconds the task is kept yet (its call may take as long)."""
         return max(self._live.record.expires_at - self._host.now(), 0.001)

@@ -68,6 +68,7 @@ log = structlog.get_logger(__name__)
 
 _ABANDON_TIMEOUT_S = 5.0  # for telling the upstream that a call is given up
 _SET_LEVEL_TIMEOUT_S = 10.0
+_PEEK_TIMEOUT_S = 2.0  # for the status message of the server's task behind a hosted one
 _TOOL_PAGES_MAX = 100  # tools/list pages walked at most to learn which tools run only as tasks
 _DOWNSTREAM = (RelayToClient, ReplyClient, Park, Fail)  # actions only the attached handler executes
 
@@ -101,6 +102,7 @@ class LegacyCall:
         self.as_task = False  # a tool the server runs only as a task: made as one (_TaskCall)
         # How long the client waits for a round of it: a request's bound, or a hosted task's retention.
         self.timeout_s = relay.request_timeout_s
+        self.hosted_task: str | None = None  # the id of the task the proxy hosts it in, if one
         self.upstream_task_id: str | None = None  # that task, once the server created it
         self.task_known = asyncio.Event()  # the server's answer to the task-augmented call was read
         self.finished = False
@@ -359,7 +361,13 @@ class ModernToLegacy:
         return await self._serve(request, channel, caller)
 
     async def _serve(
-        self, request: ModernRequest, channel: ReplyChannel, caller: Caller, *, hosted_for_s: float | None = None
+        self,
+        request: ModernRequest,
+        channel: ReplyChannel,
+        caller: Caller,
+        *,
+        hosted_for_s: float | None = None,
+        hosted_task: str | None = None,
     ) -> tuple[JSONDict, int]:
         """`hosted_for_s`: the call runs in a task the proxy hosts, kept that long yet: a tool the
         server may run as a task does (its own task then backs the proxy's), and the call may take
@@ -371,7 +379,9 @@ class ModernToLegacy:
         else:
             key = self._cache.key_for(request.method, params, request.version, request.capabilities)
             if key is None:
-                outcome = await self._handle(request, channel, principal, auth_headers, hosted_for_s=hosted_for_s)
+                outcome = await self._handle(
+                    request, channel, principal, auth_headers, hosted_for_s=hosted_for_s, hosted_task=hosted_task
+                )
             else:
                 outcome = await self._cache.fetch(
                     key, principal, lambda: self._handle(request, channel, principal, auth_headers)
@@ -386,6 +396,7 @@ class ModernToLegacy:
         auth_headers: dict[str, str],
         *,
         hosted_for_s: float | None = None,
+        hosted_task: str | None = None,
     ) -> Outcome:
         """A new request (not a retry carrying requestState) on a pooled legacy session."""
         request_id = request.message["id"]
@@ -447,7 +458,7 @@ class ModernToLegacy:
             name = jsonrpc.params_of(request.message).get("name")
             call.as_task = name in self._task_tools or (hosted_for_s is not None and name in self._task_capable)
         if hosted_for_s is not None:
-            call.timeout_s = hosted_for_s
+            call.timeout_s, call.hosted_task = hosted_for_s, hosted_task
         call.bind(session)
         self._calls.add(call)
         outgoing = meta.carry_trace(m2l.to_upstream(request.message, upstream_id, upstream_token), call.trace)
@@ -516,7 +527,9 @@ class ModernToLegacy:
         async def run(channel: TaskChannel) -> JSONDict:
             current = first
             while True:
-                reply, _status = await self._serve(current, _NO_STREAM, caller, hosted_for_s=channel.time_left())
+                reply, _status = await self._serve(
+                    current, _NO_STREAM, caller, hosted_for_s=channel.time_left(), hosted_task=channel.task_id
+                )
                 result = reply.get("result")
                 if not (isinstance(result, dict) and result.get("resultType") == "input_required"):
                     return reply
@@ -535,6 +548,21 @@ class ModernToLegacy:
             record = await tasks.start(caller.principal, first.message, run)
         return jsonrpc.result_response(message["id"], mt.create_result(record))
 
+    async def _with_upstream_status(self, record: lt.TaskRecord) -> lt.TaskRecord:
+        """A running task as shown, with the status message of the server's own task behind it
+        (a 2025-11-25 server tells its progress only in its tasks/get; server-everything's research
+        says which stage it is at), when its call runs here."""
+        call = next((c for c in self._calls if c.hosted_task == record.task_id and c.upstream_task_id), None)
+        if call is None or call.upstream_task_id is None or call.finished:
+            return record
+        try:
+            task = await call.session.call("tasks/get", {"taskId": call.upstream_task_id}, timeout_s=_PEEK_TIMEOUT_S)
+        except (UpstreamError, ProxyError, TimeoutError) as exc:
+            log.info("upstream_task_status_unread", upstream=self.name, error=str(exc))
+            return record
+        message = task.get("statusMessage")
+        return lt.told(record, message) if isinstance(message, str) else record
+
     def _withdraw(self, request_state: str, principal: str) -> None:
         claims = self.codec.verify(request_state, principal)
         call = self._parked.get(claims.park_id) if claims is not None else None
@@ -550,6 +578,8 @@ class ModernToLegacy:
                 raise mt.missing_extension()
             if request.method == "tasks/get":
                 record = await tasks.record(principal, message)
+                if not record.terminal:
+                    record = await self._with_upstream_status(record)
                 return jsonrpc.result_response(message["id"], mt.get_result(record))
             if request.method == "tasks/update":
                 await tasks.answer(principal, message, mt.input_responses(message))

@@ -481,3 +481,27 @@ async def test_past_the_tasks_kept_per_caller_a_call_is_refused_and_other_caller
     assert refused.error["code"] == jsonrpc.LIMIT_EXCEEDED
     assert "tasks.max_per_caller" in refused.error["message"]
     assert kept["taskId"] != other["taskId"]
+
+
+async def test_a_running_task_shows_the_status_message_of_the_servers_task_behind_it(
+    proxy: Proxy, fake: FakeLegacy
+) -> None:
+    release = asyncio.Event()
+
+    async def result(call: Call) -> Outcome:
+        await release.wait()
+        return tool_result("done")
+
+    task_server(fake, result)
+    fake.handlers["tasks/get"] = lambda call: asyncio.sleep(0, {**TASK, "statusMessage": "Gathering sources..."})
+    client = declaring(proxy)
+    async with asyncio.timeout(WAIT):
+        handle = await created(client)
+        await fake.next_call("tasks/result")  # the server's task exists
+        working = (await get(client, handle["taskId"])).result
+        asked = await fake.next_call("tasks/get")
+        release.set()
+        done = await until(client, handle["taskId"], ended)
+    assert working["status"] == "working" and working["statusMessage"] == "Gathering sources..."
+    assert asked.params == {"taskId": TASK["taskId"]}
+    assert "statusMessage" not in done  # once it ended, the record alone answers
