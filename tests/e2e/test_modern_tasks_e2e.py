@@ -27,6 +27,8 @@ from tests.support.tap import read_record
 
 pytestmark = pytest.mark.e2e
 
+# simulate-research-query's stages (its task's statusMessage while it works)
+STAGES = ("Gathering sources", "Analyzing content", "Synthesizing findings", "Generating report")
 EXTENSION = "io.modelcontextprotocol/tasks"
 REVISION = "2026-07-28"
 TOOL = "simulate-research-query"
@@ -171,6 +173,9 @@ def test_the_call_becomes_a_task_polled_to_the_report(proxy_url: str, upstream_t
     assert isinstance(handle["ttlMs"], int) and isinstance(handle["pollIntervalMs"], int)
     statuses = [poll["status"] for poll in observed["polls"]]
     assert statuses[-1] == "completed" and set(statuses[:-1]) <= {"working"}, statuses
+    # While it runs, server-everything's own task says which stage it is at.
+    stages = {poll["statusMessage"] for poll in observed["polls"][:-1]} - {None}
+    assert stages and stages <= {f"{stage}..." for stage in STAGES}, stages
     assert report(observed["result"]).startswith("# Research Report: tides")
     assert observed["result"]["isError"] is False
     [call] = posts(observed, "tools/call")
