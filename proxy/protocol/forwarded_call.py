@@ -42,6 +42,7 @@ from .versions import pick_modern
 
 JSONDict = dict[str, Any]
 Phase = Literal["new", "headers", "upstream", "asking", "done"]
+TASK_POLL_RETRIES = 3  # polls of an upstream task that may fail in a row before the call fails
 TaskStep = Literal["get", "update"]
 
 # ---------------------------------------------------------------- actions
@@ -186,6 +187,7 @@ class ForwardedCallState:
     task_poll_ms: int | None = None  # its last pollIntervalMs
     task_step: TaskStep | None = None  # the tasks/* request in flight
     task_asked: list[str] = field(default_factory=list)  # inputRequests keys asked over the task's life
+    task_poll_failures: int = 0  # tasks/get that failed in a row (the upstream unreachable a while)
 
 
 # ---------------------------------------------------------------- machine
@@ -308,8 +310,17 @@ class ForwardedCall:
         return self._fail(invalid(self.state.upstream, "ended the response stream without a response"))
 
     def upstream_failed(self, failure: UpstreamFailure) -> list[Action]:
-        if self.state.phase != "upstream":
+        state = self.state
+        if state.phase != "upstream":
             return []
+        if state.task_step == "get" and failure.kind in ("unavailable", "timeout") and not failure.is_auth:
+            # The task goes on upstream: a poll that did not get through is tried again, a few times.
+            state.task_step = None
+            state.task_poll_failures += 1
+            if state.task_poll_failures <= TASK_POLL_RETRIES:
+                assert state.task_id is not None
+                fields = {"task": te.short_id(state.task_id), "kind": failure.kind, "attempt": state.task_poll_failures}
+                return [Log("warning", "upstream_task_poll_failed", fields), *self._poll()]
         actions: list[Action] = []
         if failure.kind == "http" and failure.http_status in (400, 404, 405):
             actions.append(SuspectEra(f"HTTP {failure.http_status} without a modern error body"))
@@ -497,6 +508,7 @@ class ForwardedCall:
                     )
                 ),
             ]
+        state.task_poll_failures = 0
         if step == "update":  # an empty ack; the task moves on in its own time
             return self._poll()
         try:

@@ -11,9 +11,20 @@ import pytest
 
 from proxy.protocol import jsonrpc, meta
 from proxy.protocol import task_extension as te
-from proxy.protocol.forwarded_call import AskClient, Finish, ForwardedCall, InputRound, Log, SendUpstream, WithdrawAsks
+from proxy.protocol.forwarded_call import (
+    TASK_POLL_RETRIES,
+    AskClient,
+    Fail,
+    Finish,
+    ForwardedCall,
+    InputRound,
+    Log,
+    SendUpstream,
+    WithdrawAsks,
+)
 from proxy.protocol.headers import METHOD_HEADER, NAME_HEADER
 from proxy.protocol.legacy_to_modern import ClientProfile
+from proxy.protocol.outcome import UpstreamFailure
 from proxy.protocol.versions import LATEST_MODERN
 from tests.support.schema import ext_tasks_errors
 from tests.unit.protocol.test_forwarded_call import (
@@ -254,3 +265,27 @@ def test_a_tasks_get_for_another_task_is_invalid():
     call, poll = following()
     actions = call.upstream_message(reply(poll.message["id"], {**got(), "taskId": "other"}))
     assert isinstance(actions[-1], Finish) and "another task" in str(actions[-1].error)
+
+
+def test_a_poll_that_does_not_get_through_is_tried_again_a_few_times_then_the_call_fails():
+    call, _ = following()
+    unreachable = UpstreamFailure("up", "unavailable", jsonrpc.UPSTREAM_UNAVAILABLE, "is unreachable")
+    for attempt in range(1, TASK_POLL_RETRIES + 1):
+        actions = call.upstream_failed(unreachable)
+        [logged] = [a for a in actions if isinstance(a, Log)]
+        assert (logged.event, logged.fields["attempt"]) == ("upstream_task_poll_failed", attempt)
+        checked(sent(actions), "tasks/get", "GetTaskRequest")
+    assert call.open_task == TASK_ID  # still followed
+    failed = call.upstream_failed(unreachable)
+    assert any(isinstance(a, Fail) for a in failed)
+    assert call.open_task == TASK_ID  # the driver cancels it as the call ends
+
+
+def test_a_poll_that_gets_through_again_starts_the_count_afresh():
+    call, poll = following()
+    unreachable = UpstreamFailure("up", "timeout", jsonrpc.UPSTREAM_TIMEOUT, "timed out")
+    for _ in range(TASK_POLL_RETRIES):
+        poll = sent(call.upstream_failed(unreachable))
+    poll = sent(call.upstream_message(reply(poll.message["id"], got("working"))))
+    assert call.state.task_poll_failures == 0
+    assert not any(isinstance(a, Fail) for a in call.upstream_failed(unreachable))
