@@ -45,7 +45,7 @@ class _Live:
     """A task whose call runs on this replica: its latest record, its call, and what waits for
     a tasks/result stream."""
 
-    __slots__ = ("answered", "answers", "asking", "ended", "notify", "outbox", "readers", "record", "task")
+    __slots__ = ("answered", "answers", "asking", "ended", "latest", "notify", "outbox", "readers", "record", "task")
 
     def __init__(self, record: lt.TaskRecord, notify: Notify | None) -> None:
         self.record = record
@@ -58,6 +58,7 @@ class _Live:
         self.asking: JSONDict | None = None
         self.answers: JSONDict = {}
         self.answered = asyncio.Event()
+        self.latest: object = None  # the caller of the latest request about the task (seen_from)
 
 
 class TaskChannel:
@@ -91,6 +92,11 @@ class TaskChannel:
     @property
     def task_id(self) -> str:
         return self._live.record.task_id
+
+    @property
+    def latest(self) -> object:
+        """The caller of the latest request about the task (None: none since it was made)."""
+        return self._live.latest
 
     def time_left(self) -> float:
         """Seconds the task is kept yet (its call may take as long)."""
@@ -428,6 +434,13 @@ class LegacyTaskHost:
             return lt.visible(live.record, principal, self.now())
         data = await self._store.get(principal, task_id)
         return lt.visible(lt.TaskRecord.decode(data) if data is not None else None, principal, self.now())
+
+    def seen_from(self, record: lt.TaskRecord, caller: object) -> None:
+        """The task's caller asked of it again: its call, if it runs here, goes on with what that
+        request carried (a refreshed token), from its next round."""
+        live = self._live.get((record.principal, record.task_id))
+        if live is not None:
+            live.latest = caller
 
     @property
     def running(self) -> int:

@@ -355,7 +355,7 @@ class ModernToLegacy:
         tasks = self.hosted_tasks
         if tasks is not None:
             if request.method in te.METHODS:
-                return await self._task_request(tasks, request, caller.principal), 200
+                return await self._task_request(tasks, request, caller), 200
             if await self._becomes_task(request, caller):
                 return await self._create_task(tasks, request, caller), 200
         return await self._serve(request, channel, caller)
@@ -527,8 +527,11 @@ class ModernToLegacy:
         async def run(channel: TaskChannel) -> JSONDict:
             current = first
             while True:
+                # Each round goes with the caller's latest credentials (a refreshed token sent with
+                # its tasks/get or tasks/update), as a client's own retry would.
+                latest = channel.latest if isinstance(channel.latest, Caller) else caller
                 reply, _status = await self._serve(
-                    current, _NO_STREAM, caller, hosted_for_s=channel.time_left(), hosted_task=channel.task_id
+                    current, _NO_STREAM, latest, hosted_for_s=channel.time_left(), hosted_task=channel.task_id
                 )
                 result = reply.get("result")
                 if not (isinstance(result, dict) and result.get("resultType") == "input_required"):
@@ -538,7 +541,7 @@ class ModernToLegacy:
                     return reply  # not a round the proxy parked: the call's answer as it is
                 try:
                     answers = await channel.ask(requests)
-                except BaseException:  # the task was cancelled (or the proxy stops): no retry will come
+                except BaseException:  # the task was cancelled (or the proxy stops): no retry comes
                     self._withdraw(state, caller.principal)
                     raise
                 params = {**first.message["params"], "inputResponses": answers, "requestState": state}
@@ -571,20 +574,21 @@ class ModernToLegacy:
             self.unpark(call)
             call.feed(call.machine.withdrawn())
 
-    async def _task_request(self, tasks: LegacyTaskHost, request: ModernRequest, principal: str) -> JSONDict:
-        message = request.message
+    async def _task_request(self, tasks: LegacyTaskHost, request: ModernRequest, caller: Caller) -> JSONDict:
+        message, principal = request.message, caller.principal
         with refusals():
             if not te.declared(request.capabilities):
                 raise mt.missing_extension()
+            if request.method == "tasks/cancel":
+                await tasks.withdraw(principal, message)
+                return jsonrpc.result_response(message["id"], mt.ack())
+            record = await tasks.record(principal, message)  # the caller's own task, or refused
+            tasks.seen_from(record, caller)
             if request.method == "tasks/get":
-                record = await tasks.record(principal, message)
                 if not record.terminal:
                     record = await self._with_upstream_status(record)
                 return jsonrpc.result_response(message["id"], mt.get_result(record))
-            if request.method == "tasks/update":
-                await tasks.answer(principal, message, mt.input_responses(message))
-            else:
-                await tasks.withdraw(principal, message)
+            await tasks.answer(principal, message, mt.input_responses(message))
         return jsonrpc.result_response(message["id"], mt.ack())
 
     async def _ensure_level(self, session: LegacyUpstreamSession, level: str | None) -> None:

@@ -21,15 +21,20 @@ from aiohttp.test_utils import TestClient
 
 from proxy.app import create_app
 from proxy.config import load_settings
+from proxy.protocol import jsonrpc
 from proxy.protocol.headers import SESSION_HEADER
+from proxy.protocol.task_extension import EXTENSION
 from tests.integration.conftest import serve
+from tests.integration.test_modern_tasks_http import ended, until
+from tests.integration.test_modern_to_legacy_http import tool_result
+from tests.integration.test_modern_to_legacy_tasks import RELATED, RESEARCH, task_server
 from tests.support import fake_legacy, fake_modern
 from tests.support.fake_legacy import FakeLegacy
 from tests.support.fake_modern import FakeModern
 from tests.support.jwt_issuer import JwtIssuer
 from tests.support.legacy_peer import ACCEPT, LegacyPeer, SseReader, error_body, initialize_message
 from tests.support.legacy_sse_client import sse_client as legacy_sse_client
-from tests.support.modern_peer import ModernPeer
+from tests.support.modern_peer import FULL_CAPABILITIES, ModernPeer
 
 JSONDict = dict[str, Any]
 WAIT = 5.0
@@ -593,3 +598,36 @@ async def test_a_hosted_task_goes_on_upstream_with_the_callers_refreshed_token(
     assert final is not None and final["result"]["content"] == [{"type": "text", "text": "deployed"}]
     calls = [c for c in modern_upstream.calls if c.method == "tools/call"]
     assert [c.headers.get("Authorization") for c in calls] == [f"Bearer {first}", f"Bearer {refreshed}"]
+
+
+async def test_a_2026_task_hosted_for_a_modern_client_goes_on_with_its_refreshed_token(
+    make_proxy: Build, legacy_upstream: FakeLegacy, issuer: JwtIssuer
+) -> None:
+    """The answer of a task's input round (tasks/update) brings a refreshed token: what the call
+    sends the server from then on goes with it, and another subject cannot touch the task."""
+    first, refreshed = issuer.mint(aud=PUBLIC), issuer.mint(aud=PUBLIC)
+
+    async def result(call: fake_legacy.Call) -> fake_legacy.Outcome:
+        answer = await call.ask("elicitation/create", {**ELICIT, "_meta": dict(RELATED)})
+        return tool_result(f"deployed: {answer['result']['action']}")
+
+    task_server(legacy_upstream, result)
+    client = await make_proxy(legacy_upstream)
+    tasks_declared = {**FULL_CAPABILITIES, "extensions": {EXTENSION: {}}}
+    alice = ModernPeer(client, capabilities=tasks_declared, headers=bearer(first))
+    async with asyncio.timeout(WAIT):
+        handle = (await alice.request("tools/call", RESEARCH)).result
+        asking = await until(alice, handle["taskId"], lambda t: t["status"] == "input_required")
+        [key] = asking["inputRequests"]
+        update = {"taskId": handle["taskId"], "inputResponses": {key: {"action": "accept", "content": {"ok": True}}}}
+        bob = ModernPeer(client, capabilities=tasks_declared, headers=bearer(issuer.mint(aud=PUBLIC, sub="bob")))
+        refused = await bob.request("tasks/update", update)
+        alice.base_headers = bearer(refreshed)
+        await alice.request("tasks/update", update)
+        done = await until(alice, handle["taskId"], ended)
+    assert refused.error["code"] == jsonrpc.INVALID_PARAMS  # not found, for another subject
+    assert done["status"] == "completed"
+    [answer] = [c for c in legacy_upstream.calls if c.kind == "response"]
+    assert answer.headers.get("Authorization") == f"Bearer {refreshed}"
+    [call] = legacy_upstream.calls_of("tools/call")
+    assert call.headers.get("Authorization") == f"Bearer {first}"
