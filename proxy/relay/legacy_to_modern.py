@@ -445,8 +445,10 @@ class TranslatingBackend:
         as they arrive. Returns the actions that follow the reply."""
         headers = {**credentials, **send.headers} if credentials else send.headers
         sent_id = call.upstream_id
+        # A hosted task's call may take as long as the task is kept; a request's, its own bound.
+        bound_s = channel.time_left() if isinstance(channel, TaskChannel) else self._settings.upstream.request_timeout_s
         try:
-            with Deadline(self._settings.upstream.request_timeout_s):
+            with Deadline(bound_s):
                 async with self._upstream.exchange(send.message, headers) as messages:
                     async for incoming in messages:
                         actions = call.upstream_message(incoming)

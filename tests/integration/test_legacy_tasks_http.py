@@ -336,3 +336,21 @@ async def test_a_task_whose_session_ends_while_it_waits_for_input_fails_saying_s
     assert asked is not None and asked["method"] == "elicitation/create"
     assert result.error["message"] == "the session the task asked for input ended before answering"
     assert got.result["status"] == "failed"
+
+
+async def test_a_hosted_call_may_take_as_long_as_its_task_is_kept_not_one_requests_bound(
+    make_proxy: MakeProxy, fake: FakeModern
+) -> None:
+    async def slow(call: Call) -> Any:
+        await asyncio.sleep(0.6)  # longer than upstream.request_timeout_s below
+        return complete(content=TEXT)
+
+    fake.handlers["tools/call"] = slow
+    proxy = await make_proxy(**{"upstream.request_timeout_s": 0.2})
+    peer = await proxy.connect("2025-11-25")
+    async with asyncio.timeout(WAIT):
+        task = await create(peer)
+        result = await peer.request("tasks/result", {"taskId": task["taskId"]})
+        plain = await peer.request("tools/call", {"name": "research", "arguments": {"q": "x"}})
+    assert result.result["content"] == TEXT
+    assert plain.error["code"] == jsonrpc.UPSTREAM_TIMEOUT  # the same call, not hosted, has the request's bound
