@@ -29,9 +29,7 @@ Run with the interpreter that has mcp 1.30.0 installed (e.g. /tmp/venv-mcp1/bin/
 
 from __future__ import annotations
 
-import argparse
 import json
-import logging
 import sys
 import warnings
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -41,6 +39,7 @@ from typing import Any
 import anyio
 import httpx
 import mcp.types as types
+from driver_cli import drive
 from mcp import ClientSession
 from mcp.client.sse import sse_client
 from mcp.client.stdio import StdioServerParameters, stdio_client
@@ -78,13 +77,6 @@ def describe_exc(exc: BaseException) -> str:
     if isinstance(exc, McpError):
         return f"McpError: [{exc.error.code}] {exc.error.message}"
     return f"{type(exc).__name__}: {exc}"
-
-
-def leaf_exception(exc: BaseException) -> BaseException:
-    """First non-group exception inside (possibly nested) exception groups."""
-    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
-        exc = exc.exceptions[0]
-    return exc
 
 
 class Observer:
@@ -751,39 +743,15 @@ async def run(url: str, scenario: str, args: dict[str, Any], timeout: float, obs
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--url", required=True, help="Streamable HTTP endpoint, e.g. http://127.0.0.1:3410/mcp")
-    parser.add_argument("--scenario", required=True, choices=sorted(SCENARIOS))
-    parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, help="overall bound in seconds")
-    parser.add_argument("--args", default="{}", help="JSON object of scenario arguments")
-    ns = parser.parse_args()
-    logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
-
-    out: dict[str, Any] = {"scenario": ns.scenario}
-    obs: Observer | None = None
-    try:
-        args = json.loads(ns.args)
-        if not isinstance(args, dict):
-            raise ValueError("--args must be a JSON object")
-        obs = Observer(args)
-        anyio.run(run, ns.url, ns.scenario, args, ns.timeout, obs, out)
-    except BaseException as exc:
-        leaf = leaf_exception(exc)
-        if isinstance(leaf, TimeoutError) and not str(leaf):
-            message = f"TimeoutError: overall timeout {ns.timeout}s exceeded"
-        else:
-            message = describe_exc(leaf)
-        report: dict[str, Any] = {"error": message}
-        if obs is not None:
-            report["phase"] = obs.phase
-            report["observed"] = {**out, **obs.common()}
-        sys.stdout.write("\n" + json.dumps(report, default=str) + "\n")
-        sys.stdout.flush()
-        return 1
-    out.update(obs.common())
-    sys.stdout.write(json.dumps(out, default=str) + "\n")
-    sys.stdout.flush()
-    return 0
+    return drive(
+        __doc__,
+        SCENARIOS,
+        DEFAULT_TIMEOUT,
+        Observer,
+        run,
+        describe=describe_exc,
+        observed=lambda scenario, obs: obs.common(),
+    )
 
 
 if __name__ == "__main__":

@@ -69,10 +69,8 @@ Run with the interpreter that has mcp 2.3.0 installed
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
-import logging
 import sys
 import time
 import warnings
@@ -83,6 +81,7 @@ from typing import Any
 import anyio
 import httpx2
 import mcp_types as types
+from driver_cli import drive
 from mcp import Client
 from mcp.client.caching import CacheConfig
 from mcp.client.session import ClientRequestContext
@@ -142,13 +141,6 @@ def error_json(exc: BaseException) -> dict[str, Any]:
     if isinstance(exc, MCPError):
         return {"code": exc.code, "message": exc.message, "data": exc.data}
     return {"exception": describe_exc(exc)}
-
-
-def leaf_exception(exc: BaseException) -> BaseException:
-    """First non-group exception inside (possibly nested) exception groups."""
-    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
-        exc = exc.exceptions[0]
-    return exc
 
 
 # ----------------------------------------------------------------------------- wire parsing
@@ -933,42 +925,16 @@ async def run(url: str, scenario: str, args: dict[str, Any], timeout: float, obs
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--url", required=True, help="Streamable HTTP endpoint, e.g. http://127.0.0.1:3410/mcp")
-    parser.add_argument("--scenario", required=True, choices=sorted(SCENARIOS))
-    parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, help="overall bound in seconds")
-    parser.add_argument("--args", default="{}", help="JSON object of scenario arguments")
-    ns = parser.parse_args()
-    logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
-
-    out: dict[str, Any] = {"scenario": ns.scenario}
-    obs: Observer | None = None
-    try:
-        args = json.loads(ns.args)
-        if not isinstance(args, dict):
-            raise ValueError("--args must be a JSON object")
-        obs = Observer(args)
-        anyio.run(run, ns.url, ns.scenario, args, ns.timeout, obs, out)
-    except BaseException as exc:
-        leaf = leaf_exception(exc)
-        if isinstance(leaf, TimeoutError) and not str(leaf):
-            message = f"TimeoutError: overall timeout {ns.timeout}s exceeded"
-        else:
-            message = describe_exc(leaf)
-        report: dict[str, Any] = {"error": message}
-        if isinstance(leaf, MCPError):
-            report["errorData"] = error_json(leaf)
-        if obs is not None:
-            report["phase"] = obs.phase
-            report["observed"] = {**out, **(obs.common() if ns.scenario != "raw" else {})}
-        sys.stdout.write("\n" + json.dumps(report, default=str) + "\n")
-        sys.stdout.flush()
-        return 1
-    if ns.scenario != "raw":
-        out.update(obs.common())
-    sys.stdout.write(json.dumps(out, default=str) + "\n")
-    sys.stdout.flush()
-    return 0
+    return drive(
+        __doc__,
+        SCENARIOS,
+        DEFAULT_TIMEOUT,
+        Observer,
+        run,
+        describe=describe_exc,
+        observed=lambda scenario, obs: obs.common() if scenario != "raw" else {},
+        error_data=lambda leaf: error_json(leaf) if isinstance(leaf, MCPError) else None,
+    )
 
 
 if __name__ == "__main__":

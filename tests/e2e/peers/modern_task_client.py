@@ -49,9 +49,7 @@ Run with the interpreter that has mcp 2.3.0 installed
 
 from __future__ import annotations
 
-import argparse
 import json
-import logging
 import sys
 import time
 import warnings
@@ -61,6 +59,7 @@ from typing import Any, Literal
 import anyio
 import httpx2
 import mcp_types as types
+from driver_cli import drive
 from mcp import Client
 from mcp.client.extension import ClaimContext, ClientExtension, NotificationBinding, ResultClaim
 from mcp.client.session import ClientSession
@@ -72,7 +71,6 @@ from modern_client import (
     describe_exc,
     dump,
     error_json,
-    leaf_exception,
     parse_sse,
     tool_result,
 )
@@ -487,42 +485,16 @@ async def run(url: str, scenario: str, args: dict[str, Any], timeout: float, obs
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--url", required=True, help="Streamable HTTP endpoint, e.g. http://127.0.0.1:3410/mcp")
-    parser.add_argument("--scenario", required=True, choices=sorted(SCENARIOS))
-    parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, help="overall bound in seconds")
-    parser.add_argument("--args", default="{}", help="JSON object of scenario arguments")
-    ns = parser.parse_args()
-    logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
-
-    out: dict[str, Any] = {"scenario": ns.scenario}
-    obs: Observer | None = None
-    try:
-        args = json.loads(ns.args)
-        if not isinstance(args, dict):
-            raise ValueError("--args must be a JSON object")
-        obs = TaskObserver(args)
-        anyio.run(run, ns.url, ns.scenario, args, ns.timeout, obs, out)
-    except BaseException as exc:
-        leaf = leaf_exception(exc)
-        if isinstance(leaf, TimeoutError) and not str(leaf):
-            message = f"TimeoutError: overall timeout {ns.timeout}s exceeded"
-        else:
-            message = describe_exc(leaf)
-        report: dict[str, Any] = {"error": message}
-        if isinstance(leaf, MCPError):
-            report["errorData"] = error_json(leaf)
-        if obs is not None:
-            report["phase"] = obs.phase
-            report["observed"] = {**out, **obs.common(), "wire": wire(obs)}
-        sys.stdout.write("\n" + json.dumps(report, default=str) + "\n")
-        sys.stdout.flush()
-        return 1
-    out.update(obs.common())
-    out["wire"] = wire(obs)
-    sys.stdout.write(json.dumps(out, default=str) + "\n")
-    sys.stdout.flush()
-    return 0
+    return drive(
+        __doc__,
+        SCENARIOS,
+        DEFAULT_TIMEOUT,
+        TaskObserver,
+        run,
+        describe=describe_exc,
+        observed=lambda scenario, obs: {**obs.common(), "wire": wire(obs)},
+        error_data=lambda leaf: error_json(leaf) if isinstance(leaf, MCPError) else None,
+    )
 
 
 if __name__ == "__main__":
