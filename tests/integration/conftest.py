@@ -7,6 +7,7 @@ import socket
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,6 +19,7 @@ from proxy.config import ENV_PREFIX, Settings, load_settings
 from proxy.relay.legacy_sessions import LegacySessionHost
 from tests.support.fake_modern import PATH, FakeModern
 from tests.support.legacy_peer import LegacyPeer
+from tests.support.redis_server import RedisServer
 
 UPSTREAM_NAME = "fake-modern-upstream"
 
@@ -134,3 +136,12 @@ async def proxy(make_proxy: MakeProxy) -> Proxy:
 async def peer(proxy: Proxy) -> LegacyPeer:
     """An initialized 2025-11-25 session declaring roots, sampling and form elicitation."""
     return await proxy.connect()
+
+
+@pytest.fixture
+def redis(tmp_path: Path) -> Iterator[RedisServer]:
+    """A real redis-server of the test's own (on loopback, persisting nothing), stopped after it."""
+    server = RedisServer(tmp_path)
+    server.start()
+    yield server
+    server.stop()

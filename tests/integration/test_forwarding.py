@@ -686,16 +686,6 @@ async def test_a_single_replica_without_an_internal_listener_never_forwards(
 # ---------------------------------------------------------------------------- subscriptions and the GET stream
 
 
-@pytest.fixture
-def redis(tmp_path: Any) -> Any:
-    from tests.support.redis_server import RedisServer
-
-    server = RedisServer(tmp_path)
-    server.start()
-    yield server
-    server.stop()
-
-
 async def test_a_subscription_made_through_another_replica_changes_the_listen_of_the_stream_holder(
     make_replica: MakeReplica, modern_upstream: FakeModern, redis: Any
 ) -> None:

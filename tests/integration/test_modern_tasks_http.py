@@ -19,10 +19,12 @@ from tests.integration.test_modern_to_legacy_http import (  # the fixtures of th
     ELICIT_PARAMS,
     WAIT,
     Proxy,
+    answered_after,
     fake,
     fake_server,
     make_proxy,
     proxy,
+    respond_with,
     tool_result,
 )
 from tests.integration.test_modern_to_legacy_tasks import RELATED, RESEARCH, TASK, task_server
@@ -68,6 +70,19 @@ async def until(client: ModernPeer, task_id: str, done: Callable[[JSONDict], boo
         await asyncio.sleep(0.02)
 
 
+async def listened(client: ModernPeer, task_ids: list[str], change: asyncio.Event) -> tuple[Any, Any]:
+    """A listen (id "l-1") for `task_ids`: its acknowledgement, then, once `change` is set, the next
+    notification."""
+    message, response = await client.send("subscriptions/listen", {"notifications": {"taskIds": task_ids}}, id="l-1")
+    stream = client.stream(response, message)
+    try:
+        ack = await stream.next()
+        change.set()
+        return ack, await stream.next()
+    finally:
+        stream.close()
+
+
 def ended(task: JSONDict) -> bool:
     return task["status"] in ("completed", "failed", "cancelled")
 
@@ -100,12 +115,7 @@ async def test_a_declaring_clients_call_becomes_a_task_whose_result_tasks_get_in
     proxy: Proxy, fake: FakeLegacy
 ) -> None:
     release = asyncio.Event()
-
-    async def result(call: Call) -> Outcome:
-        await release.wait()
-        return {**tool_result("tides are lunar"), "_meta": dict(RELATED)}
-
-    task_server(fake, result)
+    task_server(fake, answered_after(release, {**tool_result("tides are lunar"), "_meta": dict(RELATED)}))
     client = declaring(proxy, capabilities=TASKS)
     async with asyncio.timeout(WAIT):
         handle = await created(client)
@@ -127,10 +137,7 @@ async def test_a_declaring_clients_call_becomes_a_task_whose_result_tasks_get_in
 async def test_a_client_that_does_not_declare_the_extension_gets_the_result_itself(
     proxy: Proxy, fake: FakeLegacy
 ) -> None:
-    async def result(call: Call) -> Outcome:
-        return tool_result("tides are lunar")
-
-    task_server(fake, result)
+    task_server(fake, respond_with(tool_result("tides are lunar")))
     async with asyncio.timeout(WAIT):
         reply = await proxy.modern("Bearer alice", capabilities={}).request("tools/call", RESEARCH)
     assert reply.result["resultType"] == "complete"
@@ -221,11 +228,7 @@ async def test_answers_to_keys_not_asked_are_ignored_and_the_task_waits_for_its_
 async def test_a_cancelled_task_is_cancelled_upstream_and_cancelling_again_is_acknowledged(
     proxy: Proxy, fake: FakeLegacy
 ) -> None:
-    async def result(call: Call) -> Outcome:
-        await asyncio.Event().wait()  # never ends by itself
-        return None
-
-    task_server(fake, result)
+    task_server(fake, answered_after(asyncio.Event(), None))  # never ends by itself
     fake.handlers["tasks/cancel"] = lambda call: asyncio.sleep(0, {**TASK, "status": "cancelled"})
     client = declaring(proxy)
     async with asyncio.timeout(WAIT):
@@ -293,10 +296,7 @@ async def test_an_error_ends_the_task_failed_with_it_and_a_tool_error_ends_it_co
 
 @pytest.mark.parametrize("method", ["tasks/get", "tasks/update", "tasks/cancel"])
 async def test_unknown_and_foreign_task_ids_are_not_found(proxy: Proxy, fake: FakeLegacy, method: str) -> None:
-    async def result(call: Call) -> Outcome:
-        return tool_result("done")
-
-    task_server(fake, result)
+    task_server(fake, respond_with(tool_result("done")))
     alice, bob = declaring(proxy), declaring(proxy, "Bearer bob")
     params: JSONDict = {"inputResponses": {}} if method == "tasks/update" else {}
     async with asyncio.timeout(WAIT):
@@ -347,10 +347,7 @@ async def test_bad_input_responses_are_invalid_params(proxy: Proxy, fake: FakeLe
 
 
 async def test_a_task_is_gone_once_its_retention_passed(make_proxy: Any, fake: FakeLegacy) -> None:
-    async def result(call: Call) -> Outcome:
-        return tool_result("done")
-
-    task_server(fake, result)
+    task_server(fake, respond_with(tool_result("done")))
     proxy = await make_proxy(**{"tasks.default_ttl_s": 0.3})
     client = declaring(proxy)
     async with asyncio.timeout(WAIT):
@@ -367,25 +364,11 @@ async def test_a_listen_stream_for_the_task_gets_its_changes_as_notifications_ta
     proxy: Proxy, fake: FakeLegacy
 ) -> None:
     release = asyncio.Event()
-
-    async def result(call: Call) -> Outcome:
-        await release.wait()
-        return tool_result("tides are lunar")
-
-    task_server(fake, result)
+    task_server(fake, answered_after(release, tool_result("tides are lunar")))
     client = declaring(proxy)
     async with asyncio.timeout(WAIT):
         handle = await created(client)
-        message, response = await client.send(
-            "subscriptions/listen", {"notifications": {"taskIds": [handle["taskId"], "not-mine"]}}, id="l-1"
-        )
-        stream = client.stream(response, message)
-        try:
-            ack = await stream.next()
-            release.set()
-            note = await stream.next()
-        finally:
-            stream.close()
+        ack, note = await listened(client, [handle["taskId"], "not-mine"], release)
     assert ack is not None and ack["params"]["notifications"]["taskIds"] == [handle["taskId"]]
     assert note is not None and note["method"] == "notifications/tasks"
     assert schema_problems("TaskStatusNotification", note) == []
@@ -469,10 +452,7 @@ async def test_a_hosted_call_may_take_as_long_as_its_task_is_kept_not_one_reques
 async def test_past_the_tasks_kept_per_caller_a_call_is_refused_and_other_callers_are_not(
     make_proxy: Any, fake: FakeLegacy
 ) -> None:
-    async def result(call: Call) -> Outcome:
-        return tool_result("done")
-
-    task_server(fake, result)
+    task_server(fake, respond_with(tool_result("done")))
     proxy = await make_proxy(**{"tasks.max_per_caller": 1})
     async with asyncio.timeout(WAIT):
         kept = await created(declaring(proxy))
@@ -487,12 +467,7 @@ async def test_a_running_task_shows_the_status_message_of_the_servers_task_behin
     proxy: Proxy, fake: FakeLegacy
 ) -> None:
     release = asyncio.Event()
-
-    async def result(call: Call) -> Outcome:
-        await release.wait()
-        return tool_result("done")
-
-    task_server(fake, result)
+    task_server(fake, answered_after(release, tool_result("done")))
     fake.handlers["tasks/get"] = lambda call: asyncio.sleep(0, {**TASK, "statusMessage": "Gathering sources..."})
     client = declaring(proxy)
     async with asyncio.timeout(WAIT):

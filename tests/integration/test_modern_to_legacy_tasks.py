@@ -15,11 +15,13 @@ from tests.integration.test_modern_to_legacy_http import (  # the fixtures of th
     SINFO,
     WAIT,
     Proxy,
+    answered_after,
     fake,
     fake_server,
     input_required,
     make_proxy,
     proxy,
+    respond_with,
     retry,
     tool_result,
 )
@@ -56,10 +58,7 @@ def task_server(fake: FakeLegacy, result: Any) -> None:
 
 
 async def test_a_task_only_tool_is_called_as_a_task_and_its_result_is_the_reply(proxy: Proxy, fake: FakeLegacy) -> None:
-    async def result(call: Call) -> Outcome:
-        return {**tool_result("tides are lunar"), "_meta": dict(RELATED)}
-
-    task_server(fake, result)
+    task_server(fake, respond_with({**tool_result("tides are lunar"), "_meta": dict(RELATED)}))
     client = proxy.modern("Bearer alice", capabilities={})
     async with asyncio.timeout(WAIT):
         listed = await client.request("tools/list")
@@ -108,11 +107,7 @@ async def test_input_the_task_needs_becomes_input_required_and_the_retry_resumes
 
 
 async def test_a_task_given_up_is_cancelled_with_tasks_cancel(proxy: Proxy, fake: FakeLegacy) -> None:
-    async def result(call: Call) -> Outcome:
-        await asyncio.Event().wait()  # never ends by itself
-        return None
-
-    task_server(fake, result)
+    task_server(fake, answered_after(asyncio.Event(), None))  # never ends by itself
     fake.handlers["tasks/cancel"] = lambda call: asyncio.sleep(0, {**TASK, "status": "cancelled"})
     client = proxy.modern("Bearer alice", capabilities={})
     async with asyncio.timeout(WAIT):
@@ -128,10 +123,7 @@ async def test_a_task_given_up_is_cancelled_with_tasks_cancel(proxy: Proxy, fake
 async def test_a_client_that_never_listed_the_tools_gets_the_task_only_tool_called_as_a_task(
     proxy: Proxy, fake: FakeLegacy
 ) -> None:
-    async def result(call: Call) -> Outcome:
-        return tool_result("done")
-
-    task_server(fake, result)
+    task_server(fake, respond_with(tool_result("done")))
     client = proxy.modern("Bearer alice", capabilities={})
     async with asyncio.timeout(WAIT):
         first = await client.request("tools/call", RESEARCH)
@@ -144,10 +136,7 @@ async def test_a_client_that_never_listed_the_tools_gets_the_task_only_tool_call
 async def test_a_question_the_server_asks_before_it_makes_the_task_is_an_input_round_too(
     proxy: Proxy, fake: FakeLegacy
 ) -> None:
-    async def result(call: Call) -> Outcome:
-        return tool_result("researched")
-
-    task_server(fake, result)
+    task_server(fake, respond_with(tool_result("researched")))
     asked: list[JSONDict] = []
 
     async def tools_call(call: Call) -> Outcome:

@@ -5,8 +5,6 @@ changes fail with a clear error; a Redis restarted empty does not end live sessi
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -24,14 +22,6 @@ from tests.support.redis_server import RedisServer
 SECRET = "replica-secret-0123456789"
 JSONDict = dict[str, Any]
 WAIT = 10.0  # upper bound for anything a test waits for
-
-
-@pytest.fixture
-def redis(tmp_path: Path) -> Iterator[RedisServer]:
-    server = RedisServer(tmp_path)
-    server.start()
-    yield server
-    server.stop()
 
 
 class Replicas:

@@ -7,16 +7,17 @@ the one running it is replayed to that one (README "Tasks for 2025-11-25 clients
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
-
-import pytest
 
 from tests.integration.test_forwarding import Replica, legacy_upstream, make_replica, modern_upstream
 from tests.integration.test_legacy_to_modern_http import ANSWERS, ELICIT, drive, scripted
-from tests.integration.test_modern_tasks_http import ASKING, created, ended, until
-from tests.integration.test_modern_to_legacy_http import ACCEPTED, ELICIT_PARAMS, tool_result
+from tests.integration.test_modern_tasks_http import ASKING, created, ended, listened, until
+from tests.integration.test_modern_to_legacy_http import (
+    ACCEPTED,
+    ELICIT_PARAMS,
+    answered_after,
+    tool_result,
+)
 from tests.integration.test_modern_to_legacy_tasks import RELATED, TASK, task_server
 from tests.support.fake_legacy import Call, FakeLegacy, Outcome
 from tests.support.fake_modern import FakeModern, complete, input_required
@@ -27,14 +28,6 @@ from tests.support.redis_server import RedisServer
 JSONDict = dict[str, Any]
 __all__ = ["legacy_upstream", "make_replica", "modern_upstream"]  # pytest finds fixtures by module name
 WAIT = 10.0  # upper bound for anything a test waits for
-
-
-@pytest.fixture
-def redis(tmp_path: Path) -> Iterator[RedisServer]:
-    server = RedisServer(tmp_path)
-    server.start()
-    yield server
-    server.stop()
 
 
 def alice(replica: Replica) -> ModernPeer:
@@ -74,11 +67,7 @@ async def test_input_answered_on_another_replica_reaches_the_task_and_it_complet
 async def test_a_task_cancelled_on_another_replica_is_cancelled_where_its_call_runs(
     make_replica: Any, legacy_upstream: FakeLegacy, redis: RedisServer
 ) -> None:
-    async def result(call: Call) -> Outcome:
-        await asyncio.Event().wait()  # never ends by itself
-        return None
-
-    task_server(legacy_upstream, result)
+    task_server(legacy_upstream, answered_after(asyncio.Event(), None))  # never ends by itself
     legacy_upstream.handlers["tasks/cancel"] = lambda call: asyncio.sleep(0, {**TASK, "status": "cancelled"})
     first, second = await two(make_replica, legacy_upstream, redis)
     async with asyncio.timeout(WAIT):
@@ -149,26 +138,11 @@ async def test_a_listen_on_another_replica_gets_the_tasks_changes_from_the_store
     make_replica: Any, legacy_upstream: FakeLegacy, redis: RedisServer
 ) -> None:
     release = asyncio.Event()
-
-    async def result(call: Call) -> Outcome:
-        await release.wait()
-        return tool_result("done elsewhere")
-
-    task_server(legacy_upstream, result)
+    task_server(legacy_upstream, answered_after(release, tool_result("done elsewhere")))
     first, second = await two(make_replica, legacy_upstream, redis)
     async with asyncio.timeout(WAIT):
         handle = await created(alice(first), {"name": "research", "arguments": {}})
-        listener = alice(second)
-        message, response = await listener.send(
-            "subscriptions/listen", {"notifications": {"taskIds": [handle["taskId"]]}}, id="l-1"
-        )
-        stream = listener.stream(response, message)
-        try:
-            ack = await stream.next()
-            release.set()
-            note = await stream.next()
-        finally:
-            stream.close()
+        ack, note = await listened(alice(second), [handle["taskId"]], release)
     assert ack is not None and ack["params"]["notifications"]["taskIds"] == [handle["taskId"]]
     assert note is not None and note["method"] == "notifications/tasks"
     assert note["params"]["status"] == "completed"
