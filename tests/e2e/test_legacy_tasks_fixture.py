@@ -10,43 +10,30 @@ The spec's 2025-11-25 tasks page."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.e2e.test_tasks_e2e import run_tagged
 from tests.support import peers, schema
 from tests.support.peer_fixtures import legacy_tasks_counts, legacy_tasks_server
-from tests.support.procs import reap_tagged
-from tests.support.sdk_drivers import legacy_client_argv, observations
+from tests.support.sdk_drivers import legacy_client_argv
 
 pytestmark = pytest.mark.e2e
 
 REVISION = "2025-11-25"
 RELATED = "io.modelcontextprotocol/related-task"
 TS_CLIENT = peers.PEER_SCRIPTS / "ts_task_client.cjs"
-RUN_TAG = "ERA_PROXY_TEST_LEGACY_TASKS_RUN"  # every driver process carries it: leftovers are found by it
 TIMEOUT_S = 60.0
 
 Observed = dict[str, Any]
 
 
-def run_tagged(argv: list[str], env: dict[str, str]) -> Observed:
-    tag = uuid.uuid4().hex
-    done = subprocess.run(
-        argv,
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT_S + 15,
-        env={**os.environ, **env, RUN_TAG: tag},
-        check=False,
-    )
-    assert reap_tagged(RUN_TAG, tag, timeout=5.0) == []
-    observed = observations(done.returncode, done.stdout, done.stderr)
+def run_checked(argv: list[str], env: dict[str, str]) -> Observed:
+    """One driver scenario (its processes reaped after it); fails on its error."""
+    observed = run_tagged(argv, env, TIMEOUT_S)
     assert "error" not in observed, observed
     assert observed["_exit"] == 0, observed["_stderr"]
     assert observed["protocolVersion"] == REVISION
@@ -55,11 +42,11 @@ def run_tagged(argv: list[str], env: dict[str, str]) -> Observed:
 
 def run_ts(url: str, scenario: str, **spec: Any) -> Observed:
     argv = ["node", str(TS_CLIENT), json.dumps({"url": url, "scenario": scenario, **spec})]
-    return run_tagged(argv, peers.node_env())
+    return run_checked(argv, peers.node_env())
 
 
 def run_py(url: str, scenario: str, **args: Any) -> Observed:
-    return run_tagged(legacy_client_argv(url, scenario, args, TIMEOUT_S), {})
+    return run_checked(legacy_client_argv(url, scenario, args, TIMEOUT_S), {})
 
 
 def related(task_id: str) -> dict[str, Any]:
