@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 PREFIX = "io.modelcontextprotocol/"
@@ -56,6 +57,16 @@ def with_meta(params: object, key: str, value: Any) -> dict[str, Any]:
 # it there, in the request `_meta` under the same names.
 TRACE_KEYS = ("traceparent", "tracestate", "baggage")
 TRACE_KEYS_SET = frozenset(TRACE_KEYS)
+
+
+def trace_of(headers: Mapping[str, str]) -> dict[str, str]:
+    """The trace context among `headers` (it belongs to one request)."""
+    return {k: v for k, v in headers.items() if k.lower() in TRACE_KEYS_SET}
+
+
+def without_trace(headers: Mapping[str, str]) -> dict[str, str]:
+    """`headers` but the trace context: what goes on with a session or a task beyond one request."""
+    return {k: v for k, v in headers.items() if k.lower() not in TRACE_KEYS_SET}
 
 
 def carry_trace(message: dict[str, Any], headers: dict[str, str]) -> dict[str, Any]:

@@ -350,7 +350,7 @@ class TranslatingBackend:
             upstream=self._upstream.name,
             can_stream=can_stream,
             max_rounds=self._settings.input.max_rounds,
-            trace={k: v for k, v in auth_headers.items() if k in meta.TRACE_KEYS},
+            trace=meta.trace_of(auth_headers),
             poll_interval_ms=self._settings.tasks.poll_interval_ms,
         )
 
@@ -367,7 +367,7 @@ class TranslatingBackend:
         """Execute the call's actions until it finishes (from its start, or from where a round
         taken over left it); an upstream failure raises its ProxyError. With `latest`, each
         exchange goes with the credentials that session part last had."""
-        credentials = {k: v for k, v in auth_headers.items() if k not in meta.TRACE_KEYS}
+        credentials = meta.without_trace(auth_headers)
         try:
             return await self._run_actions(call, session, runtime, channel, auth_headers, credentials, resumed, latest)
         finally:
@@ -376,7 +376,7 @@ class TranslatingBackend:
             cancel = call.cancel_task()
             if cancel is not None:
                 if latest is not None:
-                    credentials = {k: v for k, v in latest.auth_headers.items() if k not in meta.TRACE_KEYS}
+                    credentials = meta.without_trace(latest.auth_headers)
                 self._spawn_cancel(cancel, credentials)
 
     async def _run_actions(
@@ -398,7 +398,7 @@ class TranslatingBackend:
                 if action.delay_s:
                     await asyncio.sleep(action.delay_s)
                 if latest is not None:
-                    credentials = {k: v for k, v in latest.auth_headers.items() if k not in meta.TRACE_KEYS}
+                    credentials = meta.without_trace(latest.auth_headers)
                 actions.extend(await self._exchange(call, action, credentials, channel))
                 continue
             if type(action) is Finish:

@@ -401,8 +401,8 @@ class ModernToLegacy:
         """A new request (not a retry carrying requestState) on a pooled legacy session."""
         request_id = request.message["id"]
         # Trace context belongs to this request; the pooled session keeps only credentials.
-        trace = {k: v for k, v in auth_headers.items() if k.lower() in meta.TRACE_KEYS}
-        auth_headers = {k: v for k, v in auth_headers.items() if k.lower() not in meta.TRACE_KEYS}
+        trace = meta.trace_of(auth_headers)
+        auth_headers = meta.without_trace(auth_headers)
         removed = method_problem(request.method, None)
         if removed is not None:
             return Outcome(removed.reply(request_id), removed.status)
@@ -503,7 +503,7 @@ class ModernToLegacy:
         if request.method != "tools/call" or "requestState" in params or not te.declared(request.capabilities):
             return False
         if not self._task_tools_learnt:
-            credentials = {k: v for k, v in caller.credentials.items() if k.lower() not in meta.TRACE_KEYS}
+            credentials = meta.without_trace(caller.credentials)
             declared = self._declared(request)
             try:
                 session = await self.pool.acquire(
@@ -712,7 +712,7 @@ class ModernToLegacy:
         self.unpark(call)
         # The retry may bring a refreshed token (the same principal): the answers and whatever
         # follows on the call's session go upstream with it, not with the one it was parked with.
-        call.session.auth_headers = {k: v for k, v in auth_headers.items() if k.lower() not in meta.TRACE_KEYS}
+        call.session.auth_headers = meta.without_trace(auth_headers)
         if actions and isinstance(actions[0], DeliverAnswers):
             try:
                 for response in actions[0].responses:
