@@ -20,28 +20,22 @@ from tests.integration.test_legacy_tasks_http import create, status_of, until_st
 from tests.integration.test_legacy_to_modern_http import ANSWERS, ELICIT, drive, scripted
 from tests.support.fake_modern import Call, FakeModern, Outcome, complete, error
 from tests.support.legacy_peer import LegacyPeer, SseReader
+from tests.unit.protocol import test_task_follow as follow
+from tests.unit.protocol.test_task_follow import TASK_ID
 
 JSONDict = dict[str, Any]
 WAIT = 5.0
 TEXT = [{"type": "text", "text": "done upstream"}]
-TASK_ID = "upstream-task-7f3a"
 ACK = {"resultType": "complete"}
+FAST = {"pollIntervalMs": 10}  # below the proxy's floor: polled every te.MIN_POLL_MS
 
 
 def task(status: str = "working", **fields: Any) -> JSONDict:
-    return {
-        "taskId": TASK_ID,
-        "status": status,
-        "createdAt": "2026-07-28T10:30:00Z",
-        "lastUpdatedAt": "2026-07-28T10:30:00Z",
-        "ttlMs": 60_000,
-        "pollIntervalMs": 10,  # below the proxy's floor: polled every te.MIN_POLL_MS
-        **fields,
-    }
+    return follow.task(status, **{**FAST, **fields})
 
 
 def got(status: str = "working", **fields: Any) -> JSONDict:
-    return {"resultType": "complete", **task(status, **fields)}
+    return follow.got(status, **{**FAST, **fields})
 
 
 def declared(call: Call) -> bool:
