@@ -166,9 +166,7 @@ class LegacyTaskHost:
         return record
 
     async def get(self, principal: str, message: JSONDict) -> JSONDict:
-        with refusals():
-            record = await self._find(principal, lt.task_id_of(message))
-        return jsonrpc.result_response(message["id"], lt.task_object(record))
+        return jsonrpc.result_response(message["id"], lt.task_object(await self.record(principal, message)))
 
     async def result(self, principal: str, message: JSONDict, channel: ReplyChannel) -> JSONDict:
         """Blocks until the task ends; meanwhile what the call has for the client goes on this
@@ -188,16 +186,13 @@ class LegacyTaskHost:
             return lt.result_reply(record, message["id"])
 
     async def cancel(self, principal: str, message: JSONDict) -> JSONDict:
-        with refusals():
-            task_id = lt.task_id_of(message)
-            record = await self._find(principal, task_id)
+        record = await self.record(principal, message)
         return jsonrpc.result_response(message["id"], lt.task_object(await self._cancel(record)))
 
     async def withdraw(self, principal: str, message: JSONDict) -> None:
         """A 2026-07-28 client's tasks/cancel: the task is cancelled unless it ended already (then
         nothing changes, and the client gets the same acknowledgement)."""
-        with refusals():
-            record = await self._find(principal, lt.task_id_of(message))
+        record = await self.record(principal, message)
         if not record.terminal:
             with contextlib.suppress(ProxyError):  # it ended meanwhile: nothing to cancel
                 await self._cancel(record)
@@ -228,8 +223,7 @@ class LegacyTaskHost:
         """A 2026-07-28 client's tasks/update: answers to the task's outstanding input requests.
         Answers to keys not outstanding (never asked, answered already) are ignored, as the
         extension says; the task goes on once every request of the round is answered."""
-        with refusals():
-            record = await self._find(principal, lt.task_id_of(message))
+        record = await self.record(principal, message)
         live = self._live.get((principal, record.task_id))
         if live is None and record.status == "input_required":
             # Its call runs on a replica this one cannot replay to: the answers would be lost.
@@ -290,10 +284,9 @@ class LegacyTaskHost:
             await asyncio.sleep(self._policy.poll_interval_ms / 1000)
             for task_id, last in list(seen.items()):
                 try:
-                    data = await self._store.get(last.principal, task_id)
+                    record = await self._read(last.principal, task_id)
                 except StoreUnavailable:
                     continue  # tried again at the next interval
-                record = lt.TaskRecord.decode(data) if data is not None else None
                 if record is None:
                     del seen[task_id]
                     continue
@@ -310,10 +303,9 @@ class LegacyTaskHost:
         if not isinstance(task_id, str) or (principal, task_id) in self._live:
             return ""
         try:
-            data = await self._store.get(principal, task_id)
+            record = await self._read(principal, task_id)
         except StoreUnavailable:
             return ""  # served here, which reports the store's failure
-        record = lt.TaskRecord.decode(data) if data is not None else None
         if record is None or record.terminal or record.principal != principal or record.owner == self._owner:
             return ""
         return record.owner
@@ -421,19 +413,23 @@ class LegacyTaskHost:
         left = max(record.expires_at - self.now(), 0.001)
         await self._store.put(record.principal, record.task_id, record.encode(), record.created_at, left)
 
+    async def _read(self, principal: str, task_id: str) -> lt.TaskRecord | None:
+        """The record in the store (None: none, or one this version does not read); raises
+        StoreUnavailable."""
+        data = await self._store.get(principal, task_id)
+        return lt.TaskRecord.decode(data) if data is not None else None
+
     async def _stored(self, record: lt.TaskRecord) -> lt.TaskRecord | None:
         try:
-            data = await self._store.get(record.principal, record.task_id)
+            return await self._read(record.principal, record.task_id)
         except StoreUnavailable:
             return None
-        return lt.TaskRecord.decode(data) if data is not None else None
 
     async def _find(self, principal: str, task_id: str) -> lt.TaskRecord:
         live = self._live.get((principal, task_id))
         if live is not None:
             return lt.visible(live.record, principal, self.now())
-        data = await self._store.get(principal, task_id)
-        return lt.visible(lt.TaskRecord.decode(data) if data is not None else None, principal, self.now())
+        return lt.visible(await self._read(principal, task_id), principal, self.now())
 
     def seen_from(self, record: lt.TaskRecord, caller: object) -> None:
         """The task's caller asked of it again: its call, if it runs here, goes on with what that
