@@ -267,13 +267,12 @@ class McpEndpoint:
                     return await self._forwarder.replay(request, raw, owner, kind="subscribe")
                 except OwnerGone:
                     gone = owner.boot  # that replica is gone: the change is made here, for the stream's next home
-        if body["method"] in _LEGACY_TASK_STEERING and self._forwarder is not None and self._tasks is not None:
+        if body["method"] in _LEGACY_TASK_STEERING:
             # A hosted task's tasks/result (where its input requests come) and tasks/cancel (which
             # stops its call) are served by the replica running the call.
-            owner = self._forwarder.stream_owner(await self._tasks.runner_of(session.principal, body))
-            if owner is not None:
-                with contextlib.suppress(OwnerGone):  # gone: served here, from the record
-                    return await self._forwarder.replay(request, raw, owner, kind="task")
+            replayed = await self._to_task_runner(request, raw, session.principal, body)
+            if replayed is not None:
+                return replayed
         async with RequestReply(request, self._keepalive_s, self._event_ids(session, body["id"])) as reply:
             message = await self._run(host, session, body, reply, caller, record)
             if body["method"] in _STREAM_SCOPED and self._forwarder is not None and message and "result" in message:
@@ -282,6 +281,21 @@ class McpEndpoint:
                 if holder is not None and holder.boot != gone:
                     await self._forwarder.deliver(request, body, holder, kind="subscribe")
             return await reply.finish(message)
+
+    async def _to_task_runner(
+        self, request: web.Request, raw: bytes, principal: str, message: dict[str, Any], request_id: Any = None
+    ) -> web.StreamResponse | None:
+        """A request about a hosted task whose call runs on another replica, replayed there; None:
+        it is served here (the call runs here, the task is not the caller's, or that replica is
+        gone: the record answers)."""
+        if self._forwarder is None or self._tasks is None:
+            return None
+        owner = self._forwarder.stream_owner(await self._tasks.runner_of(principal, message))
+        if owner is None:
+            return None
+        with contextlib.suppress(OwnerGone):
+            return await self._forwarder.replay(request, raw, owner, kind="task", request_id=request_id)
+        return None
 
     async def _answer(self, request: web.Request, host: Host, session: LegacySession, message: dict[str, Any]) -> None:
         """A legacy client's answer to a server-to-client request: to whoever awaits it, here or
@@ -414,13 +428,11 @@ class McpEndpoint:
                 except OwnerGone:
                     lost = call_lost()
                     raise ProxyError(lost["code"], lost["message"], data=lost["data"]) from None
-        tasks = self._tasks if era is Era.LEGACY else None
-        if checked.method in _TASK_STEERING and self._forwarder is not None and tasks is not None:
+        if checked.method in _TASK_STEERING and era is Era.LEGACY:
             # tasks/update and tasks/cancel act on the task's call: served by the replica running it.
-            owner = self._forwarder.stream_owner(await tasks.runner_of(caller.principal, checked.message))
-            if owner is not None:
-                with contextlib.suppress(OwnerGone):  # gone: served here, from the record
-                    return await self._forwarder.replay(request, raw, owner, kind="task", request_id=body["id"])
+            replayed = await self._to_task_runner(request, raw, caller.principal, body, request_id=body["id"])
+            if replayed is not None:
+                return replayed
         if checked.method == "subscriptions/listen":
             return await self._listen(request, route.modern.listen(checked, caller), body["id"])
         async with RequestReply(request, self._keepalive_s) as reply:
