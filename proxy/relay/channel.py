@@ -29,3 +29,15 @@ class ReplyChannel(Protocol):
 
     async def send(self, message: dict[str, Any]) -> None:
         """Deliver one interim message before the final reply."""
+
+
+class _NoStream:
+    """A channel for a request that takes no interim messages (they go nowhere)."""
+
+    can_stream = False
+
+    async def send(self, message: dict[str, Any]) -> None:
+        return None
+
+
+NO_STREAM: ReplyChannel = _NoStream()

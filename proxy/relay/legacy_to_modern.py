@@ -60,7 +60,7 @@ from ..protocol.versions import LATEST_MODERN, pick_modern
 from ..sessions import LegacySession, SessionStore, StoreUnavailable, short_hash
 from ..upstream.base import Upstream
 from ..upstream.errors import UpstreamError, UpstreamProtocolError
-from .channel import ReplyChannel
+from .channel import NO_STREAM, ReplyChannel
 from .failures import UpstreamFailures
 from .legacy_sessions import Opened
 from .legacy_tasks import LegacyTaskHost, TaskChannel
@@ -538,7 +538,7 @@ class TranslatingBackend:
             params: JSONDict = {"cursor": cursor} if cursor is not None else {}
             call = self._new_call(session, jsonrpc.request(0, "tools/list", params), False, auth_headers)
             try:
-                finish = await self._drive(call, session, None, _NO_CHANNEL, auth_headers)
+                finish = await self._drive(call, session, None, NO_STREAM, auth_headers)
             except ProxyError as exc:
                 log.warning("tools_prefetch_failed", upstream=self._upstream.name, error=exc.message)
                 return
@@ -840,13 +840,3 @@ async def _withdraw(channel: ReplyChannel, server_ids: list[int | str], reason: 
             await channel.send(
                 jsonrpc.notification("notifications/cancelled", {"requestId": server_id, "reason": reason})
             )
-
-
-class _NoChannel:
-    can_stream = False
-
-    async def send(self, message: JSONDict) -> None:  # pragma: no cover - never called
-        return None
-
-
-_NO_CHANNEL = _NoChannel()

@@ -58,7 +58,7 @@ from ..protocol.request_state import ParkIds, RequestStateCodec
 from ..upstream.base import Reply
 from ..upstream.errors import UpstreamError, UpstreamSessionGone
 from ..upstream.legacy_session import LegacyUpstreamSession, SessionFactory, SessionPool
-from .channel import Caller, ReplyChannel
+from .channel import NO_STREAM, Caller, ReplyChannel
 from .failures import UpstreamFailures
 from .legacy_tasks import LegacyTaskHost, TaskChannel, refusals
 from .tasks import Deadline, TaskScope
@@ -530,8 +530,10 @@ class ModernToLegacy:
                 # Each round goes with the caller's latest credentials (a refreshed token sent with
                 # its tasks/get or tasks/update), as a client's own retry would.
                 latest = channel.latest if isinstance(channel.latest, Caller) else caller
+                # No stream: the extension carries no progress or logs for a task, and its input
+                # requests are the task's `inputRequests`.
                 reply, _status = await self._serve(
-                    current, _NO_STREAM, latest, hosted_for_s=channel.time_left(), hosted_task=channel.task_id
+                    current, NO_STREAM, latest, hosted_for_s=channel.time_left(), hosted_task=channel.task_id
                 )
                 result = reply.get("result")
                 if not (isinstance(result, dict) and result.get("resultType") == "input_required"):
@@ -1026,19 +1028,6 @@ class ListenBridge:
     @property
     def alive(self) -> bool:
         return self._session is not None and not self._session.closed
-
-
-class _NoStream:
-    """Where a hosted task's interim messages go: nowhere (the tasks extension carries no progress
-    or logs for a task; its input requests are the task's `inputRequests`)."""
-
-    can_stream = False
-
-    async def send(self, message: dict[str, Any]) -> None:
-        return None
-
-
-_NO_STREAM = _NoStream()
 
 
 async def probe(relay: ModernToLegacy) -> None:
