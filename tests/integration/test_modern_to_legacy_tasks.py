@@ -26,6 +26,7 @@ from tests.integration.test_modern_to_legacy_http import (  # the fixtures of th
     tool_result,
 )
 from tests.support.fake_legacy import Call, FakeLegacy, Outcome
+from tests.support.modern_peer import ModernPeer, ModernReply
 
 JSONDict = dict[str, Any]
 __all__ = ["fake", "fake_server", "make_proxy", "proxy"]  # pytest finds fixtures by module name
@@ -40,6 +41,15 @@ TASK = {
     "ttl": 60000,
 }
 RELATED = {meta.RELATED_TASK: {"taskId": "up-task-1"}}
+
+
+async def one_round_answered(client: ModernPeer) -> tuple[JSONDict, str, ModernReply]:
+    """The research call with its one input round answered (ACCEPTED): the round, its key and the
+    retry's reply."""
+    await client.request("tools/list")
+    first = input_required(await client.request("tools/call", RESEARCH))
+    [key] = first["inputRequests"]
+    return first, key, await client.request("tools/call", retry(RESEARCH, first["requestState"], {key: ACCEPTED}))
 
 
 def task_server(fake: FakeLegacy, result: Any) -> None:
@@ -95,12 +105,8 @@ async def test_input_the_task_needs_becomes_input_required_and_the_retry_resumes
         return tool_result(f"researched: {answer['result']['action']}")
 
     task_server(fake, result)
-    client = proxy.modern("Bearer alice")
     async with asyncio.timeout(WAIT):
-        await client.request("tools/list")
-        first = input_required(await client.request("tools/call", RESEARCH))
-        [key] = first["inputRequests"]
-        second = await client.request("tools/call", retry(RESEARCH, first["requestState"], {key: ACCEPTED}))
+        first, key, second = await one_round_answered(proxy.modern("Bearer alice"))
     assert first["inputRequests"][key]["method"] == "elicitation/create"
     assert second.result["content"] == tool_result("researched: accept")["content"]
     assert len(fake.calls_of("tools/call")) == 1 and len(fake.calls_of("tasks/result")) == 1
@@ -144,12 +150,8 @@ async def test_a_question_the_server_asks_before_it_makes_the_task_is_an_input_r
         return {"task": TASK}
 
     fake.handlers["tools/call"] = tools_call
-    client = proxy.modern("Bearer alice")
     async with asyncio.timeout(WAIT):
-        await client.request("tools/list")
-        first = input_required(await client.request("tools/call", RESEARCH))
-        [key] = first["inputRequests"]
-        second = await client.request("tools/call", retry(RESEARCH, first["requestState"], {key: ACCEPTED}))
+        _, _, second = await one_round_answered(proxy.modern("Bearer alice"))
     assert [a["result"] for a in asked] == [ACCEPTED]
     assert second.result["content"] == tool_result("researched")["content"]
     assert len(fake.calls_of("tasks/result")) == 1
