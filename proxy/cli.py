@@ -140,7 +140,8 @@ async def serve(
             shared = settings.workers > 1 and application is app
             await web.TCPSite(runner, host, port, reuse_address=True, reuse_port=shared or None).start()
             path = settings.path if application is app else ""
-            log.info("listening", address=f"http://{address}{path}", internal=application is internal_app)
+            name = "mcp" if application is app else "internal" if application is internal_app else "admin"
+            log.info("listening", address=f"http://{bound_address(runner)}{path}", listener=name)
         _tune_gc()
         if on_started is not None:
             on_started()
@@ -161,6 +162,12 @@ async def serve(
         for started in runners:
             await started.cleanup()
         log.info("stopped")
+
+
+def bound_address(runner: web.AppRunner) -> str:
+    """HOST:PORT the runner's one site listens on: the port the kernel chose where port 0 was asked."""
+    host, port = runner.addresses[0][:2]
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 # Young objects allowed before the collector runs (the default is 700). Every request allocates a
@@ -330,6 +337,7 @@ async def serve_stdio(
             runners.append(admin_runner)
             host, port = parse_listen(settings.admin_listen)
             await web.TCPSite(admin_runner, host, port, reuse_address=True).start()
+            log.info("listening", address=f"http://{bound_address(admin_runner)}", listener="admin")
         client = aiohttp.ClientSession(
             connector=aiohttp.UnixConnector(path=socket_path, limit=0), auto_decompress=False
         )

@@ -34,13 +34,13 @@ class _Section(BaseModel):
 
 
 def parse_listen(value: str) -> tuple[str, int]:
-    """ "host:port" or "[v6]:port" → (host, port)."""
+    """ "host:port" or "[v6]:port" → (host, port); port 0 asks the kernel for any free port."""
     text = value.strip()
     if text.startswith("["):
         host, sep, port = text[1:].partition("]:")
     else:
         host, sep, port = text.rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) < 65536:
         raise ValueError(f"expected HOST:PORT (e.g. 127.0.0.1:8080), got {value!r}")
     return host, int(port)
 
@@ -454,8 +454,9 @@ class ReplicasConfig(_Section):
     @field_validator("internal_listen", "advertise")
     @classmethod
     def _address(cls, value: str | None) -> str | None:
-        if value is not None:
-            parse_listen(value)
+        # Other replicas are told this address: it must be the port that is listened on.
+        if value is not None and parse_listen(value)[1] == 0:
+            raise ValueError("needs a port other replicas can be told (not 0)")
         return value
 
     @property
@@ -579,10 +580,14 @@ class Settings(BaseSettings):
         frozen=True,
     )
 
-    listen: str = Field("127.0.0.1:8080", description="Address of the MCP endpoint.")
+    listen: str = Field(
+        "127.0.0.1:8080",
+        description="Address of the MCP endpoint; port 0: any free port, the one chosen in the `listening` log line.",
+    )
     path: str = Field("/mcp", description="Path of the MCP endpoint.")
     admin_listen: str | None = Field(
-        None, description="Separate address for /metrics, /healthz, /readyz (default: same)."
+        None,
+        description="Separate address for /metrics, /healthz, /readyz (default: same); port 0 as for listen.",
     )
     upstream: UpstreamConfig
     downstream: DownstreamConfig = DownstreamConfig()
@@ -631,7 +636,10 @@ class Settings(BaseSettings):
 
     @model_validator(mode="after")
     def _distinct_listeners(self) -> Settings:
-        if self.admin_listen is not None and parse_listen(self.admin_listen) == parse_listen(self.listen):
+        if self.admin_listen is None:
+            return self
+        admin = parse_listen(self.admin_listen)
+        if admin == parse_listen(self.listen) and admin[1] != 0:  # two port-0 listeners get two ports
             raise ValueError("admin_listen must differ from listen")
         return self
 
@@ -684,6 +692,9 @@ class Settings(BaseSettings):
         those ranges must exist and not overlap each other or the shared MCP port."""
         if self.workers == 1:
             return self
+        for name, address in (("listen", self.listen), ("admin_listen", self.admin_listen)):
+            if address is not None and parse_listen(address)[1] == 0:
+                raise ValueError(f"{name}: port 0 with {self.workers} workers: the workers must share one known port")
         ranges = {"listen": range(self.listen_address[1], self.listen_address[1] + 1)}
         for name, address in (
             ("admin_listen", self.admin_listen),

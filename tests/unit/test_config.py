@@ -228,16 +228,30 @@ def test_unknown_top_level_environment_keys_are_rejected(monkeypatch):
         ("localhost:1", ("localhost", 1)),
         ("[::1]:8443", ("::1", 8443)),
         (" 0.0.0.0:65535 ", ("0.0.0.0", 65535)),
+        ("127.0.0.1:0", ("127.0.0.1", 0)),  # any free port
     ],
 )
 def test_parse_listen_reads_host_and_port(value, expected):
     assert parse_listen(value) == expected
 
 
-@pytest.mark.parametrize("value", ["", "8080", ":8080", "host:", "host:0", "host:65536", "host:http", "[::1]8080"])
+@pytest.mark.parametrize("value", ["", "8080", ":8080", "host:", "host:-1", "host:65536", "host:http", "[::1]8080"])
 def test_parse_listen_rejects_malformed_addresses_with_an_example(value):
     with pytest.raises(ValueError, match="HOST:PORT"):
         parse_listen(value)
+
+
+def test_port_0_is_accepted_for_the_listeners_of_one_process_only():
+    settings = load_settings(**{"upstream.url": URL, "listen": "127.0.0.1:0", "admin_listen": "127.0.0.1:0"})
+    assert (settings.listen, settings.admin_listen) == ("127.0.0.1:0", "127.0.0.1:0")  # two ports, chosen apart
+    shared = {"upstream.url": URL, "workers": 2, "store.url": "redis://127.0.0.1:1/0", "security.secret": "s" * 32}
+    shared["downstream.sse.enabled"] = False
+    for name in ("listen", "admin_listen"):
+        with pytest.raises(ConfigError, match=f"{name}: port 0 with 2 workers"):
+            load_settings(**{**shared, name: "127.0.0.1:0"})
+    for name in ("replicas.internal_listen", "replicas.advertise"):  # told to other replicas
+        with pytest.raises(ConfigError, match="not 0"):
+            load_settings(**{"upstream.url": URL, "security.secret": "s" * 32, name: "127.0.0.1:0"})
 
 
 @pytest.mark.parametrize(
