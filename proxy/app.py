@@ -118,7 +118,7 @@ def create_app(
         http = modern_upstream = HttpUpstream(config, client_session or HttpUpstream.client_session(config))
         byte_relay = ByteRelay(http, failures, config.request_timeout_s, binding)
         legacy_sessions = http_sessions(http, config.initialize_timeout_s)
-        probe: Probe = partial(probe_http, http, config.probe_timeout_s)
+        probe: Probe = partial(probe_http, http, config.era_probe_timeout_s)
     else:
         make: Callable[..., StdioProcess]
         if config.transport == "sse":
@@ -168,7 +168,7 @@ def create_app(
             await channel.start()
             return channel
 
-        probe = partial(probe_stdio, probe_channel, config.probe_timeout_s)
+        probe = partial(probe_stdio, probe_channel, config.era_probe_timeout_s)
     detector = EraDetector("legacy" if config.transport == "sse" else config.era, probe)
 
     owned_store: RedisSessionStore | None = None
@@ -388,7 +388,7 @@ async def detect_sse_upstream(settings: Settings, session: aiohttp.ClientSession
     own = session is None
     session = session or SseConnector.client_session(config.connect_timeout_s)
     try:
-        found = await serves_sse(config.url, session, config.headers, config.probe_timeout_s)
+        found = await serves_sse(config.url, session, config.headers, config.era_probe_timeout_s)
     finally:
         if own:
             await session.close()

@@ -27,6 +27,9 @@ from .protocol.meta import LOG_LEVELS
 
 ENV_PREFIX = "MCP_ERA_PROXY_"
 _INITIALIZE_TIMEOUT_S = 30.0
+_HTTP_PROBE_TIMEOUT_S = 4.0
+# A stdio server is started for the era probe: the bound is its start-up (an `npx` installing).
+_STDIO_PROBE_TIMEOUT_S = 30.0
 
 
 class _Section(BaseModel):
@@ -126,8 +129,12 @@ class UpstreamConfig(_Section):
     era: Literal["auto", "legacy", "modern"] = Field(
         "auto", description="Protocol era the upstream speaks; `auto` detects it (and re-detects when it changes)."
     )
-    probe_timeout_s: float = Field(
-        4.0, gt=0, description="How long era detection waits for a stdio server's answer to server/discover."
+    probe_timeout_s: float | None = Field(
+        None,
+        gt=0,
+        description="How long era detection waits for the upstream's answer. Default: 4 s over HTTP; 30 s over "
+        "stdio, where it bounds the server's start-up (the probe's process is started for it) and silence past it "
+        "means legacy.",
     )
     restart_backoff_max_s: float = Field(
         30.0, gt=0, description="Backoff ceiling for restarting a crashed stdio server."
@@ -209,6 +216,13 @@ class UpstreamConfig(_Section):
         """How long a legacy server has to answer `initialize`: at most 30 s, and never longer than
         any request may take (a server silent past it is a timeout, -32011)."""
         return min(_INITIALIZE_TIMEOUT_S, self.request_timeout_s)
+
+    @property
+    def era_probe_timeout_s(self) -> float:
+        """probe_timeout_s, or its default for the transport."""
+        if self.probe_timeout_s is not None:
+            return self.probe_timeout_s
+        return _STDIO_PROBE_TIMEOUT_S if self.transport == "stdio" else _HTTP_PROBE_TIMEOUT_S
 
     @property
     def transport(self) -> str:

@@ -9,11 +9,12 @@ from typing import Any
 
 import structlog
 
-from ..protocol.detection import Detected, era_from_reply, probe_request
+from ..protocol.detection import Detected, era_from_reply, legacy_probe_request, probe_request
 from ..protocol.legacy_to_modern import upstream_headers
 from ..protocol.versions import LATEST_MODERN, Era
 from ..upstream.errors import UpstreamError, UpstreamHTTPError, UpstreamProtocolError
 
+JSONDict = dict[str, Any]
 log = structlog.get_logger(__name__)
 # A probe gets the credentials of the request that needs the era (none at start): a protected
 # upstream answers an anonymous probe with 401, which says nothing of its era.
@@ -89,10 +90,19 @@ async def probe_http(upstream: Any, timeout_s: float, credentials: Mapping[str, 
     return era_from_reply(None)
 
 
+# Once a stdio server answered the probe's initialize it is up: the answer to the server/discover
+# written before it comes at once from a server that answers in order; this bounds one that does not.
+_DISCOVER_GRACE_S = 0.5
+
+
 async def probe_stdio(
     start: Callable[[], Awaitable[Any]], timeout_s: float, credentials: Mapping[str, str] = _NO_CREDENTIALS
 ) -> Detected:
-    """server/discover as the first line; silence past the timeout means legacy (docs/translation.md §1.4).
+    """server/discover as the first line, a legacy initialize as the second (docs/translation.md
+    §1.4). The answer to server/discover decides; a server that answers only the initialize is
+    legacy as soon as it has (many ignore requests before their session); silence for `timeout_s`,
+    a bound on the server's start-up, means legacy too. The probe never cuts a server short that is
+    still starting: a slow start (`npx` installing) waits up to that bound, not a guess below it.
 
     A program that cannot be started says nothing of its era: its UpstreamUnavailable propagates,
     nothing is cached, and the next request probes again, as for an HTTP upstream that is down.
@@ -100,16 +110,33 @@ async def probe_stdio(
     """
     channel = await start()
     try:
-        message = probe_request("era-probe")
-        route = channel.open_route(message)
+        discover, hello = probe_request("era-probe"), legacy_probe_request("era-probe-initialize")
+        discovered, greeted = channel.open_route(discover), channel.open_route(hello)
+        answer = asyncio.ensure_future(_reply(discovered))
+        legacy = asyncio.ensure_future(_reply(greeted))
         try:
-            await channel.write(message)
-            async with asyncio.timeout(timeout_s):
-                async for reply in route.messages():
-                    if "method" not in reply:
-                        return era_from_reply(reply)
+            await channel.write(discover)
+            await channel.write(hello)
+            async with asyncio.timeout(timeout_s) as bound:
+                await asyncio.wait((answer, legacy), return_when=asyncio.FIRST_COMPLETED)
+                if not answer.done():  # it is up and answered initialize: discover's answer is due now
+                    grace = asyncio.get_running_loop().time() + _DISCOVER_GRACE_S
+                    bound.reschedule(min(grace, bound.when() or grace))
+                return era_from_reply(await answer)
         except (TimeoutError, UpstreamError, ConnectionError):
             pass  # silence, or the process died on the probe: legacy
+        finally:
+            for waiting in (answer, legacy):
+                waiting.cancel()
+            await asyncio.gather(answer, legacy, return_exceptions=True)
         return era_from_reply(None)
     finally:
         await channel.stop(2.0)
+
+
+async def _reply(route: Any) -> JSONDict | None:
+    """The reply on `route` (what else comes first, notifications or requests, is not it)."""
+    async for message in route.messages():
+        if "method" not in message:
+            return dict(message)
+    return None

@@ -22,10 +22,11 @@ from structlog.testing import capture_logs
 
 from proxy.protocol import jsonrpc, meta
 from proxy.protocol.detection import Detected
-from proxy.protocol.versions import LATEST_MODERN, LEGACY_VERSIONS, MODERN_VERSIONS, Era
+from proxy.protocol.versions import LATEST_LEGACY, LATEST_MODERN, LEGACY_VERSIONS, MODERN_VERSIONS, Era
 from proxy.relay.detect import probe_stdio
 from proxy.upstream.errors import UpstreamUnavailable
 from proxy.upstream.stdio import StdioChannel, StdioModernUpstream, StdioProcess, StdioReply, process_factory
+from tests.support.schema import errors
 
 JSONDict = dict[str, Any]
 NAME = "scripted-stdio"
@@ -50,6 +51,7 @@ SERVER = r"""
 import json, os, subprocess, sys
 
 discover = os.environ.get("CHILD_DISCOVER")
+initialize = os.environ.get("CHILD_INITIALIZE")  # "first": answered before the request(s) read before it
 record = os.environ.get("CHILD_RECORD")
 lines, held = [], []
 
@@ -99,8 +101,16 @@ while True:
     elif method == "server/discover":
         if discover == "crash":
             sys.exit(4)
-        if discover:
+        if discover and initialize == "first":
+            held.append(message)  # answered after the initialize behind it
+        elif discover:
             send({"jsonrpc": "2.0", "id": message["id"], **json.loads(discover)})
+    elif method == "initialize" and initialize:
+        answer(message, {"protocolVersion": params["protocolVersion"], "capabilities": {},
+                         "serverInfo": {"name": "child", "version": "1"}})
+        for request in held:
+            send({"jsonrpc": "2.0", "id": request["id"], **json.loads(discover)})
+        held.clear()
 """
 
 # Ignores SIGTERM and never reads stdin (so never sees its end); says "ready" once it is so.
@@ -700,7 +710,7 @@ async def test_a_closed_upstream_refuses_new_exchanges():
 
 
 async def probe(
-    env: dict[str, str], *, script: str = SERVER, wait_for_exit: bool = False
+    env: dict[str, str], *, script: str = SERVER, wait_for_exit: bool = False, probe_s: float | None = None
 ) -> tuple[Detected, StdioChannel]:
     """probe_stdio over a fresh server child; returns the verdict and the channel it used."""
     channels: list[StdioChannel] = []
@@ -715,7 +725,7 @@ async def probe(
 
     try:
         async with asyncio.timeout(WAIT):
-            detected = await probe_stdio(start, PROBE_TIMEOUT)
+            detected = await probe_stdio(start, PROBE_TIMEOUT if probe_s is None else probe_s)
     finally:
         for channel in channels:
             await channel.stop(GRACE)
@@ -753,6 +763,32 @@ async def test_a_child_answering_the_probe_with_method_not_found_is_legacy():
     detected, channel = await probe(discover_reply(jsonrpc.error_response(0, jsonrpc.METHOD_NOT_FOUND, "no")))
     assert detected == Detected(Era.LEGACY, None)
     assert_stopped(channel)
+
+
+async def test_the_probe_writes_a_legacy_initialize_after_server_discover(tmp_path: Path):
+    record = tmp_path / "received.jsonl"
+    await probe({"CHILD_INITIALIZE": "yes", "CHILD_RECORD": str(record)})
+    first, second = (json.loads(line) for line in record.read_text().splitlines()[:2])
+    assert (first["method"], second["method"]) == ("server/discover", "initialize")
+    assert second["params"]["protocolVersion"] == LATEST_LEGACY
+    assert errors(LATEST_LEGACY, "InitializeRequest", second) == []
+
+
+async def test_a_child_silent_on_server_discover_that_answers_initialize_is_legacy_at_once():
+    # Many legacy servers ignore requests before their session (mcp 1.x does): the initialize
+    # answer tells without waiting out the start-up bound (300 s here: WAIT fails the test first).
+    detected, channel = await probe({"CHILD_INITIALIZE": "yes"}, probe_s=300)
+    assert detected == Detected(Era.LEGACY, None)
+    assert_stopped(channel)
+
+
+async def test_a_dual_era_child_answering_both_is_modern_whichever_answer_comes_first():
+    result = {"resultType": "complete", "supportedVersions": [*LEGACY_VERSIONS, *MODERN_VERSIONS], "capabilities": {}}
+    for order in ("yes", "first"):  # discover answered in order, or after the initialize
+        env = {**discover_reply(jsonrpc.result_response(0, result)), "CHILD_INITIALIZE": order}
+        detected, channel = await probe(env, probe_s=300)
+        assert detected == Detected(Era.MODERN, LATEST_MODERN), order
+        assert_stopped(channel)
 
 
 async def test_a_child_that_never_answers_the_probe_is_legacy_after_the_timeout():

@@ -47,6 +47,19 @@ def test_defaults_apply_when_only_the_upstream_url_is_given():
 
 
 @pytest.mark.parametrize(
+    ("upstream", "expected"),
+    [
+        ({"upstream.url": URL}, 4.0),
+        ({"upstream.sse_url": "http://127.0.0.1:3000/sse"}, 4.0),
+        ({"upstream.command": ["mcp-server"]}, 30.0),  # bounds the start-up of the server it starts
+        ({"upstream.command": ["mcp-server"], "upstream.probe_timeout_s": 2}, 2.0),
+    ],
+)
+def test_the_era_probe_waits_by_transport_unless_configured(upstream, expected):
+    assert load_settings(**upstream).upstream.era_probe_timeout_s == expected
+
+
+@pytest.mark.parametrize(
     ("yaml_value", "env_value", "flag_value", "expected"),
     [
         (None, None, None, DEFAULT_LISTEN),
