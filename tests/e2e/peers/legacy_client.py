@@ -51,6 +51,7 @@ from pydantic import AnyUrl
 
 DEFAULT_TIMEOUT = 20.0
 DEFAULT_WAIT = 5.0  # bounded wait for an expected notification (also capped by --timeout)
+PROGRESS_LINE = "DRIVER-PROGRESS"  # on stderr at each progress notification (tests/support/sdk_drivers.py)
 ROOTS = ["file:///tmp/root-a", "file:///tmp/root-b"]
 # mcp 1.30 warns on each use of its 2025-11-25 tasks API (2026-07-28 moved tasks to an extension).
 warnings.filterwarnings("ignore", "The experimental tasks API is deprecated", DeprecationWarning)
@@ -141,6 +142,7 @@ class Observer:
 
     async def progress(self, progress: float, total: float | None, message: str | None) -> None:
         self.callbacks.append({"type": "progress", "progress": progress, "total": total, "message": message})
+        print(f"{PROGRESS_LINE} {progress}", file=sys.stderr, flush=True)  # the call runs: for a watching test
         self._bump()
 
     async def message_handler(

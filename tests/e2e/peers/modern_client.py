@@ -96,6 +96,7 @@ warnings.filterwarnings("ignore", category=MCPDeprecationWarning)
 DEFAULT_TIMEOUT = 20.0
 DEFAULT_WAIT = 5.0  # bounded wait for an expected notification (also capped by --timeout)
 MODERN_VERSION = "2026-07-28"
+PROGRESS_LINE = "DRIVER-PROGRESS"  # on stderr at each progress notification (tests/support/sdk_drivers.py)
 ROOTS = ["file:///tmp/root-a", "file:///tmp/root-b"]
 
 
@@ -320,6 +321,7 @@ class Observer:
 
     async def progress(self, progress: float, total: float | None, message: str | None) -> None:
         self.callbacks.append({"type": "progress", "progress": progress, "total": total, "message": message})
+        print(f"{PROGRESS_LINE} {progress}", file=sys.stderr, flush=True)  # the call runs: for a watching test
         self.bump()
 
     async def message_handler(self, message: Any) -> None:
