@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from tests.support import peers
-from tests.support.procs import free_port, listening
+from tests.support.procs import serving
 
 REQUIREMENTS = ("2025-11-25", "2026-07-28")
 EXPECTED_FAILURES = peers.REPO / "tests" / "conformance-expected-failures-2026-07-28.yml"
@@ -56,24 +56,22 @@ def run(url: str, requirements: str, scored: set[str]) -> str:
 
 @contextlib.contextmanager
 def peer(name: str, logs: Path, *args: str, label: str | None = None) -> Iterator[str]:
-    port = free_port()
-    argv = ["bash", str(peers.peer_sh()), name, str(port), *args]
-    with listening(argv, port, logs / f"{label or name}.log", timeout=60):
-        yield f"http://127.0.0.1:{port}/mcp"
+    argv = ["bash", str(peers.peer_sh()), name, "0", *args]
+    with serving(argv, logs / f"{label or name}.log", timeout=60) as process:
+        yield f"http://127.0.0.1:{process.port}/mcp"
 
 
 @contextlib.contextmanager
 def proxy(
     logs: Path, label: str, *, url: str | None = None, command: str | None = None, sse: str | None = None
 ) -> Iterator[str]:
-    port = free_port()
     if sse:
         target = ["--upstream-sse", sse]
     else:
         target = ["--upstream", url] if url else ["--upstream-command", str(command)]
-    argv = [sys.executable, "-m", "proxy", *target, "--listen", f"127.0.0.1:{port}", "--log-level", "warning"]
-    with listening(argv, port, logs / f"proxy-{label}.log", timeout=60):
-        yield f"http://127.0.0.1:{port}/mcp"
+    argv = [sys.executable, "-m", "proxy", *target, "--listen", "127.0.0.1:0", "--log-level", "warning"]
+    with serving(argv, logs / f"proxy-{label}.log", timeout=60) as process:  # its one listener
+        yield f"http://127.0.0.1:{process.port}/mcp"
 
 
 def main() -> None:

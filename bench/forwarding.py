@@ -27,7 +27,7 @@ import aiohttp
 
 from tests.support import peers
 from tests.support.modern_peer import ModernPeer, read_reply
-from tests.support.procs import free_port, listening
+from tests.support.procs import Process, on_reserved_port, reserved_port, serving
 
 SECRET = "bench-forwarding-secret-0123456789"
 ANSWER = {"action": "accept", "content": {"name": "Ada"}}
@@ -79,20 +79,22 @@ def main() -> int:
     args = parser.parse_args()
     logs = Path(tempfile.mkdtemp(prefix="bench-forwarding-"))
     with ExitStack() as stack:
-        port = free_port()
-        server = [str(peers.mcp1_python()), str(peers.PEER_SCRIPTS / "legacy_server.py"), "--port", str(port)]
-        stack.enter_context(listening(server, port, logs / "legacy-server.log"))
+        server = [str(peers.mcp1_python()), str(peers.PEER_SCRIPTS / "legacy_server.py"), "--port", "0"]
+        upstream = stack.enter_context(serving(server, logs / "legacy-server.log")).port
         urls = []
         for name in ("a", "b"):
-            public, internal = free_port(), free_port()
-            argv = [sys.executable, "-m", "proxy", "--upstream", f"http://127.0.0.1:{port}/mcp"]
-            argv += ["--listen", f"127.0.0.1:{public}", "--upstream-era", "legacy", "--log-level", "warning"]
-            env = {
-                "MCP_ERA_PROXY_SECURITY__SECRET": SECRET,
-                "MCP_ERA_PROXY_REPLICAS__INTERNAL_LISTEN": f"127.0.0.1:{internal}",
-            }
-            stack.enter_context(listening(argv, public, logs / f"proxy-{name}.log", env=env, cwd=peers.REPO))
-            urls.append(f"http://127.0.0.1:{public}")
+
+            def launch(public: int, name: str = name) -> Process:
+                argv = [sys.executable, "-m", "proxy", "--upstream", f"http://127.0.0.1:{upstream}/mcp"]
+                argv += ["--listen", f"127.0.0.1:{public}", "--upstream-era", "legacy", "--log-level", "warning"]
+                env = {
+                    "MCP_ERA_PROXY_SECURITY__SECRET": SECRET,
+                    "MCP_ERA_PROXY_REPLICAS__INTERNAL_LISTEN": f"127.0.0.1:{reserved_port()}",  # told to the other
+                }
+                return Process(argv, logs / f"proxy-{name}-{public}.log", env, peers.REPO)
+
+            proxy = stack.enter_context(on_reserved_port(launch))
+            urls.append(f"http://127.0.0.1:{proxy.port}")
         timings = asyncio.run(measure(urls[0], urls[1], args.rounds))
     local, forwarded = timings["local"], timings["forwarded"]
     print(f"retries: {len(local)} local, {len(forwarded)} forwarded (logs in {logs})")

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from tests.support import peers
-from tests.support.procs import Process, wait_for_port
+from tests.support.procs import Announcement, Process
 
 REPO = peers.REPO
 BENCH = REPO / "bench"
@@ -61,13 +61,22 @@ class Processes:
 
     @contextlib.contextmanager
     def listening(
-        self, name: str, argv: list[str], port: int, env: dict[str, str] | None = None, timeout: float = 60.0
+        self,
+        name: str,
+        argv: list[str],
+        env: dict[str, str] | None = None,
+        timeout: float = 60.0,
+        *,
+        port: int = 0,
+        announced: Announcement | None = None,
     ) -> Iterator[Process]:
+        """`argv` until the block ends, once it listens: on `port` if it was told one, else on the
+        port it chose (`announced`, or its one port: tests.support.procs); that is `.port`."""
         process = Process(argv, self.logs / f"{name}.log", env)
         self.live.append(process)
         self._write()
         try:
-            wait_for_port(port, process.proc, timeout, process.log)
+            process.wait_listening(timeout, port=port, announced=announced)
             yield process
         finally:
             process.stop()

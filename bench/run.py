@@ -30,7 +30,7 @@ from typing import Any
 
 from bench.harness import BENCH, Processes, begin, machine, say
 from tests.support import peers
-from tests.support.procs import free_port
+from tests.support.procs import reserved_port
 
 WRK_DIR = BENCH / "wrk"
 LEGACY = "2025-11-25"
@@ -359,10 +359,9 @@ class Bench:
 
     @contextlib.contextmanager
     def upstream(self, era: str) -> Iterator[tuple[str, int]]:
-        port = free_port()
-        argv = [sys.executable, "-m", "bench.upstream", "--port", str(port), "--era", era]
-        with self.procs.listening(f"upstream-{era}", argv, port) as process:
-            yield f"http://127.0.0.1:{port}/mcp", process.proc.pid
+        argv = [sys.executable, "-m", "bench.upstream", "--port", "0", "--era", era]
+        with self.procs.listening(f"upstream-{era}", argv) as process:
+            yield f"http://127.0.0.1:{process.port}/mcp", process.proc.pid
 
     @contextlib.contextmanager
     def proxy(
@@ -375,12 +374,11 @@ class Bench:
         level: str = "warning",
         env: dict[str, str] | None = None,
     ) -> Iterator[tuple[str, int]]:
-        port = free_port()
         target = ["--upstream", url] if url else ["--upstream-command", str(command)]
-        argv = [sys.executable, "-m", "proxy", *target, "--upstream-era", era, "--listen", f"127.0.0.1:{port}"]
-        argv += ["--log-level", level]
-        with self.procs.listening(f"proxy-{name}", argv, port, env) as process:
-            yield f"http://127.0.0.1:{port}/mcp", process.proc.pid
+        argv = [sys.executable, "-m", "proxy", *target, "--upstream-era", era, "--listen", "127.0.0.1:0"]
+        argv += ["--log-level", level]  # its one listener is found without its `listening` line
+        with self.procs.listening(f"proxy-{name}", argv, env) as process:
+            yield f"http://127.0.0.1:{process.port}/mcp", process.proc.pid
 
     @contextlib.contextmanager
     def redis(self) -> Iterator[str]:
@@ -388,24 +386,22 @@ class Bench:
         if shutil.which("redis-server") is None:
             say("[bench] installing redis-server")
             subprocess.run(["apt-get", "install", "-y", "-qq", "redis-server"], check=True, capture_output=True)
-        port = free_port()
+        port = reserved_port()  # redis-server cannot be told port 0 (that turns TCP off)
         argv = ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
-        with self.procs.listening("redis", argv, port):
+        with self.procs.listening("redis", argv, port=port):
             yield f"redis://127.0.0.1:{port}/0"
 
     @contextlib.contextmanager
     def bare_hop(self, upstream: str) -> Iterator[tuple[str, int]]:
-        port = free_port()
-        argv = [sys.executable, "-m", "bench.bare_hop", "--upstream", upstream, "--port", str(port)]
-        with self.procs.listening("bare-hop", argv, port) as process:
-            yield f"http://127.0.0.1:{port}/mcp", process.proc.pid
+        argv = [sys.executable, "-m", "bench.bare_hop", "--upstream", upstream, "--port", "0"]
+        with self.procs.listening("bare-hop", argv) as process:
+            yield f"http://127.0.0.1:{process.port}/mcp", process.proc.pid
 
     @contextlib.contextmanager
     def peer(self, name: str) -> Iterator[tuple[str, int]]:
         """A peer bridge; peer.sh execs node, so the pid is the bridge (cpu_ticks checks anyway)."""
-        port = free_port()
-        with self.procs.listening(name, ["bash", str(peers.peer_sh()), name, str(port)], port) as process:
-            yield f"http://127.0.0.1:{port}/mcp", process.proc.pid
+        with self.procs.listening(name, ["bash", str(peers.peer_sh()), name, "0"]) as process:
+            yield f"http://127.0.0.1:{process.port}/mcp", process.proc.pid
 
     # -------------------------------------------------------------- scenarios
 

@@ -39,7 +39,6 @@ from bench.harness import BENCH, Processes, begin, machine, say
 from bench.run import CLK_TCK, _descendants, _stat
 from proxy import __version__ as proxy_version
 from tests.support import peers
-from tests.support.procs import free_port
 
 LEGACY = "2025-11-25"
 IN_FLIGHT = 8
@@ -620,11 +619,8 @@ def render(
 
 @contextlib.contextmanager
 def upstream_server(procs: Processes, upstream: Upstream) -> Iterator[str]:
-    port = free_port()
-    with procs.listening(
-        f"stdio-upstream-{upstream.key}", ["bash", str(peers.peer_sh()), upstream.peer, str(port)], port
-    ):
-        yield f"http://127.0.0.1:{port}/mcp"
+    with procs.listening(f"stdio-upstream-{upstream.key}", ["bash", str(peers.peer_sh()), upstream.peer, "0"]) as peer:
+        yield f"http://127.0.0.1:{peer.port}/mcp"
 
 
 def main() -> int:

@@ -26,7 +26,7 @@ from aiohttp import web
 
 from bench.harness import BENCH, REPO, Processes, machine, say
 from bench.run import Bench, Row, cpu_text, expect_echo, legacy_call, legacy_session, modern_call
-from tests.support.procs import Process, free_port, wait_for_port
+from tests.support.procs import Process, reserved_port
 
 
 def sink(port: int) -> None:
@@ -56,14 +56,15 @@ def exported(rev: str) -> Iterator[Path]:
 def proxy_from(
     procs: Processes, name: str, upstream: str, era: str, cwd: Path | None, env: dict[str, str] | None = None
 ) -> Iterator[tuple[str, int]]:
-    """bench.run's proxy, started from `cwd` (another tree's code) when given."""
-    port = free_port()
+    """bench.run's proxy, started from `cwd` (another tree's code) when given; told its port (an
+    older tree may not take port 0)."""
+    port = reserved_port()
     argv = [sys.executable, "-m", "proxy", "--upstream", upstream, "--upstream-era", era]
     argv += ["--listen", f"127.0.0.1:{port}", "--log-level", "warning"]
     process = Process(argv, procs.logs / f"proxy-{name}.log", env, cwd)
     procs.live.append(process)
     try:
-        wait_for_port(port, process.proc, 60.0, process.log)
+        process.wait_listening(60.0, port=port)
         yield f"http://127.0.0.1:{port}/mcp", process.proc.pid
     finally:
         process.stop()
@@ -88,17 +89,16 @@ def main() -> int:
     procs = Processes(args.out / "logs", args.out / ".pids")
     bench = Bench(args, procs)
     results: dict[tuple[str, str], Row] = {}
-    sink_port = free_port()
     try:
         with (
             bench.upstream("modern") as (modern, _),
-            procs.listening("otlp-sink", [sys.executable, "-m", "bench.tracing", "--sink", str(sink_port)], sink_port),
+            procs.listening("otlp-sink", [sys.executable, "-m", "bench.tracing", "--sink", "0"]) as receiver,
             exported(args.before) as before,
         ):
             variants: list[tuple[str, Path | None, dict[str, str]]] = [
                 ("before", before, {}),
                 ("off", None, {}),
-                ("on", None, {"MCP_ERA_PROXY_TRACING__OTLP_ENDPOINT": f"http://127.0.0.1:{sink_port}/v1/traces"}),
+                ("on", None, {"MCP_ERA_PROXY_TRACING__OTLP_ENDPOINT": f"http://127.0.0.1:{receiver.port}/v1/traces"}),
             ]
             for variant, cwd, env in variants:
                 say(f"tracing {variant}: (c) modern pass-through")

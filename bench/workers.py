@@ -12,7 +12,6 @@ import argparse
 import contextlib
 import os
 import shutil
-import socket
 import sys
 import time
 import urllib.request
@@ -21,25 +20,10 @@ from pathlib import Path
 
 from bench.harness import BENCH, Processes, machine, say
 from bench.run import Bench, Load, cpu_text, expect_echo, median, median_value, modern_call, wrk
-from tests.support.procs import free_port
+from tests.support.procs import reserved_port, reserved_ports
 
 SECRET = "bench-workers-secret-0123456789"
 SCRIPT = "modern_tools_call.lua"
-
-
-def free_ports(count: int) -> int:
-    """The first of `count` consecutive free loopback ports (worker i serves admin on port + i)."""
-    for _ in range(100):
-        base = free_port()
-        with contextlib.ExitStack() as stack:
-            try:
-                for port in range(base, base + count):
-                    sock = stack.enter_context(socket.socket())
-                    sock.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return base
-    raise RuntimeError(f"no {count} consecutive free ports")
 
 
 @contextlib.contextmanager
@@ -47,15 +31,15 @@ def redis(procs: Processes) -> Iterator[str]:
     server = shutil.which("redis-server")
     if server is None:
         raise RuntimeError("redis-server is not installed (bash scripts/setup-services.sh)")
-    port = free_port()
+    port = reserved_port()  # redis-server cannot be told port 0 (that turns TCP off)
     argv = [server, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
-    with procs.listening("redis", argv, port):
+    with procs.listening("redis", argv, port=port):
         yield f"redis://127.0.0.1:{port}/0"
 
 
 @contextlib.contextmanager
 def proxy(procs: Processes, upstream: str, store: str, workers: int) -> Iterator[tuple[str, int]]:
-    port, admin = free_port(), free_ports(workers)
+    port, admin = reserved_port(), reserved_ports(workers)  # shared by the workers: a known port
     argv = [sys.executable, "-m", "proxy", "--upstream", upstream, "--upstream-era", "modern"]
     argv += ["--listen", f"127.0.0.1:{port}", "--admin-listen", f"127.0.0.1:{admin}"]
     argv += ["--log-level", "warning", "--workers", str(workers)]
@@ -65,7 +49,7 @@ def proxy(procs: Processes, upstream: str, store: str, workers: int) -> Iterator
         "MCP_ERA_PROXY_SECURITY__SECRET": SECRET,
         "MCP_ERA_PROXY_DOWNSTREAM__SSE__ENABLED": "false",
     }
-    with procs.listening(f"proxy-workers-{workers}", argv, port, env) as process:
+    with procs.listening(f"proxy-workers-{workers}", argv, env, port=port) as process:
         deadline = time.monotonic() + 60
         for index in range(workers):  # every worker up, not just the first to bind
             while True:

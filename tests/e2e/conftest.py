@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.support import peers
-from tests.support.procs import free_port, listening
+from tests.support.procs import proxy_listener, serving
 
 pytestmark = pytest.mark.e2e
 
@@ -34,18 +34,17 @@ def start_proxy(logs_dir: Path) -> ProxyFactory:
     def start(
         upstream: str | None = None, *, command: str | None = None, sse: str | None = None, **env: str
     ) -> Iterator[str]:
-        port = free_port()
         if sse is not None:
             target = ["--upstream-sse", sse]
         elif upstream is not None:
             target = ["--upstream", upstream]
         else:
             target = ["--upstream-command", str(command)]
-        argv = [sys.executable, "-m", "proxy", *target, "--listen", f"127.0.0.1:{port}"]
+        argv = [sys.executable, "-m", "proxy", *target, "--listen", "127.0.0.1:0"]
         environment = {f"MCP_ERA_PROXY_{k.upper()}": v for k, v in env.items()}
         log = logs_dir / f"proxy-{next(counter)}.log"
-        url = f"http://127.0.0.1:{port}/mcp"
-        with listening(argv, port, log, env=environment):
+        with serving(argv, log, env=environment, announced=proxy_listener()) as proxy:
+            url = f"http://127.0.0.1:{proxy.port}/mcp"
             PROXY_LOGS[url] = log
             yield url
 
@@ -97,19 +96,15 @@ def proxy_to_legacy_server_stdio(start_proxy: ProxyFactory) -> Iterator[str]:
 @pytest.fixture(scope="session")
 def fixture_dual(logs_dir: Path) -> Iterator[str]:
     """The conformance fixture serving both eras on one endpoint."""
-    port = free_port()
-    with listening(["bash", str(peers.peer_sh()), "fixture-dual", str(port)], port, logs_dir / "fixture-dual.log"):
-        yield f"http://127.0.0.1:{port}/mcp"
+    with serving(["bash", str(peers.peer_sh()), "fixture-dual", "0"], logs_dir / "fixture-dual.log") as peer:
+        yield f"http://127.0.0.1:{peer.port}/mcp"
 
 
 @pytest.fixture(scope="session")
 def everything_http(logs_dir: Path) -> Iterator[str]:
     """@modelcontextprotocol/server-everything over Streamable HTTP (legacy), for a direct baseline."""
-    port = free_port()
-    with listening(
-        ["bash", str(peers.peer_sh()), "everything-http", str(port)], port, logs_dir / "everything-http.log"
-    ):
-        yield f"http://127.0.0.1:{port}/mcp"
+    with serving(["bash", str(peers.peer_sh()), "everything-http", "0"], logs_dir / "everything-http.log") as peer:
+        yield f"http://127.0.0.1:{peer.port}/mcp"
 
 
 @pytest.fixture(scope="session")
@@ -141,18 +136,16 @@ def proxy_to_everything_stdio(start_proxy: ProxyFactory) -> Iterator[str]:
 @pytest.fixture(scope="session")
 def everything_sse(logs_dir: Path) -> Iterator[str]:
     """@modelcontextprotocol/server-everything over the 2024-11-05 HTTP+SSE transport: its SSE URL."""
-    port = free_port()
-    with listening(["bash", str(peers.peer_sh()), "everything-sse", str(port)], port, logs_dir / "everything-sse.log"):
-        yield f"http://127.0.0.1:{port}/sse"
+    with serving(["bash", str(peers.peer_sh()), "everything-sse", "0"], logs_dir / "everything-sse.log") as peer:
+        yield f"http://127.0.0.1:{peer.port}/sse"
 
 
 @pytest.fixture(scope="session")
 def legacy_server_sse(logs_dir: Path) -> Iterator[str]:
     """The mcp==1.30.0 legacy server on the 2024-11-05 HTTP+SSE transport: its SSE URL."""
-    port = free_port()
-    argv = [str(peers.mcp1_python()), str(peers.PEER_SCRIPTS / "legacy_server.py"), "--port", str(port), "--sse"]
-    with listening(argv, port, logs_dir / "legacy-server-sse.log"):
-        yield f"http://127.0.0.1:{port}/sse"
+    argv = [str(peers.mcp1_python()), str(peers.PEER_SCRIPTS / "legacy_server.py"), "--port", "0", "--sse"]
+    with serving(argv, logs_dir / "legacy-server-sse.log") as peer:
+        yield f"http://127.0.0.1:{peer.port}/sse"
 
 
 @pytest.fixture(scope="session")
@@ -176,7 +169,6 @@ def tap_factory(logs_dir: Path) -> Callable[..., AbstractContextManager[tuple[st
 
     @contextmanager
     def start(*targets: str) -> Iterator[tuple[str, Path]]:
-        port = free_port()
         n = next(counter)
         record = logs_dir / f"tap-{n}.jsonl"
         argv = [
@@ -184,12 +176,12 @@ def tap_factory(logs_dir: Path) -> Callable[..., AbstractContextManager[tuple[st
             "-m",
             "tests.support.tap",
             "--port",
-            str(port),
+            "0",
             *(arg for target in targets for arg in ("--target", target)),
             "--record",
             str(record),
         ]
-        with listening(argv, port, logs_dir / f"tap-{n}.log", cwd=peers.REPO):
-            yield f"http://127.0.0.1:{port}/mcp", record
+        with serving(argv, logs_dir / f"tap-{n}.log", cwd=peers.REPO) as tap:
+            yield f"http://127.0.0.1:{tap.port}/mcp", record
 
     return start

@@ -27,7 +27,7 @@ from tests.support.conformance import (
     REQUIRED_2026_07_28,
     run_conformance,
 )
-from tests.support.procs import free_port, listening, reap_tagged
+from tests.support.procs import reap_tagged, serving
 
 pytestmark = pytest.mark.e2e
 
@@ -48,12 +48,11 @@ START_BOUND = {"2025-11-25": set(), "2026-07-28": {"server-stateless"}}
 @contextmanager
 def supergateway(log: Path, name: str, *args: str) -> Iterator[str]:
     """A supergateway peer (peer.sh NAME PORT ARGS) on Streamable HTTP; nothing it started outlives it."""
-    port = free_port()
     tag = uuid.uuid4().hex
-    argv = ["bash", str(peers.peer_sh()), name, str(port), *args]
+    argv = ["bash", str(peers.peer_sh()), name, "0", *args]
     try:
-        with listening(argv, port, log, env={RUN_TAG: tag}):
-            yield f"http://127.0.0.1:{port}/mcp"
+        with serving(argv, log, env={RUN_TAG: tag}) as gateway:
+            yield f"http://127.0.0.1:{gateway.port}/mcp"
     finally:
         left = reap_tagged(RUN_TAG, tag)
     assert left == [], f"left behind by supergateway: {left}"

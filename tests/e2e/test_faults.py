@@ -27,7 +27,7 @@ from tests.e2e.conftest import PROXY_LOGS, ProxyFactory
 from tests.support import fault_upstream, peers, stdio_server, tally
 from tests.support.answers import assert_holds
 from tests.support.mcp_http import Endpoint, answer_to, metric
-from tests.support.procs import Process, free_port, wait_for_port
+from tests.support.procs import PortTaken, Process, reserved_port
 from tests.support.rawhttp import Reply
 
 SCRIPT = Path(fault_upstream.__file__)
@@ -57,21 +57,41 @@ assert set(EXPECTED) == set(fault_upstream.FAULTS)
 
 
 class Faulty:
-    """One scripted upstream process that can be killed and started again on its port."""
+    """One scripted upstream process that can be killed and started again on its port (a
+    reserved one: tests.support.procs)."""
+
+    START_S = 30.0
 
     def __init__(self, era: str, logs: Path) -> None:
         self.era = era
-        self.port = free_port()
+        self.port = reserved_port()
         self.logs = logs
-        self.url = f"http://127.0.0.1:{self.port}/mcp"
         self._runs = 0
         self._process: Process | None = None
 
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/mcp"
+
+    def argv(self) -> list[str]:
+        return [sys.executable, str(SCRIPT), "--era", self.era, "--port", str(self.port)]
+
     def start(self) -> None:
-        self._runs += 1
-        argv = [sys.executable, str(SCRIPT), "--era", self.era, "--port", str(self.port)]
-        self._process = Process(argv, self.logs / f"fault-{self.era}-{self.port}-{self._runs}.log")
-        wait_for_port(self.port, self._process.proc, 30.0, self._process.log)
+        """Start it on its port; the first time on another if that one turned out taken (later,
+        the proxy in front expects it where it was)."""
+        for attempt in range(5):
+            self._runs += 1
+            self._process = Process(
+                self.argv(), self.logs / f"{type(self).__name__}-{self.era}-{self.port}-{self._runs}.log"
+            )
+            try:
+                self._process.wait_listening(self.START_S, port=self.port)
+                return
+            except PortTaken:
+                self._process.stop()
+                if self._runs > 1 or attempt == 4:
+                    raise
+                self.port, self._runs = reserved_port(), 0
 
     def kill(self) -> None:
         assert self._process is not None
@@ -311,16 +331,15 @@ def test_a_stdio_server_that_crashes_mid_call_fails_that_call_and_is_started_aga
 class RealServer(Faulty):
     """A real SDK server (mcp==1.30.0 legacy or mcp==2.3.0 modern) on a port of its own."""
 
-    def start(self) -> None:
-        self._runs += 1
+    START_S = 60.0
+
+    def argv(self) -> list[str]:
         python, script = (
             (peers.mcp1_python(), "legacy_server.py")
             if self.era == "legacy"
             else (peers.mcp2_python(), "modern_server.py")
         )
-        argv = [str(python), str(peers.PEER_SCRIPTS / script), "--port", str(self.port)]
-        self._process = Process(argv, self.logs / f"real-{self.era}-{self.port}-{self._runs}.log")
-        wait_for_port(self.port, self._process.proc, 60.0, self._process.log)
+        return [str(python), str(peers.PEER_SCRIPTS / script), "--port", str(self.port)]
 
 
 @pytest.mark.parametrize("client_era", ["legacy", "modern"])

@@ -27,7 +27,7 @@ from typing import Any
 import pytest
 
 from tests.support import peers
-from tests.support.procs import alive, cmdline, descendants, free_port, listening, reap_tagged, tagged, wait_for
+from tests.support.procs import alive, cmdline, descendants, reap_tagged, serving, tagged, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -101,26 +101,24 @@ def url_of(fixture: str) -> Callable[[pytest.FixtureRequest], str]:
     return lambda request: str(request.getfixturevalue(fixture))
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def pristine_fixture_modern(logs_dir: Path) -> Iterator[str]:
     """A modern-only fixture of this module's own: other modules' tests add tools and prompts to the
     shared one at runtime, which the reference below would not list."""
-    port = free_port()
-    argv = ["bash", str(peers.peer_sh()), "fixture-modern", str(port)]
-    with listening(argv, port, logs_dir / "inspector-fixture-modern.log"):
-        yield f"http://127.0.0.1:{port}/mcp"
+    argv = ["bash", str(peers.peer_sh()), "fixture-modern", "0"]
+    with serving(argv, logs_dir / "inspector-fixture-modern.log") as fixture:
+        yield f"http://127.0.0.1:{fixture.port}/mcp"
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def pristine_fixture_dual(logs_dir: Path) -> Iterator[str]:
     """The reference for it: the same fixture serving both eras, as fresh."""
-    port = free_port()
-    argv = ["bash", str(peers.peer_sh()), "fixture-dual", str(port)]
-    with listening(argv, port, logs_dir / "inspector-fixture-dual.log"):
-        yield f"http://127.0.0.1:{port}/mcp"
+    argv = ["bash", str(peers.peer_sh()), "fixture-dual", "0"]
+    with serving(argv, logs_dir / "inspector-fixture-dual.log") as fixture:
+        yield f"http://127.0.0.1:{fixture.port}/mcp"
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def proxy_to_pristine_fixture_modern(start_proxy: Any, pristine_fixture_modern: str) -> Iterator[str]:
     with start_proxy(pristine_fixture_modern) as url:
         yield url

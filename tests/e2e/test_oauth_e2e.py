@@ -35,6 +35,7 @@ from tests.support.oauth import (
     run_client,
     steps_ok,
 )
+from tests.support.procs import PortTaken
 
 pytestmark = pytest.mark.e2e
 
@@ -78,7 +79,18 @@ def deploy(issuer: AuthServer, logs_dir: Path) -> Iterator[Callable[..., Deploym
 
         def get(model: str, era: str, *, bad_metadata: bool = False, detect: bool = False) -> Deployment:
             key = (model, era, bad_metadata, detect)
-            if key not in started:
+            for attempt in range(3):  # the proxy's port is chosen first: another if it was taken meanwhile
+                if key in started:
+                    break
+                try:
+                    started[key] = deploy_one(model, era, bad_metadata, detect)
+                except PortTaken:
+                    if attempt == 2:
+                        raise
+            return started[key]
+
+        def deploy_one(model: str, era: str, bad_metadata: bool, detect: bool) -> Deployment:
+            with ExitStack() as attempt:
                 url = reserve_proxy_url()
                 auth = {
                     "upstream__era": "auto" if detect else era,
@@ -87,16 +99,16 @@ def deploy(issuer: AuthServer, logs_dir: Path) -> Iterator[Callable[..., Deploym
                     "auth__issuers": json.dumps([issuer.issuer]),
                 }
                 if model == "passthrough":  # the upstream accepts tokens issued for the proxy's URL
-                    upstream = stack.enter_context(
+                    upstream = attempt.enter_context(
                         protected_server(era, issuer, logs_dir, audiences=[url], bad_metadata=bad_metadata)
                     )
                 else:  # the upstream accepts only tokens for itself: the proxy's own
-                    upstream = stack.enter_context(protected_server(era, issuer, logs_dir, bad_metadata=bad_metadata))
+                    upstream = attempt.enter_context(protected_server(era, issuer, logs_dir, bad_metadata=bad_metadata))
                     own = issuer.mint(sub=PROXY_SUBJECT, aud=upstream, client_id="era-proxy", ttl=3600)
                     auth["upstream__headers"] = json.dumps({"Authorization": f"Bearer {own}"})
-                stack.enter_context(proxy(url, upstream, logs_dir, **auth))
-                started[key] = Deployment(model, url, upstream)
-            return started[key]
+                attempt.enter_context(proxy(url, upstream, logs_dir, **auth))
+                stack.enter_context(attempt.pop_all())  # kept until the module ends
+                return Deployment(model, url, upstream)
 
         yield get
 

@@ -6,11 +6,13 @@ import os
 import re
 import signal
 import socket
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
-from tests.support.procs import Process, free_port, listening
+from tests.support.procs import PortTaken, Process, reserved_port
 from tests.support.sdk_drivers import run_legacy_client
 
 from .test_stdio_supervision import alive, descendants
@@ -31,12 +33,29 @@ def test_readme_quick_start_has_exactly_the_two_commands_and_ci_runs_the_second(
     assert "scripts/test.sh" in REPO.joinpath(".ci", "run").read_text()
 
 
+@contextmanager
+def demo(log: Path) -> Iterator[tuple[Process, int, int]]:
+    """The demo, as the README runs it, on ports of its own (reserved ones: it is told them), until
+    the block ends: (its process, the proxy's port, the example upstream's)."""
+    for attempt in range(5):
+        proxy_port, upstream_port = reserved_port(), reserved_port()
+        env = {"PROXY_LISTEN": f"127.0.0.1:{proxy_port}", "UPSTREAM_PORT": str(upstream_port)}
+        process = Process(demo_argv(), log.with_suffix(f".{attempt}.log"), env, REPO)
+        try:
+            process.wait_listening(240, port=proxy_port)
+            break
+        except PortTaken:
+            process.stop()
+            if attempt == 4:
+                raise
+    try:
+        yield process, proxy_port, upstream_port
+    finally:
+        process.stop()
+
+
 def test_the_demo_command_serves_a_legacy_client_through_the_proxy(logs_dir: Path) -> None:
-    proxy_port, upstream_port = free_port(), free_port()
-    env = {"PROXY_LISTEN": f"127.0.0.1:{proxy_port}", "UPSTREAM_PORT": str(upstream_port)}
-    with listening(
-        ["bash", readme_commands()[0].split()[1]], proxy_port, logs_dir / "demo.log", env=env, cwd=REPO, timeout=240
-    ):
+    with demo(logs_dir / "demo.log") as (_, proxy_port, upstream_port):
         observed = run_legacy_client(
             f"http://127.0.0.1:{proxy_port}/mcp", "tools", {"tool": "echo", "arguments": {"text": "from the README"}}
         )
@@ -54,7 +73,7 @@ def demo_argv() -> list[str]:
 def test_the_demo_refuses_an_upstream_port_something_else_listens_on(logs_dir: Path) -> None:
     # Before, the example upstream failed to bind (in its log only) and the proxy started in front of
     # whatever listened there.
-    proxy_port = free_port()
+    proxy_port = reserved_port()
     with socket.socket() as foreign:
         foreign.bind(("127.0.0.1", 0))
         foreign.listen()
@@ -77,17 +96,14 @@ def test_the_demo_refuses_an_upstream_port_something_else_listens_on(logs_dir: P
 def test_a_signal_to_the_demo_script_stops_the_proxy_and_the_example_upstream(
     logs_dir: Path, signum: signal.Signals
 ) -> None:
-    proxy_port, upstream_port = free_port(), free_port()
-    env = {"PROXY_LISTEN": f"127.0.0.1:{proxy_port}", "UPSTREAM_PORT": str(upstream_port)}
-    log = logs_dir / f"demo-{signum.name}.log"
     children: set[int] = set()
     try:
-        with listening(demo_argv(), proxy_port, log, env=env, cwd=REPO, timeout=240) as demo:
-            children = descendants(demo.proc.pid)
+        with demo(logs_dir / f"demo-{signum.name}.log") as (script, proxy_port, upstream_port):
+            children = descendants(script.proc.pid)
             assert len(children) >= 2, children  # the example upstream and the proxy
-            demo.proc.send_signal(signum)  # the script alone, as a supervisor or `kill PID` does
-            assert demo.proc.wait(timeout=60) == 128 + signum
-        assert not {pid for pid in children if alive(pid)}, demo.output()
+            script.proc.send_signal(signum)  # the script alone, as a supervisor or `kill PID` does
+            assert script.proc.wait(timeout=60) == 128 + signum
+        assert not {pid for pid in children if alive(pid)}, script.output()
         for port in (proxy_port, upstream_port):
             with socket.socket() as sock:
                 assert sock.connect_ex(("127.0.0.1", port)) != 0

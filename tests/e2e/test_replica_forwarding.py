@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from tests.support.procs import free_port
+from tests.support.procs import reserved_port
 from tests.support.redis_server import redis_server
 from tests.support.sdk_drivers import run_legacy_client, run_modern_client
 from tests.support.tap import schema_violations
@@ -48,7 +48,7 @@ def replicas(start_proxy: ProxyFactory, legacy_server: str) -> Iterator[list[str
                 start_proxy(
                     legacy_server,
                     security__secret=SECRET,
-                    replicas__internal_listen=f"127.0.0.1:{free_port()}",
+                    replicas__internal_listen=f"127.0.0.1:{reserved_port()}",  # told to the others
                     upstream__era="legacy",
                 )
             )
@@ -74,7 +74,7 @@ def legacy_replicas(start_proxy: ProxyFactory, modern_server: str, logs_dir: Pat
                     modern_server,
                     security__secret=SECRET,
                     store__url=redis.url,
-                    replicas__internal_listen=f"127.0.0.1:{free_port()}",
+                    replicas__internal_listen=f"127.0.0.1:{reserved_port()}",
                     upstream__era="modern",
                 )
             )

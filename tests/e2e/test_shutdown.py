@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
-import subprocess
+import socket
 import sys
 from pathlib import Path
 from typing import Any
@@ -16,7 +16,7 @@ import pytest
 
 from proxy.protocol import meta
 from tests.support import peers
-from tests.support.procs import free_port, listening, wait_for_port
+from tests.support.procs import Process, proxy_listener, serving
 
 from .conftest import stdio_command
 from .test_concurrent_modern_clients import ModernClient
@@ -89,16 +89,11 @@ async def test_sigterm_lets_the_call_finish_closes_the_subscription_gracefully_a
         target = ["--upstream", request.getfixturevalue("legacy_server")]
     else:
         target = ["--upstream-command", stdio_command(peers.mcp1_python(), "legacy_server.py")]
-    port, admin_port = free_port(), free_port()
-    url = f"http://127.0.0.1:{port}/mcp"
-    readyz = f"http://127.0.0.1:{admin_port}/readyz"
-    argv = [
-        sys.executable, "-m", "proxy", *target,
-        "--listen", f"127.0.0.1:{port}", "--admin-listen", f"127.0.0.1:{admin_port}",
-    ]  # fmt: skip
-    with listening(
-        argv, port, logs_dir / f"shutdown-{upstream_kind}.log", env={"MCP_ERA_PROXY_SHUTDOWN__GRACE_S": str(GRACE_S)}
-    ) as proxy:
+    argv = [sys.executable, "-m", "proxy", *target, "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"]
+    log = logs_dir / f"shutdown-{upstream_kind}.log"
+    with serving(argv, log, env={"MCP_ERA_PROXY_SHUTDOWN__GRACE_S": str(GRACE_S)}, announced=proxy_listener()) as proxy:
+        url = f"http://127.0.0.1:{proxy.port}/mcp"
+        readyz = f"http://127.0.0.1:{proxy_listener('admin')(proxy.output())}/readyz"
         async with aiohttp.ClientSession() as http:
             client = ModernClient(http, url, "draining", {})
             # Long enough to watch the draining while it runs, well inside the grace period.
@@ -153,26 +148,16 @@ async def test_sigterm_lets_the_call_finish_closes_the_subscription_gracefully_a
     assert "stopped" in (logs_dir / f"shutdown-{upstream_kind}.log").read_text()
 
 
-def test_an_idle_proxy_stops_on_sigterm_with_exit_code_zero() -> None:
+def test_an_idle_proxy_stops_on_sigterm_with_exit_code_zero(logs_dir: Path) -> None:
     """Even with its upstream unreachable (nothing to drain)."""
-    port = free_port()
-    argv = [
-        sys.executable,
-        "-m",
-        "proxy",
-        "--upstream",
-        f"http://127.0.0.1:{free_port()}/mcp",
-        "--listen",
-        f"127.0.0.1:{port}",
-        "--upstream-era",
-        "modern",
-    ]
-    process = subprocess.Popen(argv, stderr=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
-    try:
-        wait_for_port(port, process, 30, Path("/dev/null"))
-        process.send_signal(signal.SIGTERM)
-        assert process.wait(GRACE_S) == 0
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
+    with socket.socket() as closed:  # bound, never listening: connections to it are refused
+        closed.bind(("127.0.0.1", 0))
+        upstream = f"http://127.0.0.1:{closed.getsockname()[1]}/mcp"
+        argv = [sys.executable, "-m", "proxy", "--upstream", upstream, "--listen", "127.0.0.1:0"]
+        process = Process([*argv, "--upstream-era", "modern"], logs_dir / "shutdown-idle.log")
+        try:
+            process.wait_listening(30, announced=proxy_listener())
+            process.proc.send_signal(signal.SIGTERM)
+            assert process.proc.wait(GRACE_S) == 0
+        finally:
+            process.stop()

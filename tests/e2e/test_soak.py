@@ -26,7 +26,7 @@ import pytest
 from proxy.protocol import jsonrpc
 from tests.support import stdio_server, tally
 from tests.support.mcp_http import Endpoint, answer_to, metric
-from tests.support.procs import free_port, listening
+from tests.support.procs import serving
 from tests.support.rawhttp import build
 
 SESSIONS = int(os.environ.get("SOAK_SESSIONS", "2000"))
@@ -107,10 +107,11 @@ def soak_proxies(logs_dir: Path, fixture_modern: str, fixture_legacy: str) -> It
     running: dict[str, Running] = {}
     with ExitStack() as stack:
         for name, target in targets.items():
-            port = free_port()
-            argv = [sys.executable, "-m", "proxy", *target, "--listen", f"127.0.0.1:{port}"]
-            process = stack.enter_context(listening(argv, port, logs_dir / f"soak-{name}.log", env=SHORT))
-            running[name] = Running(Endpoint(f"http://127.0.0.1:{port}/mcp"), process.proc.pid)
+            argv = [sys.executable, "-m", "proxy", *target, "--listen", "127.0.0.1:0"]
+            log = logs_dir / f"soak-{name}.log"
+            # Its one listener is found by its socket: at level warning it logs no `listening` line.
+            process = stack.enter_context(serving(argv, log, env=SHORT))
+            running[name] = Running(Endpoint(f"http://127.0.0.1:{process.port}/mcp"), process.proc.pid)
         yield running
 
 

@@ -17,8 +17,16 @@ import pytest
 
 from tests.support import peers
 from tests.support.conformance import REQUIRED_2025_11_25, REQUIRED_2026_07_28, run_conformance
-from tests.support.procs import free_port, listening
-from tests.support.sdk_drivers import legacy_client_argv, modern_client_argv, run_legacy_client, run_modern_client
+from tests.support.procs import serving
+from tests.support.sdk_drivers import (
+    finished,
+    legacy_client_argv,
+    modern_client_argv,
+    run_legacy_client,
+    run_modern_client,
+    started,
+    until_progress,
+)
 
 from .conftest import PROXY_LOGS
 from .test_conformance import EVERYTHING_2026_SCENARIOS, passed
@@ -219,20 +227,17 @@ def observed_of(done: subprocess.CompletedProcess[str]) -> dict[str, Any]:
 def test_the_server_going_away_mid_call_gets_the_client_a_json_rpc_error_not_a_hang(
     start_proxy: Any, logs_dir: Path, client: str
 ):
-    port = free_port()
-    argv = ["bash", str(peers.peer_sh()), "everything-sse", str(port)]
-    with listening(argv, port, logs_dir / f"everything-sse-dying-{client}.log") as server:
-        with start_proxy(sse=f"http://127.0.0.1:{port}/sse") as url:
+    argv = ["bash", str(peers.peer_sh()), "everything-sse", "0"]
+    with serving(argv, logs_dir / f"everything-sse-dying-{client}.log") as server:
+        with start_proxy(sse=f"http://127.0.0.1:{server.port}/sse") as url:
             make_argv = legacy_client_argv if client == "legacy" else modern_client_argv
             args = {"tool": "trigger-long-running-operation", "arguments": {"duration": 30, "steps": 30}}
-            driver = subprocess.Popen(make_argv(url, "progress", args, 60.0), stdout=subprocess.PIPE, text=True)
-            time.sleep(3.0)  # the call is running, its progress arriving
-            assert driver.poll() is None
+            driver = started(make_argv(url, "progress", args, 60.0))
+            until_progress(driver, 30.0)  # the call is running, its progress arriving
             server.stop()  # the SSE stream ends with the server
-            started = time.monotonic()
-            stdout, _ = driver.communicate(timeout=30)
-            elapsed = time.monotonic() - started
-    observed = observed_of(subprocess.CompletedProcess([], driver.returncode, stdout, ""))
+            stopped = time.monotonic()
+            observed = finished(driver, 30.0)
+            elapsed = time.monotonic() - stopped
     assert elapsed < 10, elapsed  # at once, not at the request timeout
     assert "error" in observed, observed
     text = json.dumps(observed["error"])
@@ -244,11 +249,11 @@ def test_legacy_sessions_past_the_sse_bound_get_503_while_every_connection_is_bu
 ):
     with start_proxy(sse=everything_sse, UPSTREAM__SSE__MAX_SESSIONS="1") as url:
         args = {"tool": "trigger-long-running-operation", "arguments": {"duration": 4, "steps": 4}}
-        busy = subprocess.Popen(legacy_client_argv(url, "progress", args, 30.0), stdout=subprocess.PIPE, text=True)
-        time.sleep(2.0)
+        busy = started(legacy_client_argv(url, "progress", args, 30.0))
+        until_progress(busy, 20.0)  # its session holds the one SSE connection, its call running
         refused = run_legacy_client(url, "ping", {}, timeout=10.0)
-        stdout, _ = busy.communicate(timeout=30)
+        observed = finished(busy, 30.0)
         after = run_legacy_client(url, "ping", {}, timeout=10.0)
     assert "error" in refused and "503" in json.dumps(refused), refused
-    assert "error" not in observed_of(subprocess.CompletedProcess([], busy.returncode, stdout, ""))
+    assert "error" not in observed, observed
     assert "error" not in after, after

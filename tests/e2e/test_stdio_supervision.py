@@ -16,7 +16,7 @@ import pytest
 
 from proxy.protocol import jsonrpc
 from tests.support import peers
-from tests.support.procs import free_port, listening
+from tests.support.procs import proxy_listener, serving
 
 from .conftest import stdio_command
 from .test_concurrent_modern_clients import ModernClient
@@ -92,20 +92,19 @@ async def first_progress_then_final(
     raise AssertionError("the stream ended without a reply")
 
 
-def proxy_argv(command: str, port: int) -> list[str]:
-    return [sys.executable, "-m", "proxy", "--upstream-command", command, "--listen", f"127.0.0.1:{port}"]
+def proxy_argv(command: str) -> list[str]:
+    return [sys.executable, "-m", "proxy", "--upstream-command", command, "--listen", "127.0.0.1:0"]
 
 
 async def test_killing_a_legacy_stdio_server_mid_call_fails_that_call_at_once_and_the_next_call_works(
     logs_dir: Path,
 ) -> None:
-    port = free_port()
-    url = f"http://127.0.0.1:{port}/mcp"
-    with listening(
-        proxy_argv(stdio_command(peers.mcp1_python(), "legacy_server.py"), port),
-        port,
+    with serving(
+        proxy_argv(stdio_command(peers.mcp1_python(), "legacy_server.py")),
         logs_dir / "supervision-legacy.log",
+        announced=proxy_listener(),
     ) as proxy:
+        url = f"http://127.0.0.1:{proxy.port}/mcp"
         pid = proxy.proc.pid
         async with aiohttp.ClientSession() as http:
             client = ModernClient(http, url, "killer", {"sampling": {}})
@@ -173,13 +172,12 @@ async def legacy_call(
 
 
 async def test_killing_the_shared_modern_stdio_server_fails_calls_in_flight_and_it_is_restarted(logs_dir: Path) -> None:
-    port = free_port()
-    url = f"http://127.0.0.1:{port}/mcp"
-    with listening(
-        proxy_argv(stdio_command(peers.mcp2_python(), "modern_server.py"), port),
-        port,
+    with serving(
+        proxy_argv(stdio_command(peers.mcp2_python(), "modern_server.py")),
         logs_dir / "supervision-modern.log",
+        announced=proxy_listener(),
     ) as proxy:
+        url = f"http://127.0.0.1:{proxy.port}/mcp"
         pid = proxy.proc.pid
         async with aiohttp.ClientSession() as http:
             headers = await legacy_session(http, url)

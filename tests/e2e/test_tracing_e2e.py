@@ -23,7 +23,7 @@ import pytest
 
 from tests.e2e.conftest import ProxyFactory
 from tests.support import peers
-from tests.support.procs import free_port, listening
+from tests.support.procs import Process, on_reserved_port, reserved_port, serving
 from tests.support.sdk_drivers import run_legacy_client
 
 pytestmark = pytest.mark.e2e
@@ -36,32 +36,36 @@ TOOL = "tools/call elicit"
 @pytest.fixture(scope="module")
 def receiver(logs_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """Phoenix on 127.0.0.1 (its HTTP port takes OTLP on /v1/traces and serves the REST API)."""
-    port, grpc_port = free_port(), free_port()
-    env = {
-        "PHOENIX_HOST": "127.0.0.1",
-        "PHOENIX_PORT": str(port),
-        "PHOENIX_GRPC_PORT": str(grpc_port),  # its OTLP/gRPC listener: on a free port, never 4317
-        "PHOENIX_WORKING_DIR": str(tmp_path_factory.mktemp("phoenix")),  # a fresh SQLite database
-        "PHOENIX_TELEMETRY_ENABLED": "false",
-    }
+    # Phoenix takes its ports from the environment, so it is told reserved ones (tests.support.procs).
+    work = tmp_path_factory.mktemp("phoenix")
+
+    def launch(port: int) -> Process:
+        env = {
+            "PHOENIX_HOST": "127.0.0.1",
+            "PHOENIX_PORT": str(port),
+            "PHOENIX_GRPC_PORT": str(reserved_port()),  # its OTLP/gRPC listener: never 4317
+            "PHOENIX_WORKING_DIR": str(work / str(port)),  # a fresh SQLite database
+            "PHOENIX_TELEMETRY_ENABLED": "false",
+        }
+        return Process([str(peers.phoenix_bin()), "serve"], logs_dir / f"phoenix-{port}.log", env)
+
     # The first start migrates a new database: slower than a peer's usual start.
-    with listening([str(peers.phoenix_bin()), "serve"], port, logs_dir / "phoenix.log", env=env, timeout=120):
-        yield f"http://127.0.0.1:{port}"
+    with on_reserved_port(launch, timeout=120) as phoenix:
+        yield f"http://127.0.0.1:{phoenix.port}"
 
 
 @pytest.fixture(scope="module")
 def traced_server(receiver: str, logs_dir: Path) -> Iterator[str]:
-    port = free_port()
     argv = [
         str(peers.mcp2otel_python()),
         str(peers.PEER_SCRIPTS / "traced_modern_server.py"),
         "--otlp-endpoint",
         f"{receiver}/v1/traces",
         "--port",
-        str(port),
+        "0",
     ]
-    with listening(argv, port, logs_dir / "traced-modern-server.log"):
-        yield f"http://127.0.0.1:{port}/mcp"
+    with serving(argv, logs_dir / "traced-modern-server.log") as server:
+        yield f"http://127.0.0.1:{server.port}/mcp"
 
 
 def spans_of(receiver: str, trace_id: str) -> list[JSONDict]:

@@ -21,7 +21,7 @@ import pytest
 from tests.e2e.conftest import ProxyFactory
 from tests.e2e.test_tasks_e2e import run_tagged, run_ts
 from tests.support import peers
-from tests.support.procs import free_port, listening
+from tests.support.procs import serving
 from tests.support.schema import ext_tasks_errors
 from tests.support.sdk_drivers import legacy_client_argv
 
@@ -34,10 +34,9 @@ TIMEOUT_S = 60.0
 
 @pytest.fixture(scope="module")
 def task_server(logs_dir: Any) -> Iterator[str]:
-    port = free_port()
-    argv = [str(peers.mcp2_python()), str(peers.PEER_SCRIPTS / "modern_task_server.py"), "--port", str(port)]
-    with listening(argv, port, logs_dir / "modern-task-server.log"):
-        yield f"http://127.0.0.1:{port}/mcp"
+    argv = [str(peers.mcp2_python()), str(peers.PEER_SCRIPTS / "modern_task_server.py"), "--port", "0"]
+    with serving(argv, logs_dir / "modern-task-server.log") as server:
+        yield f"http://127.0.0.1:{server.port}/mcp"
 
 
 @pytest.fixture(scope="module")

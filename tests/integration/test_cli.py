@@ -9,11 +9,13 @@ import socket
 import subprocess
 import sys
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import aiohttp
 import pytest
 
 from proxy.config import ENV_PREFIX
+from tests.support.procs import reserved_port
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -74,12 +76,23 @@ def test_a_misspelt_environment_variable_is_refused() -> None:
     assert f"{ENV_PREFIX}LISTN" in done.stderr
 
 
+async def listened(stderr: asyncio.StreamReader, listener: str) -> int:
+    """The port of the next `listening` log line of the proxy's `listener` (mcp, admin, internal):
+    the one it listens on, the kernel's choice where port 0 was asked."""
+    while line := await stderr.readline():
+        event = json.loads(line) if line.startswith(b"{") else {}
+        if event.get("event") == "listening" and event.get("listener") == listener:
+            address = urlsplit(event["address"])
+            assert address.hostname == "127.0.0.1" and address.port, event
+            with socket.socket() as sock:  # taken: the proxy listens there
+                assert sock.connect_ex(("127.0.0.1", address.port)) == 0
+            return address.port
+    raise AssertionError(f"the proxy exited before its {listener} listener listened")
+
+
 async def test_the_running_proxy_answers_http_it_cannot_parse_with_a_json_rpc_error() -> None:
     """The command line serves on downstream/server.py's runner: what aiohttp cannot parse as HTTP (here a header
     line without a colon) gets a JSON-RPC error body, not aiohttp's plain-text page."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
     clean = {k: v for k, v in os.environ.items() if not k.startswith(ENV_PREFIX)}
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
@@ -88,7 +101,7 @@ async def test_the_running_proxy_answers_http_it_cannot_parse_with_a_json_rpc_er
         "--upstream",
         "http://127.0.0.1:1/mcp",
         "--listen",
-        f"127.0.0.1:{port}",
+        "127.0.0.1:0",
         env={**clean, f"{ENV_PREFIX}UPSTREAM__ERA": "legacy"},
         cwd=REPO,
         stdin=asyncio.subprocess.DEVNULL,
@@ -98,8 +111,7 @@ async def test_the_running_proxy_answers_http_it_cannot_parse_with_a_json_rpc_er
     try:
         assert proc.stderr is not None
         async with asyncio.timeout(30):
-            while b'"listening"' not in (line := await proc.stderr.readline()):
-                assert line, "the proxy exited before it listened"
+            port = await listened(proc.stderr, "mcp")
             reader, writer = await asyncio.open_connection("127.0.0.1", port)
             writer.write(b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nNo-Colon-Here\r\n\r\n")
             reply = await reader.read()
@@ -160,12 +172,7 @@ def test_check_config_never_prints_a_secret() -> None:
 async def test_the_command_line_starts_the_internal_listener_beside_the_public_one() -> None:
     """With replicas.internal_listen the replay endpoint listens there (refusing what it did not
     seal) and only there: the public listener answers its path 404."""
-    ports = []
-    for _ in range(2):
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            ports.append(sock.getsockname()[1])
-    public, internal = ports
+    internal = reserved_port()  # told to other replicas: a port of its own, not 0
     clean = {k: v for k, v in os.environ.items() if not k.startswith(ENV_PREFIX)}
     env = {
         **clean,
@@ -173,7 +180,7 @@ async def test_the_command_line_starts_the_internal_listener_beside_the_public_o
         f"{ENV_PREFIX}SECURITY__SECRET": "a-shared-secret-0123456789",
         f"{ENV_PREFIX}REPLICAS__INTERNAL_LISTEN": f"127.0.0.1:{internal}",
     }
-    argv = ["--upstream", "http://127.0.0.1:1/mcp", "--listen", f"127.0.0.1:{public}"]
+    argv = ["--upstream", "http://127.0.0.1:1/mcp", "--listen", "127.0.0.1:0"]
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
@@ -188,11 +195,8 @@ async def test_the_command_line_starts_the_internal_listener_beside_the_public_o
     try:
         assert proc.stderr is not None
         async with asyncio.timeout(30):
-            listening = 0
-            while listening < 2:  # the public listener, then the internal one
-                line = await proc.stderr.readline()
-                assert line, "the proxy exited before it listened"
-                listening += b'"listening"' in line
+            public = await listened(proc.stderr, "mcp")
+            assert await listened(proc.stderr, "internal") == internal
             async with aiohttp.ClientSession() as http:
                 async with http.post(f"http://127.0.0.1:{internal}/_mep/v1/replay", data=b"junk") as refused:
                     assert refused.status == 401

@@ -74,12 +74,6 @@ LOST = {
 }
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @dataclass
 class Replica:
     app: web.Application
@@ -116,6 +110,9 @@ MakeReplica = Callable[..., Awaitable[Replica]]
 async def make_replica(aiohttp_server: Any, aiohttp_client: Any) -> AsyncIterator[MakeReplica]:
     """`await make_replica(upstream_url, era, store=..., internal_port=..., start_internal=True)`."""
     started: list[Replica] = []
+    # Each replica's internal address is in its settings before it listens: a socket bound here
+    # holds the port until then (listened on by the replica, or left closed to refuse connections).
+    held: list[socket.socket] = []
 
     async def build(
         upstream_url: str,
@@ -127,7 +124,14 @@ async def make_replica(aiohttp_server: Any, aiohttp_client: Any) -> AsyncIterato
         tracing: Tracing | None = None,
         **overrides: Any,
     ) -> Replica:
-        port = internal_port or free_port()
+        sock: socket.socket | None = None
+        if internal_port is None or start_internal:
+            sock = socket.socket()
+            held.append(sock)
+            # A given port is one a stopped replica held: its successor takes it over.
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind(("127.0.0.1", internal_port or 0))
+        port = internal_port or sock.getsockname()[1]  # type: ignore[union-attr]
         settings = load_settings(
             None,
             **{
@@ -149,7 +153,8 @@ async def make_replica(aiohttp_server: Any, aiohttp_client: Any) -> AsyncIterato
         if start_internal:
             internal = make_runner(app[INTERNAL], settings)
             await internal.setup()
-            await web.TCPSite(internal, "127.0.0.1", port).start()
+            assert sock is not None, "a replica with an internal listener of its own"
+            await web.SockSite(internal, sock).start()
         replica = Replica(app, await aiohttp_client(server), settings, internal, port)
         started.append(replica)
         return replica
@@ -158,6 +163,8 @@ async def make_replica(aiohttp_server: Any, aiohttp_client: Any) -> AsyncIterato
     for replica in started:
         if replica.internal is not None:
             await replica.internal.cleanup()
+    for sock in held:
+        sock.close()
 
 
 # ---------------------------------------------------------------------------- upstreams

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import socket
 
 import aiohttp
 from aiohttp import web
@@ -15,12 +14,6 @@ from tests.support.fake_modern import FakeModern, hang
 from tests.support.legacy_peer import ACCEPT, initialize_message
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 async def test_a_grace_of_zero_cancels_a_call_in_flight_at_once(fake: FakeModern) -> None:
     fake.handlers["tools/call"] = hang
     settings = load_settings(
@@ -30,9 +23,8 @@ async def test_a_grace_of_zero_cancels_a_call_in_flight_at_once(fake: FakeModern
     app, _ = create_app(settings)
     runner = make_runner(app, settings)
     await runner.setup()
-    port = _free_port()
-    await web.TCPSite(runner, "127.0.0.1", port).start()
-    url = f"http://127.0.0.1:{port}/mcp"
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    url = f"http://127.0.0.1:{runner.addresses[0][1]}/mcp"
     async with aiohttp.ClientSession() as http:
         async with http.post(url, json=initialize_message("2025-11-25"), headers={"Accept": ACCEPT}) as response:
             session = response.headers["Mcp-Session-Id"]

@@ -22,34 +22,13 @@ import aiohttp
 import pytest
 
 from proxy.config import ENV_PREFIX
-from tests.support.procs import Process, free_port, wait_for_port
+from tests.support.procs import reserved_port, reserved_ports, serving
 from tests.support.redis_server import redis_server
 
 REPO = Path(__file__).resolve().parents[2]
 SECRET = "workers-test-secret-0123456789"
 MODERN = "2026-07-28"
 T = TypeVar("T")
-
-
-def free_ports(count: int) -> int:
-    """The first of `count` consecutive free loopback ports (worker i listens on port + i)."""
-    for _ in range(100):
-        base = free_port()
-        if base + count > 65535:
-            continue
-        socks = []
-        try:
-            for port in range(base, base + count):
-                sock = socket.socket()
-                socks.append(sock)
-                sock.bind(("127.0.0.1", port))
-            return base
-        except OSError:
-            continue
-        finally:
-            for sock in socks:
-                sock.close()
-    raise RuntimeError(f"no {count} consecutive free ports")
 
 
 def alive(pid: int) -> bool:
@@ -78,15 +57,10 @@ def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 @pytest.fixture(scope="module")
 def upstream(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    port = free_port()
     log = tmp_path_factory.mktemp("upstream") / "upstream.log"
-    argv = [sys.executable, "-m", "tests.support.fault_upstream", "--era", "modern", "--port", str(port)]
-    server = Process(argv, log, cwd=REPO)
-    try:
-        wait_for_port(port, server.proc, 20, log)
-        yield f"http://127.0.0.1:{port}/mcp"
-    finally:
-        server.stop()
+    argv = [sys.executable, "-m", "tests.support.fault_upstream", "--era", "modern", "--port", "0"]
+    with serving(argv, log, cwd=REPO, timeout=20) as server:
+        yield f"http://127.0.0.1:{server.port}/mcp"
 
 
 @dataclass
@@ -112,9 +86,10 @@ class Supervised:
 
 
 def start(tmp_path: Path, redis_url: str, upstream: str, *extra: str, admin: int | None = None) -> Supervised:
-    port = free_port()
-    admin = admin or free_ports(2)
-    internal = free_ports(2)
+    # Known ports, not port 0: the workers share the MCP port and take admin and internal + i.
+    port = reserved_port()
+    admin = admin or reserved_ports(2)
+    internal = reserved_ports(2)
     log = tmp_path / "proxy.log"
     clean = {k: v for k, v in os.environ.items() if not k.startswith(ENV_PREFIX)}
     env = {
@@ -264,7 +239,7 @@ def test_workers_drain_and_exit_when_their_supervisor_is_killed(tmp_path: Path, 
 
 
 def test_a_worker_that_cannot_listen_stops_them_all_with_exit_1(tmp_path: Path, redis_url: str, upstream: str) -> None:
-    admin = free_ports(2)
+    admin = reserved_ports(2)
     with socket.socket() as taken:  # worker 1's admin port, bound without SO_REUSEPORT
         taken.bind(("127.0.0.1", admin + 1))
         taken.listen()

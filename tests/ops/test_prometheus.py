@@ -27,7 +27,7 @@ import pytest
 import yaml
 
 from tests.support.mcp_http import Endpoint, answer_to
-from tests.support.procs import Process, free_port, listening
+from tests.support.procs import Process, proxy_listener, serving
 from tests.test_ops import TARGET_LABELS, alerts, dashboard, dashboard_queries, exported, render
 
 REPO = Path(__file__).resolve().parents[2]
@@ -104,20 +104,6 @@ def scraped(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Scraped]:
     selector = f'prometheusRule.selector=job="{JOB}"'
     rule = render("--set", f"prometheusRule.enabled=true,{selector}", "--set", "prometheusRule.alerts.down.for=0s")
     (work / "rules.yaml").write_text(yaml.safe_dump({"groups": rule["spec"]["groups"]}, sort_keys=False))
-    proxy_port, prometheus_port = free_port(), free_port()
-    config = {
-        "global": {"scrape_interval": "1s", "scrape_timeout": "1s", "evaluation_interval": "1s"},
-        "rule_files": [str(work / "rules.yaml")],
-        "scrape_configs": [
-            {
-                "job_name": JOB,
-                "static_configs": [
-                    {"targets": [f"127.0.0.1:{proxy_port}"], "labels": {"namespace": "ops", "pod": f"{JOB}-0"}}
-                ],
-            }
-        ],
-    }
-    (work / "prometheus.yml").write_text(yaml.safe_dump(config))
     proxy_argv = [
         sys.executable,
         "-m",
@@ -127,26 +113,40 @@ def scraped(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Scraped]:
         "--upstream-era",
         "legacy",
         "--listen",
-        f"127.0.0.1:{proxy_port}",
+        "127.0.0.1:0",
     ]
-    prometheus_argv = [
-        prometheus_binary(),
-        f"--config.file={work / 'prometheus.yml'}",
-        f"--storage.tsdb.path={work / 'data'}",
-        f"--web.listen-address=127.0.0.1:{prometheus_port}",
-    ]
-    with (
-        listening(proxy_argv, proxy_port, work / "proxy.log", cwd=REPO) as proxy,
-        listening(prometheus_argv, prometheus_port, work / "prometheus.log", timeout=60),
-    ):
-        scraped = Scraped(f"http://127.0.0.1:{prometheus_port}", proxy)
-        scraped.until("Prometheus ready", scraped.ready)
-        scraped.until("the proxy scraped", lambda: scraped.query(f'up{{job="{JOB}"}} == 1'))
-        traffic(f"http://127.0.0.1:{proxy_port}/mcp")
-        # rate() needs two scrapes of each new series; the rules at least one evaluation after.
-        rejected = f'mcp_era_proxy_requests_total{{job="{JOB}",outcome="rejected"}}'
-        scraped.until("two scrapes after the traffic", lambda: scraped.query(f"count_over_time({rejected}[1m]) >= 3"))
-        yield scraped
+    with serving(proxy_argv, work / "proxy.log", cwd=REPO, announced=proxy_listener()) as proxy:
+        targets = [f"127.0.0.1:{proxy.port}"]
+        config = {
+            "global": {"scrape_interval": "1s", "scrape_timeout": "1s", "evaluation_interval": "1s"},
+            "rule_files": [str(work / "rules.yaml")],
+            "scrape_configs": [
+                {
+                    "job_name": JOB,
+                    "static_configs": [{"targets": targets, "labels": {"namespace": "ops", "pod": f"{JOB}-0"}}],
+                }
+            ],
+        }
+        (work / "prometheus.yml").write_text(yaml.safe_dump(config))
+        prometheus_argv = [
+            prometheus_binary(),
+            f"--config.file={work / 'prometheus.yml'}",
+            f"--storage.tsdb.path={work / 'data'}",
+            "--web.listen-address=127.0.0.1:0",
+        ]
+        with serving(prometheus_argv, work / "prometheus.log", timeout=60) as prometheus:
+            yield from _scraped(f"http://127.0.0.1:{prometheus.port}", proxy)
+
+
+def _scraped(prometheus: str, proxy: Process) -> Iterator[Scraped]:
+    scraped = Scraped(prometheus, proxy)
+    scraped.until("Prometheus ready", scraped.ready)
+    scraped.until("the proxy scraped", lambda: scraped.query(f'up{{job="{JOB}"}} == 1'))
+    traffic(f"http://127.0.0.1:{proxy.port}/mcp")
+    # rate() needs two scrapes of each new series; the rules at least one evaluation after.
+    rejected = f'mcp_era_proxy_requests_total{{job="{JOB}",outcome="rejected"}}'
+    scraped.until("two scrapes after the traffic", lambda: scraped.query(f"count_over_time({rejected}[1m]) >= 3"))
+    yield scraped
 
 
 def test_every_dashboard_query_evaluates_and_the_panels_fed_by_the_traffic_show_data(scraped: Scraped):

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.redis_server import RedisServer
-from tests.support.replicas import Cluster, cluster, fixed_port
+from tests.support.replicas import Cluster, cluster
 
 pytestmark = [pytest.mark.e2e, pytest.mark.replicas]
 
@@ -27,7 +27,7 @@ def replica_logs(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def redis(replica_logs: Path) -> Iterator[RedisServer]:
     """redis-server 7 on 127.0.0.1, empty, nothing persisted; restartable on its port by the tests."""
-    server = RedisServer(replica_logs, fixed_port())
+    server = RedisServer(replica_logs)
     server.start()
     try:
         yield server

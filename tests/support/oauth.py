@@ -1,6 +1,7 @@
 """The real OAuth components of the e2e suite: the authorization server, the protected SDK servers of
 both eras, the SDK clients running their own OAuth flow, and a proxy started on a port chosen first
-(the protected server must know the proxy's public URL to accept tokens issued for it).
+(the protected server must know the proxy's public URL to accept tokens issued for it). Each server
+names its own URL in its metadata, so each is told its port (a reserved one; see tests.support.procs).
 
 All of it runs on 127.0.0.1; every process is stopped by its PID (tests.support.procs)."""
 
@@ -19,7 +20,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from tests.support import peers
-from tests.support.procs import free_port, listening
+from tests.support.procs import Process, on_reserved_port, reserved_port
 
 HOST = "127.0.0.1"
 SERVER_SCRIPTS = {"legacy": "oauth_legacy_server.py", "modern": "oauth_modern_server.py"}
@@ -63,10 +64,13 @@ class AuthServer:
 
 @contextmanager
 def auth_server(logs: Path, *, user: str = "alice", ttl: int = 3600) -> Iterator[AuthServer]:
-    port = free_port()
-    argv = [str(peers.mcp1_python()), str(peers.PEER_SCRIPTS / "oauth_server.py"), "--port", str(port)]
-    with listening([*argv, "--user", user, "--ttl", str(ttl)], port, logs / f"oauth-server-{port}.log"):
-        yield AuthServer(f"http://{HOST}:{port}/", port)
+    def launch(port: int) -> Process:
+        script = str(peers.PEER_SCRIPTS / "oauth_server.py")
+        argv = [str(peers.mcp1_python()), script, "--port", str(port), "--user", user, "--ttl", str(ttl)]
+        return Process(argv, logs / f"oauth-server-{port}.log")
+
+    with on_reserved_port(launch) as server:
+        yield AuthServer(f"http://{HOST}:{server.port}/", server.port)
 
 
 @contextmanager
@@ -74,16 +78,21 @@ def protected_server(
     era: str, issuer: AuthServer, logs: Path, *, audiences: Sequence[str] = (), bad_metadata: bool = False
 ) -> Iterator[str]:
     """An OAuth-protected SDK server of `era`; it accepts tokens for its own URL and `audiences`."""
-    port = free_port()
-    argv = [str(python_for(era)), str(peers.PEER_SCRIPTS / SERVER_SCRIPTS[era]), "--port", str(port)]
     env = {"OAUTH_PEER_AUDIENCES": ",".join(audiences), "OAUTH_PEER_BAD_PRM": "1" if bad_metadata else ""}
-    log = logs / f"oauth-{era}-server-{port}.log"
-    with listening([*argv, "--issuer", issuer.issuer], port, log, env=env, cwd=peers.PEER_SCRIPTS):
-        yield f"http://{HOST}:{port}/mcp"
+
+    def launch(port: int) -> Process:
+        script = str(peers.PEER_SCRIPTS / SERVER_SCRIPTS[era])
+        argv = [str(python_for(era)), script, "--port", str(port), "--issuer", issuer.issuer]
+        return Process(argv, logs / f"oauth-{era}-server-{port}.log", env, peers.PEER_SCRIPTS)
+
+    with on_reserved_port(launch) as server:
+        yield f"http://{HOST}:{server.port}/mcp"
 
 
 def reserve_proxy_url() -> str:
-    return f"http://{HOST}:{free_port()}/mcp"
+    """Where a proxy will listen (`proxy`), known before it starts; if that port turns out taken
+    when it does, `proxy` raises PortTaken and the caller starts over with another."""
+    return f"http://{HOST}:{reserved_port()}/mcp"
 
 
 @contextmanager
@@ -93,8 +102,12 @@ def proxy(url: str, upstream: str, logs: Path, **settings: str) -> Iterator[str]
     assert port is not None
     argv = [sys.executable, "-m", "proxy", "--upstream", upstream, "--listen", f"{HOST}:{port}"]
     env = {f"MCP_ERA_PROXY_{k.upper()}": v for k, v in settings.items()}
-    with listening(argv, port, proxy_log(logs, url), env=env, cwd=peers.REPO):
+    process = Process(argv, proxy_log(logs, url), env, peers.REPO)
+    try:
+        process.wait_listening(30.0, port=port)
         yield url
+    finally:
+        process.stop()
 
 
 def proxy_log(logs: Path, url: str) -> Path:

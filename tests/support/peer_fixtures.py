@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from tests.support import peers
-from tests.support.procs import free_port, listening
+from tests.support.procs import serving
 
 
 @pytest.fixture(scope="session")
@@ -27,44 +27,39 @@ def logs_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def fixture_modern(logs_dir: Path) -> Iterator[str]:
     """The conformance fixture server in modern-only mode (2026-07-28)."""
-    port = free_port()
-    with listening(["bash", str(peers.peer_sh()), "fixture-modern", str(port)], port, logs_dir / "fixture-modern.log"):
-        yield f"http://127.0.0.1:{port}/mcp"
+    with serving(["bash", str(peers.peer_sh()), "fixture-modern", "0"], logs_dir / "fixture-modern.log") as peer:
+        yield f"http://127.0.0.1:{peer.port}/mcp"
 
 
 @pytest.fixture(scope="session")
 def modern_server(logs_dir: Path) -> Iterator[str]:
     """A modern-only server built on mcp==2.3.0 (legacy requests rejected in front of it)."""
-    port = free_port()
-    argv = [str(peers.mcp2_python()), str(peers.PEER_SCRIPTS / "modern_server.py"), "--port", str(port)]
-    with listening(argv, port, logs_dir / "modern-server.log"):
-        yield f"http://127.0.0.1:{port}/mcp"
+    argv = [str(peers.mcp2_python()), str(peers.PEER_SCRIPTS / "modern_server.py"), "--port", "0"]
+    with serving(argv, logs_dir / "modern-server.log") as peer:
+        yield f"http://127.0.0.1:{peer.port}/mcp"
 
 
 @pytest.fixture(scope="session")
 def fixture_legacy(logs_dir: Path) -> Iterator[str]:
     """The conformance fixture server in legacy-only mode (2025-11-25, sessions)."""
-    port = free_port()
-    with listening(["bash", str(peers.peer_sh()), "fixture-legacy", str(port)], port, logs_dir / "fixture-legacy.log"):
-        yield f"http://127.0.0.1:{port}/mcp"
+    with serving(["bash", str(peers.peer_sh()), "fixture-legacy", "0"], logs_dir / "fixture-legacy.log") as peer:
+        yield f"http://127.0.0.1:{peer.port}/mcp"
 
 
 @pytest.fixture(scope="session")
 def legacy_server(logs_dir: Path) -> Iterator[str]:
     """A legacy-only server built on mcp==1.30.0."""
-    port = free_port()
-    argv = [str(peers.mcp1_python()), str(peers.PEER_SCRIPTS / "legacy_server.py"), "--port", str(port)]
-    with listening(argv, port, logs_dir / "legacy-server.log"):
-        yield f"http://127.0.0.1:{port}/mcp"
+    argv = [str(peers.mcp1_python()), str(peers.PEER_SCRIPTS / "legacy_server.py"), "--port", "0"]
+    with serving(argv, logs_dir / "legacy-server.log") as peer:
+        yield f"http://127.0.0.1:{peer.port}/mcp"
 
 
 @contextmanager
 def legacy_tasks_server(log: Path, **env: str) -> Iterator[str]:
     """The 2025-11-25 task-tools fixture (SDK v1) until the block ends: its URL. `env` reaches it
     as environment, e.g. FAILING_JOB_TASK_SUPPORT="optional"."""
-    port = free_port()
-    with listening(["bash", str(peers.peer_sh()), "legacy-tasks", str(port)], port, log, env=env):
-        yield f"http://127.0.0.1:{port}/mcp"
+    with serving(["bash", str(peers.peer_sh()), "legacy-tasks", "0"], log, env=env) as peer:
+        yield f"http://127.0.0.1:{peer.port}/mcp"
 
 
 @pytest.fixture(scope="session")

@@ -1,13 +1,16 @@
 """Start and stop the real processes the end-to-end tests talk to (peers, the proxy, the tap).
 
-Every process gets its own session (process group) so it is killed with all its children, and
-every wait is bounded.
+Every process gets its own session (process group) so it is killed with all its children, every
+wait is bounded, and no port is picked for a child that can pick its own (see "ports" below).
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
+import random
+import re
 import signal
 import socket
 import subprocess
@@ -16,22 +19,93 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+# ------------------------------------------------------------ ports
+#
+# A port picked here and handed to a child is free only until someone binds it: another test's
+# child, another xdist worker's, or the kernel choosing it as the source port of an outgoing
+# connection. So children bind port 0 and the port is read back from what they listen on
+# (`serving`). Children that must be told a port, or that are restarted on the one they had (Redis,
+# HAProxy, replicas killed and started again), get one of `reserved_port`: below the kernel's
+# ephemeral range (no outgoing connection takes it), in a slice of its own for each xdist worker,
+# never handed out twice in one process; and a child that finds it taken anyway is started again
+# on another (`on_reserved_port`).
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+
+def _reserved_slice() -> range:
+    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    span = range(max(1024, low - 12_000), low)
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    index = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or 0)
+    size = len(span) // workers
+    return range(span.start + index * size, span.start + (index + 1) * size)
 
 
-def wait_for_port(port: int, proc: subprocess.Popen[bytes], timeout: float, log: Path) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"process exited with {proc.returncode} before listening on {port}:\n{_tail(log)}")
-        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=0.2):
-            return
-        time.sleep(0.05)
-    raise TimeoutError(f"nothing listened on 127.0.0.1:{port} within {timeout}s:\n{_tail(log)}")
+_HANDED_OUT: set[int] = set()
+
+
+def reserved_port() -> int:
+    """A port nothing listens on now, for a child that must be told its port; see above."""
+    ports = _reserved_slice()
+    rng = random.Random()
+    for _ in range(500):
+        port = rng.choice(ports)
+        if port in _HANDED_OUT:
+            continue
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        _HANDED_OUT.add(port)
+        return port
+    raise RuntimeError(f"no free port in {ports}")
+
+
+def reserved_ports(count: int) -> int:
+    """The first of `count` consecutive ports, each as `reserved_port` gives (worker i of the
+    proxy's --workers listens on a base port + i)."""
+    for _ in range(100):
+        base = reserved_port()
+        following = range(base + 1, base + count)
+        if following and following[-1] not in _reserved_slice():
+            continue
+        socks = []
+        try:
+            for port in following:
+                if port in _HANDED_OUT:
+                    raise OSError(f"{port} handed out already")
+                sock = socket.socket()
+                socks.append(sock)
+                sock.bind(("127.0.0.1", port))
+        except OSError:
+            continue
+        finally:
+            for sock in socks:
+                sock.close()
+        _HANDED_OUT.update(following)
+        return base
+    raise RuntimeError(f"no {count} consecutive free ports in {_reserved_slice()}")
+
+
+def listening_ports(pid: int) -> set[int]:
+    """The TCP ports the process `pid` or any of its descendants listens on (Linux /proc)."""
+    listening: dict[str, int] = {}  # socket inode -> port
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with contextlib.suppress(OSError), open(table) as rows:
+            next(rows)
+            for row in rows:
+                fields = row.split()
+                if fields[3] == "0A":  # TCP_LISTEN
+                    listening[fields[9]] = int(fields[1].rsplit(":", 1)[1], 16)
+    found = set()
+    for owner in (pid, *descendants(pid)):
+        with contextlib.suppress(OSError):
+            for fd in os.listdir(f"/proc/{owner}/fd"):
+                with contextlib.suppress(OSError):
+                    target = os.readlink(f"/proc/{owner}/fd/{fd}")
+                    if target.startswith("socket:[") and target[8:-1] in listening:
+                        found.add(listening[target[8:-1]])
+    return found
 
 
 def _tail(log: Path, lines: int = 30) -> str:
@@ -41,12 +115,48 @@ def _tail(log: Path, lines: int = 30) -> str:
         return "(no log)"
 
 
+class PortTaken(RuntimeError):
+    """The child could not listen on the port it was given: something else had taken it."""
+
+
+# How a child's port is read: from its log (a function of the log's text, None until it is there),
+# or, without one, the one TCP port its process tree listens on.
+Announcement = Callable[[str], int | None]
+
+
+def log_line(pattern: str) -> Announcement:
+    """The port in the first match of `pattern` (a regex with a group named `port`) in the log."""
+    compiled = re.compile(pattern)
+
+    def port(text: str) -> int | None:
+        match = compiled.search(text)
+        return int(match["port"]) if match else None
+
+    return port
+
+
+def proxy_listener(name: str = "mcp") -> Announcement:
+    """The port of the proxy's listener `name` (mcp, admin, internal): its `listening` log event."""
+
+    def port(text: str) -> int | None:
+        for line in text.splitlines():
+            if '"listening"' in line:
+                with contextlib.suppress(ValueError):
+                    event = json.loads(line)
+                    if event.get("event") == "listening" and event.get("listener") == name:
+                        return int(str(event["address"]).rsplit(":", 1)[1].split("/", 1)[0])
+        return None
+
+    return port
+
+
 class Process:
     def __init__(
         self, argv: Sequence[str], log: Path, env: dict[str, str] | None = None, cwd: Path | None = None
     ) -> None:
         self.argv = list(argv)
         self.log = log
+        self.port = 0  # where it listens, once `wait_listening` found it
         log.parent.mkdir(parents=True, exist_ok=True)
         self._log_file = log.open("wb")
         self.proc = subprocess.Popen(
@@ -58,6 +168,37 @@ class Process:
             cwd=cwd,
             start_new_session=True,
         )
+
+    def wait_listening(self, timeout: float, *, port: int = 0, announced: Announcement | None = None) -> int:
+        """Wait until this process (or a descendant) listens: on `port` when given, else on the port
+        `announced` reads from its log, else on its one TCP port; that port. PortTaken if it exited
+        before listening on a `port` another process holds. On any failure it is stopped."""
+        try:
+            return self._wait_listening(timeout, port, announced)
+        except BaseException:
+            self.stop()
+            raise
+
+    def _wait_listening(self, timeout: float, port: int, announced: Announcement | None) -> int:
+        deadline = time.monotonic() + timeout
+        while True:
+            if self.proc.poll() is not None:
+                if port and _taken(port, self.log):
+                    raise PortTaken(f"127.0.0.1:{port} was taken before {self.argv[0]} could listen on it")
+                raise RuntimeError(f"process exited with {self.proc.returncode} before listening:\n{_tail(self.log)}")
+            held = listening_ports(self.proc.pid)
+            want = port or (announced(self.output()) if announced is not None else None)
+            if want and want in held:
+                self.port = want
+                return want
+            if not port and announced is None and len(held) > 1:
+                raise RuntimeError(f"{self.argv} listens on {sorted(held)}: say which port is announced")
+            if not port and announced is None and held:
+                self.port = held.pop()
+                return self.port
+            if time.monotonic() >= deadline:
+                raise TimeoutError(f"{self.argv[:3]} not listening within {timeout}s:\n{_tail(self.log)}")
+            time.sleep(0.05)
 
     def stop(self, timeout: float = 10.0) -> int | None:
         if self.proc.poll() is None:
@@ -76,20 +217,62 @@ class Process:
         return self.log.read_text(errors="replace")
 
 
+def _taken(port: int, log: Path) -> bool:
+    """Whether `port` is held by someone (it cannot be bound now) or the log says it was."""
+    if re.search(r"(?i)already in use|EADDRINUSE|cannot bind socket", _tail(log)):
+        return True
+    with socket.socket() as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return True
+    return False
+
+
 @contextlib.contextmanager
-def listening(
+def serving(
     argv: Sequence[str],
-    port: int,
     log: Path,
     *,
+    announced: Announcement | None = None,
     env: dict[str, str] | None = None,
     timeout: float = 30.0,
     cwd: Path | None = None,
 ) -> Iterator[Process]:
-    """Run `argv` until the block ends; enter once it accepts connections on `port`."""
+    """Run `argv`, a server told to listen on port 0, until the block ends; enter once it listens,
+    with the port it chose as `.port` (see Process.wait_listening)."""
     process = Process(argv, log, env, cwd)
     try:
-        wait_for_port(port, process.proc, timeout, log)
+        process.wait_listening(timeout, announced=announced)
+        yield process
+    finally:
+        process.stop()
+
+
+def start_on_reserved_port(launch: Callable[[int], Process], *, timeout: float = 30.0, tries: int = 5) -> Process:
+    """`launch(port)` on a `reserved_port`, waited for until it listens there; launched again on
+    another port when that one turned out taken. The caller stops it."""
+    for attempt in range(tries):
+        port = reserved_port()
+        process = launch(port)
+        try:
+            process.wait_listening(timeout, port=port)
+            return process
+        except PortTaken:
+            process.stop()
+            if attempt == tries - 1:
+                raise
+        except BaseException:
+            process.stop()
+            raise
+    raise AssertionError("unreachable")
+
+
+@contextlib.contextmanager
+def on_reserved_port(launch: Callable[[int], Process], *, timeout: float = 30.0) -> Iterator[Process]:
+    """`start_on_reserved_port` until the block ends."""
+    process = start_on_reserved_port(launch, timeout=timeout)
+    try:
         yield process
     finally:
         process.stop()

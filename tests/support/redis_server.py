@@ -12,7 +12,7 @@ import signal
 from collections.abc import Iterator
 from pathlib import Path
 
-from tests.support.procs import Process, free_port, wait_for_port
+from tests.support.procs import PortTaken, Process, reserved_port
 
 
 class RedisServer:
@@ -21,7 +21,7 @@ class RedisServer:
         if binary is None:
             raise RuntimeError("redis-server is not installed: scripts/setup-services.sh installs it")
         self._binary = binary
-        self.port = port or free_port()
+        self.port = port or reserved_port()  # redis-server cannot be told port 0 (that turns TCP off)
         self._log_dir = log_dir
         self._starts = 0
         self._process: Process | None = None
@@ -31,12 +31,23 @@ class RedisServer:
         return f"redis://127.0.0.1:{self.port}/0"
 
     def start(self) -> None:
+        """Start it on its port; the first time, on another port if that one was taken meanwhile
+        (later starts are restarts where clients expect it)."""
         assert self._process is None or self._process.proc.poll() is not None
-        self._starts += 1
-        argv = [self._binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
-        argv += ["--dir", str(self._log_dir)]
-        self._process = Process(argv, self._log_dir / f"redis-{self.port}-{self._starts}.log")
-        wait_for_port(self.port, self._process.proc, 10.0, self._process.log)
+        for attempt in range(5):
+            self._starts += 1
+            argv = [self._binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
+            argv += ["--dir", str(self._log_dir)]
+            self._process = Process(argv, self._log_dir / f"redis-{self.port}-{self._starts}.log")
+            try:
+                self._process.wait_listening(10.0, port=self.port)
+                return
+            except PortTaken:
+                self._process.stop()
+                if self._starts > 1 or attempt == 4:
+                    raise
+                self.port = reserved_port()
+                self._starts = 0
 
     def kill(self) -> None:
         """SIGKILL, as a crash: the data is gone with it."""

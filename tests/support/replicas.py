@@ -1,7 +1,7 @@
 """Replicas of the proxy behind a real balancer, on a real Redis, for tests/replicas.
 
-- `Replica`: one `python -m proxy` on fixed ports (MCP, admin, internal), so it can be killed by PID
-  (SIGKILL or SIGTERM) and started again exactly where it was.
+- `Replica`: one `python -m proxy` on reserved ports (MCP, admin, internal; tests.support.procs),
+  so it can be killed by PID (SIGKILL or SIGTERM) and started again exactly where it was.
 - `Balancer`: HAProxy in strict round-robin of every request (no stickiness) over the replicas,
   health-checked on /readyz of each admin port, with its runtime API on a loopback port to see
   which replica holds a request in flight and when a replica is back in rotation.
@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import random
 import re
 import signal
 import socket
@@ -26,7 +25,7 @@ from pathlib import Path
 
 from tests.support import peers
 from tests.support.mcp_http import Endpoint, metric
-from tests.support.procs import Process, free_port, wait_for_port
+from tests.support.procs import PortTaken, Process, reserved_port
 from tests.support.rawhttp import build, exchange
 from tests.support.redis_server import RedisServer
 
@@ -34,28 +33,6 @@ SECRET = "replica-suite-shared-secret-0123456789"  # one secret for every replic
 REQUESTS = "mcp_era_proxy_requests_total"
 FORWARDS = "mcp_era_proxy_forwards_total"
 PARKED = "mcp_era_proxy_parked_calls"
-
-
-_HANDED_OUT: set[int] = set()  # never the same port to two processes of one run
-
-
-def fixed_port() -> int:
-    """A free port below the kernel's ephemeral range: a process restarted on it later will not
-    find it taken as the source port of some outgoing connection meanwhile."""
-    low, _ = (int(v) for v in Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
-    rng = random.Random()
-    for _ in range(200):
-        port = rng.randrange(max(1024, low - 12_000), low)
-        if port in _HANDED_OUT:
-            continue
-        with socket.socket() as sock:
-            try:
-                sock.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-        _HANDED_OUT.add(port)
-        return port
-    return free_port()
 
 
 def wait_until(condition: Callable[[], object], timeout: float, what: str, every: float = 0.05) -> object:
@@ -79,15 +56,15 @@ def _exited(proc: subprocess.Popen[bytes], timeout: float) -> int:
 
 @dataclass
 class Replica:
-    """One proxy replica on fixed ports, restartable where it was."""
+    """One proxy replica on reserved ports, restartable where it was."""
 
     name: str
     upstream: str
     logs: Path
     env: dict[str, str]
-    port: int = field(default_factory=fixed_port)
-    admin_port: int = field(default_factory=fixed_port)
-    internal_port: int = field(default_factory=fixed_port)
+    port: int = field(default_factory=reserved_port)
+    admin_port: int = field(default_factory=reserved_port)
+    internal_port: int = field(default_factory=reserved_port)
     process: Process | None = None
     starts: int = 0
 
@@ -127,7 +104,7 @@ class Replica:
     def wait_ready(self, timeout: float = 30.0) -> None:
         assert self.process is not None
         for port in (self.port, self.admin_port):
-            wait_for_port(port, self.process.proc, timeout, self.process.log)
+            self.process.wait_listening(timeout, port=port)
         wait_until(self.ready, timeout, f"{self.name} /readyz is 200")
 
     def ready(self) -> bool:
@@ -202,8 +179,8 @@ class Balancer:
 
     def __init__(self, replicas: list[Replica], logs: Path, name: str) -> None:
         self.replicas = replicas
-        self.port = free_port()
-        self.stats_port = free_port()
+        self.port = reserved_port()
+        self.stats_port = reserved_port()
         self.config = logs / f"{name}-haproxy.cfg"
         self.log = logs / f"{name}-haproxy.log"
         self.process: Process | None = None
@@ -217,10 +194,18 @@ class Balancer:
         return HAPROXY_CONFIG.format(stats_port=self.stats_port, port=self.port, servers=servers)
 
     def start(self, timeout: float = 15.0) -> None:
-        self.config.write_text(self.render())
-        self.process = Process(["haproxy", "-f", str(self.config), "-db"], self.log)
-        wait_for_port(self.port, self.process.proc, timeout, self.log)
-        wait_for_port(self.stats_port, self.process.proc, timeout, self.log)
+        for attempt in range(5):  # on other ports when one turned out taken
+            self.config.write_text(self.render())
+            self.process = Process(["haproxy", "-f", str(self.config), "-db"], self.log)
+            try:
+                self.process.wait_listening(timeout, port=self.port)
+                self.process.wait_listening(timeout, port=self.stats_port)
+                break
+            except PortTaken:
+                self.process.stop()
+                if attempt == 4:
+                    raise
+                self.port, self.stats_port = reserved_port(), reserved_port()
         self.wait_up([r.name for r in self.replicas], timeout)
 
     def stop(self) -> None:
@@ -340,7 +325,16 @@ def cluster(
         for replica in replicas:
             replica.launch()  # all at once: they start in parallel
         for replica in replicas:
-            replica.wait_ready()
+            for attempt in range(5):  # on other ports when one turned out taken
+                try:
+                    replica.wait_ready()
+                    break
+                except PortTaken:
+                    replica.stop()
+                    if attempt == 4:
+                        raise
+                    replica.port, replica.admin_port, replica.internal_port = (reserved_port() for _ in range(3))
+                    replica.launch()
         balancer.start()
         yield Cluster(replicas, balancer)
     finally:

@@ -16,7 +16,6 @@ from structlog.testing import capture_logs
 from proxy.downstream import legacy_sse
 from proxy.downstream.legacy_sse import StreamWriter
 from proxy.protocol.sse import KEEPALIVE
-from tests.support.procs import free_port
 
 WAIT_S = 5.0
 
@@ -49,10 +48,9 @@ async def served() -> AsyncIterator[tuple[Served, str]]:
     # running, so only the stream itself can notice.
     runner = web.AppRunner(app, handler_cancellation=False)
     await runner.setup()
-    port = free_port()
-    await web.TCPSite(runner, "127.0.0.1", port).start()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
     try:
-        yield state, f"http://127.0.0.1:{port}/sse"
+        yield state, f"http://127.0.0.1:{runner.addresses[0][1]}/sse"
     finally:
         await runner.cleanup()
 
