@@ -278,6 +278,12 @@ def test_params_left_empty_are_omitted(params):
     assert errors(LATEST_LEGACY, "ListToolsRequest", out) == []
 
 
+def test_the_consumed_params_do_not_reach_the_legacy_server():
+    consumed = {"inputResponses": {}, "requestState": "s", "task": {"ttl": 5}}
+    message = jsonrpc.request("f", "tools/call", {"name": "slow", **consumed})
+    assert to_upstream(message, 3) == jsonrpc.request(3, "tools/call", {"name": "slow"})
+
+
 def test_params_without_meta_pass_unchanged_under_the_upstream_id():
     message = jsonrpc.request("f", "prompts/get", {"name": "greet", "arguments": {"who": "Ada"}})
     assert to_upstream(message, 3) == jsonrpc.request(3, "prompts/get", message["params"])
@@ -288,7 +294,10 @@ _json = st.recursive(
     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3),
     max_leaves=8,
 )
-_param_keys = st.text(max_size=12).filter(lambda k: k not in ("_meta", "inputResponses", "requestState"))
+# What the proxy consumes (docs/translation.md: the round's answers, its state, 2025-11-25's task
+# augmentation, which a legacy server would act on): every other key must reach the server.
+_CONSUMED = ("_meta", "inputResponses", "requestState", "task")
+_param_keys = st.text(max_size=12).filter(lambda k: k not in _CONSUMED)
 _meta_keys = st.text(max_size=30).filter(lambda k: k not in (*meta.ENVELOPE_KEYS, "progressToken"))
 
 
