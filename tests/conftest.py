@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from blockbuster import BlockBuster, blockbuster_ctx
@@ -17,6 +18,68 @@ def blockbuster() -> Iterator[BlockBuster]:
     or socket I/O, sleeps, subprocess waits): it would stall every other request."""
     with blockbuster_ctx("proxy") as guard:
         yield guard
+
+
+# The suite runs under pytest-xdist with --dist loadgroup (pyproject.toml): tests are handed to the
+# workers one by one, except those that share a costly set-up, which go to one worker together, in
+# order. Such a set-up is a module-scoped fixture of the test's own module (a proxy with special
+# settings, a fault-scripted upstream, Phoenix, an OAuth deployment): without the group, each
+# worker that runs one of the module's tests would build it, and build it again whenever its next
+# test came from another module. Session-scoped fixtures (the peers of tests/support/
+# peer_fixtures.py and tests/e2e/conftest.py, a module's reference run) are built once per worker
+# that needs them and kept: they need no group, and their tests spread. The replica suite is one
+# group: its clusters and redis-server serve all of it, its modules in order.
+
+
+def _group(item: pytest.Item) -> str | None:
+    path = item.nodeid.split("::", 1)[0]
+    if path.startswith("tests/replicas/"):
+        return "replicas"
+    info = getattr(item, "_fixtureinfo", None)
+    for definitions in info.name2fixturedefs.values() if info else ():
+        for definition in definitions:
+            if definition.scope in ("module", "class", "package") and definition.baseid == path:
+                return path
+    return None
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own hook reads the groups
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        group = _group(item)
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_node_collection_finished(node: Any, ids: list[str]) -> None:
+    """The groups reach the controller as a suffix of the node ids: fail the run at once if they
+    do not (a pytest or pytest-xdist release that loses them), rather than run each group's set-up
+    on every worker."""
+    grouped = [nodeid for nodeid in ids if nodeid.startswith("tests/replicas/")]
+    if node.config.getvalue("dist") == "loadgroup" and grouped and not grouped[0].endswith("@replicas"):
+        pytest.exit(f"pytest-xdist lost the test groups ({grouped[0]}): see tests/conftest.py", returncode=3)
+
+
+# Under pytest-xdist the tests run in worker processes and the summary is printed by the
+# controller: each worker hands its tally over when it finishes, and the controller adds them up.
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    from tests.support import tally
+
+    output = getattr(session.config, "workeroutput", None)
+    if output is not None:  # an xdist worker
+        output["tally"] = tally.dump()
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: object) -> None:
+    from tests.support import tally
+
+    dumped = getattr(node, "workeroutput", {}).get("tally")
+    if dumped is not None:
+        tally.merge(dumped)
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:

@@ -29,7 +29,9 @@ from tests.support.conformance import (
 )
 from tests.support.procs import reap_tagged, serving
 
-pytestmark = pytest.mark.e2e
+# One after another, on one worker: each run starts a process per 2026-07-28 request, and side by
+# side (measured) they slow each other past twice their time.
+pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("stdio-bridge")]
 
 REQUIRED = {"2025-11-25": REQUIRED_2025_11_25, "2026-07-28": REQUIRED_2026_07_28}
 RUN_TAG = "ERA_PROXY_TEST_GATEWAY_RUN"  # in the environment of the gateway and all it starts

@@ -4,6 +4,7 @@ scenario at a time with its per-check results (the tasks-* scenarios, which it d
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import subprocess
@@ -42,14 +43,15 @@ def run_conformance(
     return done.returncode, scenarios, summary
 
 
-def required_scenarios(requirements: str) -> set[str]:
-    """The server scenarios the runner scores for a revision, from `conformance list`."""
+@functools.cache
+def required_scenarios(requirements: str) -> frozenset[str]:
+    """The server scenarios the runner scores for a revision, from `conformance list` (asked once)."""
     argv = [str(peers.conformance_bin()), "list", "--server", "--requirements", requirements]
     listing = subprocess.run(
         argv, capture_output=True, text=True, timeout=60, env={**peers.node_env()}, check=True
     ).stdout
     server_part = listing.split("Server scenarios", 1)[1].split("Client scenarios", 1)[0]
-    return set(re.findall(r"^\s+- (\S+)", server_part, re.MULTILINE))
+    return frozenset(re.findall(r"^\s+- (\S+)", server_part, re.MULTILINE))
 
 
 def run_scenario(url: str, scenario: str, out: Path, timeout_s: float = 120.0) -> tuple[int, list[dict[str, Any]], str]:

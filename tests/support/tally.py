@@ -4,6 +4,7 @@ prints them): how many inputs were tried, faults injected, what the soak and the
 from __future__ import annotations
 
 from collections import Counter
+from typing import Any
 
 COUNTS: Counter[str] = Counter()
 NOTES: list[str] = []
@@ -27,3 +28,16 @@ def replicas(group: str, text: str, *, append: bool = False) -> None:
     if not append:
         parts.clear()
     parts.append(text)
+
+
+def dump() -> dict[str, Any]:
+    """What this process tallied, as plain data (an xdist worker sends it to the controller)."""
+    return {"counts": dict(COUNTS), "notes": list(NOTES), "replicas": {k: list(v) for k, v in REPLICAS.items()}}
+
+
+def merge(dumped: dict[str, Any]) -> None:
+    """Add another process's `dump` to this one's tally."""
+    COUNTS.update(dumped["counts"])
+    NOTES.extend(dumped["notes"])
+    for group, parts in dumped["replicas"].items():
+        REPLICAS.setdefault(group, []).extend(parts)
