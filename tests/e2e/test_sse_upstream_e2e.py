@@ -100,8 +100,11 @@ def test_elicitation_reaches_the_client(proxy_to_everything_sse: str, client: st
     assert observed["result"]["isError"] is False
 
 
-def test_roots_are_asked_of_the_client(proxy_to_everything_sse: str, client: str):
-    observed = run(client, proxy_to_everything_sse, "roots")
+def test_roots_are_asked_of_the_client(start_proxy: Any, everything_sse: str, client: str):
+    # A proxy of its own: server-everything asks an upstream session for its roots once and keeps
+    # them, and the shared proxy's pooled session may have been asked already by another test.
+    with start_proxy(sse=everything_sse) as url:
+        observed = run(client, url, "roots")
     assert observed["listRootsCalls"] >= 1
     assert "file:///tmp/root-a" in texts(observed["result"])[0]
 
