@@ -43,12 +43,26 @@ def _group(item: pytest.Item) -> str | None:
     return None
 
 
+# The groups that take minutes, longest first (measured with --durations): handed out before the
+# rest (pyproject.toml turns off pytest-xdist's own order, by group size), so that none of them is
+# still running alone at the end while the other workers idle. The rest keeps the collection's
+# order, which ends with the many short unit tests that even out the workers' last minutes.
+FIRST = ("stdio-bridge-2026-07-28", "replicas", "stdio-bridge-2025-11-25", "tests/e2e/test_soak.py")
+
+
+def _group_of(item: pytest.Item) -> str | None:
+    marker = item.get_closest_marker("xdist_group")
+    return str(marker.args[0]) if marker is not None and marker.args else None
+
+
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own hook reads the groups
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
-        group = _group(item)
+        group = None if _group_of(item) is not None else _group(item)  # a test's own group stands
         if group is not None:
             item.add_marker(pytest.mark.xdist_group(group))
+    rank = {group: place for place, group in enumerate(FIRST)}
+    items.sort(key=lambda item: rank.get(_group_of(item) or "", len(FIRST)))  # stable: the rest in order
 
 
 @pytest.hookimpl(optionalhook=True)
