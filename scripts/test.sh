@@ -1,15 +1,61 @@
 #!/usr/bin/env bash
-# Runs the whole test suite from a fresh clone: creates .venv, installs the peers, lints, tests.
-# Extra arguments go to pytest (e.g. `bash scripts/test.sh tests/unit -x`).
+# The test suite from a fresh clone: creates .venv, installs what the tests need, lints, tests.
+#
+#   bash scripts/test.sh           everything (the README's test command, what .ci/run runs): ruff,
+#                                  mypy, the core's coverage gate, the deploy lint, then every test:
+#                                  unit, hostile, integration, e2e against the real peers, the
+#                                  conformance runs, the replica suite, the ops checks and the soak
+#   bash scripts/test.sh --quick   the inner loop: ruff, mypy, the coverage gate, and every test that
+#                                  starts no third-party peer (tests/unit, tests/hostile,
+#                                  tests/integration and the repository checks in tests/test_*.py)
+#
+# pytest runs the tests in parallel (pytest-xdist; the number of workers is in pyproject.toml).
+# Further arguments go to pytest and, where they name tests, replace the tier's selection:
+#   bash scripts/test.sh --quick -k sessions        bash scripts/test.sh tests/e2e/test_soak.py -n 0
 . "$(dirname "$0")/lib.sh"
+QUICK=0
+if [ "${1:-}" = "--quick" ]; then QUICK=1; shift; fi
 project_venv
-bash "$REPO/scripts/setup-peers.sh"
-bash "$REPO/scripts/setup-services.sh"  # redis-server and HAProxy for tests/replicas
+# redis-server for the store's integration tests; HAProxy and Prometheus for the replica and ops suites.
+bash "$REPO/scripts/setup-services.sh"
+[ "$QUICK" -eq 1 ] || bash "$REPO/scripts/setup-peers.sh"
 cd "$REPO"
+if [ "$QUICK" -eq 0 ]; then
+  # The deploy lint (helm, node and promtool processes, 40 s) runs beside the Python checks below,
+  # which use one core; its report is printed after theirs, and a failure of it fails the run.
+  deploy_report="$(mktemp)"
+  LINT_DEPLOY_PYTEST=0 bash scripts/lint-deploy.sh >"$deploy_report" 2>&1 &
+  deploy_lint=$!
+  trap 'kill "$deploy_lint" 2>/dev/null || true; rm -f "$deploy_report"' EXIT
+fi
 .venv/bin/ruff check proxy tests scripts bench
 .venv/bin/ruff format --check proxy tests scripts bench
 .venv/bin/mypy  # strict, configured in pyproject.toml: 0 errors or the run fails
 # The pure core is driven by transcripts with no sockets: its branch coverage from its own unit
-# tests alone must stay at least 95 % (pyproject.toml [tool.coverage]).
-.venv/bin/pytest -q -p no:cacheprovider tests/unit/protocol --cov --cov-report=term --no-header
-bash scripts/lint-deploy.sh && exec .venv/bin/pytest "$@"
+# tests alone must stay at least 95 % (pyproject.toml [tool.coverage]). One process: small, and
+# coverage's parallel mode is not worth its start-up here.
+.venv/bin/pytest -q -p no:cacheprovider -n 0 tests/unit/protocol --cov --cov-report=term --no-header
+
+# Whether the arguments name tests (a path or node id): then they replace the tier's selection.
+names_tests() {
+  local arg
+  for arg in "$@"; do
+    case "$arg" in -*) ;; *) [ -e "${arg%%::*}" ] && return 0 ;; esac
+  done
+  return 1
+}
+if [ "$QUICK" -eq 1 ]; then
+  selection=(tests/unit tests/hostile tests/integration tests/test_architecture.py tests/test_docs.py
+    tests/test_self_contained.py)
+  names_tests "$@" && selection=()
+  exec .venv/bin/pytest "${selection[@]}" "$@"
+fi
+# The deploy lint's own pytest step (the chart's rules and dashboard in a real Prometheus) is left
+# to the run below, which holds those tests too.
+deploy_status=0
+wait "$deploy_lint" || deploy_status=$?
+cat "$deploy_report"
+[ "$deploy_status" -eq 0 ] || { echo "the deploy lint failed (exit $deploy_status)" >&2; exit "$deploy_status"; }
+trap - EXIT
+rm -f "$deploy_report"
+exec .venv/bin/pytest "$@"
