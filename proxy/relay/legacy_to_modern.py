@@ -815,8 +815,11 @@ class TranslatingBackend:
             if isinstance(error, dict) and error.get("code") == jsonrpc.UNSUPPORTED_PROTOCOL_VERSION:
                 data = jsonrpc.obj(error.get("data"))
                 picked = pick_modern(data.get("supported"))
-                if picked is None or picked == version:
+                if picked is None:
                     break
+                # Asked again once with the version offered, even the one just asked for: a server
+                # may refuse a first request and take the same version next, as a modern client
+                # would try it (docs/translation.md §3.1).
                 version = self._modern_version = picked
                 continue
             result = reply.get("result")

@@ -871,6 +871,39 @@ async def test_an_upstream_reply_that_is_not_json_rpc_is_upstream_invalid_and_lo
     assert named, logs
 
 
+async def test_a_version_refusal_offering_the_version_asked_for_is_retried_once(proxy: Proxy, fake: FakeModern) -> None:
+    """A server may refuse a first request with -32022 though it supports the version asked for
+    (the runner's 2026-07-28 `request-metadata` client scenario does): a native client tries again
+    once with the version offered, and so does the proxy, rather than fail the legacy initialize."""
+    answers: list[Outcome] = [
+        Reply(
+            400,
+            jsonrpc.error_response(None, jsonrpc.UNSUPPORTED_PROTOCOL_VERSION, "try again", {"supported": [MODERN]}),
+        )
+    ]
+
+    async def discover(call: Call) -> Outcome:
+        return answers.pop(0) if answers else complete(**fake.discover)
+
+    fake.handlers["server/discover"] = discover
+    async with asyncio.timeout(WAIT):
+        peer = await proxy.connect()
+    assert peer.initialize_result["serverInfo"]["name"]
+    assert [c.meta[meta.PROTOCOL_VERSION] for c in fake.calls_of("server/discover")] == [MODERN, MODERN]
+
+
+async def test_a_version_refusal_offering_nothing_the_proxy_speaks_fails_the_initialize(
+    proxy: Proxy, fake: FakeModern
+) -> None:
+    refusal = jsonrpc.error_response(None, jsonrpc.UNSUPPORTED_PROTOCOL_VERSION, "no", {"supported": ["2099-01-01"]})
+    fake.handlers["server/discover"] = respond_with(Reply(400, refusal))
+    async with asyncio.timeout(WAIT):
+        response = await proxy.client.post(PATH, json=initialize_message(), headers={"Accept": ACCEPT})
+        reply = await read_reply(response, LATEST_LEGACY, "initialize", 0)
+    assert "error" in reply.messages[0], reply.messages
+    assert len(fake.calls_of("server/discover")) == 1
+
+
 @pytest.mark.parametrize("where", ["initialize", "in-session"])
 async def test_an_upstream_401_is_relayed_with_its_www_authenticate_header(
     proxy: Proxy, fake: FakeModern, where: str
