@@ -178,7 +178,8 @@ class UpstreamConfig(_Section):
         description="Client capabilities declared to a legacy upstream. `all`: every input capability, so "
         "the server asks whenever it needs input and a request that lacks the capability gets -32021 "
         "naming it, as from a modern server. `client`: exactly what each request declares (one session "
-        "per capability set), for servers that adapt to what the client can do.",
+        "per capability set), for servers that adapt to what the client can do. Extensions are declared as each "
+        "request declares them in both modes (one session per extension set).",
     )
 
     @field_validator("url", "sse_url")

@@ -6,14 +6,61 @@ from __future__ import annotations
 from typing import Any
 
 from . import jsonrpc
+from .task_extension import EXTENSION as TASKS_EXTENSION
 from .versions import legacy_at_least
 
 JSONDict = dict[str, Any]
+
+# Extensions the proxy translates itself rather than carries: tasks (2025-11-25's core `tasks`
+# capability on one side, the 2026-07-28 extension on the other; docs/translation.md §3.10, §4.9).
+TRANSLATED_EXTENSIONS = frozenset({TASKS_EXTENSION})
 
 
 def _obj(value: object) -> JSONDict:
     """A copy of `value` if it is an object, else {}: the tables build new capability objects."""
     return dict(value) if isinstance(value, dict) else {}
+
+
+def carried_extensions(caps: JSONDict) -> JSONDict | None:
+    """The `extensions` member of one side's capabilities as the other side is told it: every
+    declared extension with its settings object unchanged, except those the proxy translates
+    itself; None when nothing is left. Both eras declare extensions the same way, in
+    `capabilities.extensions` (the extensions overview: an extension applies only when both sides
+    declare it, so dropping one switches it off)."""
+    declared = caps.get("extensions")
+    if not isinstance(declared, dict):
+        return None
+    carried = {name: settings for name, settings in declared.items() if name not in TRANSLATED_EXTENSIONS}
+    return carried or None
+
+
+# A client declares the handful of extensions it implements; a map past this is refused rather
+# than carried into every upstream request and pooled-session key.
+MAX_EXTENSIONS = 64
+
+
+def extensions_problem(caps: JSONDict) -> str | None:
+    """What is wrong with the `extensions` a client declares, for its -32602; None when nothing.
+    The extensions overview: a map from extension identifiers to settings objects (`{}`: no
+    settings). Identifiers are the server's to judge and pass as they are."""
+    if "extensions" not in caps:
+        return None
+    declared = caps["extensions"]
+    if not isinstance(declared, dict):
+        return "capabilities.extensions must be an object mapping extension identifiers to settings objects"
+    if len(declared) > MAX_EXTENSIONS:
+        return f"capabilities.extensions declares {len(declared)} extensions, more than {MAX_EXTENSIONS}"
+    for name, settings in declared.items():
+        if not isinstance(settings, dict):
+            return f"capabilities.extensions[{name[:100]!r}] must be a settings object ({{}} for none)"
+    return None
+
+
+def _with_extensions(out: JSONDict, caps: JSONDict) -> JSONDict:
+    extensions = carried_extensions(caps)
+    if extensions is not None:
+        out["extensions"] = extensions
+    return out
 
 
 def modern_client_capabilities(legacy: object, legacy_version: str) -> JSONDict:
@@ -39,7 +86,7 @@ def modern_client_capabilities(legacy: object, legacy_version: str) -> JSONDict:
         out["elicitation"] = elicitation if elicitation else {"form": {}}
     if isinstance(caps.get("experimental"), dict):
         out["experimental"] = caps["experimental"]
-    return out
+    return _with_extensions(out, caps)
 
 
 def legacy_server_capabilities(modern: object, legacy_version: str, *, bridge_list_changed: bool = True) -> JSONDict:
@@ -58,8 +105,7 @@ def legacy_server_capabilities(modern: object, legacy_version: str, *, bridge_li
         out["logging"] = _obj(caps["logging"])
     if isinstance(caps.get("experimental"), dict):
         out["experimental"] = caps["experimental"]
-    # `extensions` has no legacy counterpart; tasks are not bridged.
-    return out
+    return _with_extensions(out, caps)
 
 
 def elicitation_modes(modern_caps: object) -> frozenset[str]:
@@ -136,7 +182,7 @@ def legacy_client_capabilities(modern: object) -> JSONDict:
         }
     if isinstance(caps.get("experimental"), dict):
         out["experimental"] = caps["experimental"]
-    return out
+    return _with_extensions(out, caps)
 
 
 def modern_server_capabilities(legacy: object) -> JSONDict:
@@ -148,4 +194,4 @@ def modern_server_capabilities(legacy: object) -> JSONDict:
             out[kind] = _obj(caps[kind])
     if isinstance(caps.get("experimental"), dict):
         out["experimental"] = caps["experimental"]
-    return out
+    return _with_extensions(out, caps)

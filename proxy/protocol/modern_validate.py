@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import jsonrpc, meta
+from .capabilities import extensions_problem
 from .headers import (
     METHOD_HEADER,
     NAME_BEARING_METHODS,
@@ -136,6 +137,9 @@ def validate_request(
     level = request_meta.get(meta.LOG_LEVEL)
     if level is not None and level not in meta.LOG_LEVELS:
         return Rejection(jsonrpc.INVALID_PARAMS, f"unknown log level {level!r}")
+    wrong_extensions = extensions_problem(capabilities)
+    if wrong_extensions is not None:
+        return Rejection(jsonrpc.INVALID_PARAMS, f"params._meta[{meta.CLIENT_CAPABILITIES!r}]: {wrong_extensions}")
     if method == "tools/call" and isinstance(params.get("name"), str):
         problem = _check_param_headers(param_headers(params["name"]), params.get("arguments"), headers)
         if problem is not None:

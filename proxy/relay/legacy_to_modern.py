@@ -33,7 +33,7 @@ from ..protocol import jsonrpc, meta
 from ..protocol import legacy_tasks as lt
 from ..protocol import legacy_to_modern as l2m
 from ..protocol import task_extension as te
-from ..protocol.capabilities import modern_client_capabilities
+from ..protocol.capabilities import extensions_problem, modern_client_capabilities
 from ..protocol.forwarded_call import (
     Action,
     Ask,
@@ -146,6 +146,9 @@ class TranslatingBackend:
     async def open(self, message: JSONDict, principal: str, auth_headers: dict[str, str]) -> Opened[Translated]:
         """Answer `initialize` from the upstream's discover result (docs/translation.md §3.1)."""
         params = jsonrpc.params_of(message)
+        problem = extensions_problem(jsonrpc.obj(params.get("capabilities")))
+        if problem is not None:
+            raise ProxyError(jsonrpc.INVALID_PARAMS, f"initialize: {problem}")
         try:
             discover = await self.discover(principal, auth_headers)
         except UpstreamError as exc:

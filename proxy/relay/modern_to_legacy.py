@@ -32,7 +32,7 @@ from ..protocol import legacy_tasks as lt
 from ..protocol import modern_tasks as mt
 from ..protocol import modern_to_legacy as m2l
 from ..protocol import task_extension as te
-from ..protocol.capabilities import ALL_INPUT_CAPABILITIES
+from ..protocol.capabilities import ALL_INPUT_CAPABILITIES, carried_extensions
 from ..protocol.detection import names_modern_versions, recognized_modern_error
 from ..protocol.methods import CACHEABLE_METHODS, INPUT_REQUIRED_METHODS
 from ..protocol.modern_validate import ModernRequest, method_problem
@@ -484,9 +484,16 @@ class ModernToLegacy:
             log.warning("upstream_tools_unlisted", upstream=self.name, error=str(exc))
 
     def _declared(self, request: ModernRequest) -> JSONDict:
-        """The client capabilities a pooled session for this request declares upstream."""
+        """The client capabilities a pooled session for this request declares upstream: the pool
+        keeps one session per set, so a server that adapts to its client never serves one client
+        what it offered another. `all` declares every input capability, but only the extensions
+        this request declares: an extension changes what a server offers (an MCP Apps server
+        offers its app tools to hosts that render them), so it is never declared for a client."""
         if self._settings.upstream.declare_capabilities == "all":
-            return ALL_INPUT_CAPABILITIES
+            extensions = carried_extensions(request.capabilities)
+            if extensions is None:
+                return ALL_INPUT_CAPABILITIES  # one object: the pool's key of it is computed once
+            return {**ALL_INPUT_CAPABILITIES, "extensions": extensions}
         return request.capabilities
 
     def _learn_from(self, tools_list: JSONDict) -> None:

@@ -73,10 +73,30 @@ request_ids = st.one_of(
     st.just([1]),
 )
 methods = st.one_of(st.sampled_from(METHODS), nasty_text, st.sampled_from(["tools/call\x00", "tools/\ncall", " ping"]))
+extension_ids = st.one_of(
+    st.sampled_from(
+        [
+            "io.modelcontextprotocol/ui",
+            "io.modelcontextprotocol/skills",
+            "io.modelcontextprotocol/tasks",
+            "com.example/x",
+        ]
+    ),
+    nasty_text,
+)
+# What a client may put in `capabilities.extensions`: maps of settings objects (or of anything),
+# maps past the proxy's bound, and values that are no map at all.
+extension_maps = st.one_of(
+    st.dictionaries(extension_ids, st.dictionaries(nasty_text, json_values, max_size=3), max_size=6),
+    st.dictionaries(extension_ids, json_values, max_size=6),
+    st.integers(min_value=60, max_value=200).map(lambda n: {f"com.example/e{i}": {} for i in range(n)}),
+    json_values,
+)
 capabilities = st.one_of(
     st.just({}),
     st.just({"roots": {}, "sampling": {}, "elicitation": {"form": {}, "url": {}}}),
     st.dictionaries(st.sampled_from(["roots", "sampling", "elicitation", "tasks", "x"]), json_values, max_size=3),
+    extension_maps.map(lambda extensions: {"extensions": extensions}),
     json_values,
 )
 

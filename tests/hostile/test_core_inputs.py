@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from proxy.protocol import jsonrpc, meta
 from proxy.protocol import legacy_tasks as lt
 from proxy.protocol import modern_tasks as mt
+from proxy.protocol.capabilities import extensions_problem, legacy_client_capabilities, modern_client_capabilities
 from proxy.protocol.classify import Route, classify_post
 from proxy.protocol.forwarded_call import Fail as ForwardFail
 from proxy.protocol.forwarded_call import Finish, ForwardedCall
@@ -192,6 +193,34 @@ def test_validate_request_accepts_or_refuses_every_request(data: st.DataObject) 
     if isinstance(checked, Rejection):
         assert checked.status in (400, 404)
         jsonrpc.encode(checked.reply(message["id"]))
+
+
+@hostile
+@given(hs.extension_maps)
+def test_any_declared_extensions_are_carried_whole_or_refused_as_invalid_params(extensions: Any) -> None:
+    """Whatever a client declares in `capabilities.extensions`: the request is refused with -32602
+    naming it, or every extension reaches the other side with its settings unchanged (but the tasks
+    extension, the proxy's own), in the modern request and in a legacy client's translation."""
+    tried("extensions")
+    envelope = {meta.PROTOCOL_VERSION: LATEST_MODERN, meta.CLIENT_CAPABILITIES: {"extensions": extensions}}
+    body = jsonrpc.request(1, "tools/list", {"_meta": envelope})
+    checked = validate_request(
+        body, header_view([("Mcp-Protocol-Version", LATEST_MODERN), ("Mcp-Method", "tools/list")])
+    )
+    if extensions_problem({"extensions": extensions}) is not None:
+        assert isinstance(checked, Rejection), checked
+        assert (checked.code, checked.status) == (jsonrpc.INVALID_PARAMS, 400)
+        assert "capabilities.extensions" in checked.message
+        jsonrpc.encode(checked.reply(1))
+        return
+    assert isinstance(checked, ModernRequest), checked
+    expected = {name: settings for name, settings in extensions.items() if name != "io.modelcontextprotocol/tasks"}
+    for translated in (
+        legacy_client_capabilities(checked.capabilities),  # to a legacy server's initialize
+        modern_client_capabilities({"extensions": extensions}, LATEST_LEGACY),  # from a legacy client
+    ):
+        assert translated.get("extensions", {}) == expected
+        jsonrpc.encode(translated)
 
 
 @hostile

@@ -201,11 +201,106 @@ async def test_initialize_with_an_unknown_version_is_answered_with_the_latest_le
     assert peer.version == LATEST_LEGACY
 
 
-async def test_initialize_drops_modern_extensions_from_the_server_capabilities(proxy: Proxy, fake: FakeModern) -> None:
-    fake.discover["capabilities"]["extensions"] = {"com.example/widgets": {}}
+UI = "io.modelcontextprotocol/ui"  # MCP Apps
+UI_SETTINGS: JSONDict = {"mimeTypes": ["text/html;profile=mcp-app"]}
+
+
+async def test_initialize_carries_the_modern_servers_extensions_to_the_legacy_client(
+    proxy: Proxy, fake: FakeModern
+) -> None:
+    declared = {UI: {}, "com.example/widgets": {"sizes": ["s", "m"]}}
+    fake.discover["capabilities"]["extensions"] = declared
     async with asyncio.timeout(WAIT):
         peer = await proxy.connect()
-    assert "extensions" not in peer.initialize_result["capabilities"]
+    assert peer.initialize_result["capabilities"]["extensions"] == declared
+
+
+@pytest.mark.parametrize("version", LEGACY_VERSIONS)
+async def test_the_extensions_a_legacy_client_declared_go_with_every_request_it_makes(
+    proxy: Proxy, fake: FakeModern, version: str
+) -> None:
+    declared = {UI: UI_SETTINGS, "com.example/search": {"engines": ["a"]}}
+    tasks = {"io.modelcontextprotocol/tasks": {}}  # the proxy's own to declare or not (§3.10)
+    async with asyncio.timeout(WAIT):
+        peer = await proxy.connect(version, capabilities={"extensions": {**declared, **tasks}})
+        await peer.request("tools/list")
+        await peer.request("resources/read", {"uri": "ui://widget/app.html"})
+    for method in ("tools/list", "resources/read"):
+        [call] = fake.calls_of(method)
+        assert call.meta[meta.CLIENT_CAPABILITIES] == {"extensions": declared}
+
+
+# An MCP Apps tool as `registerAppTool` (@modelcontextprotocol/ext-apps) declares it: `_meta.ui` and
+# the deprecated flat key, pointing at a `ui://` resource of the MCP App mime type.
+APP_TOOL: JSONDict = {
+    "name": "show-chart",
+    "description": "Shows a chart",
+    "inputSchema": {"type": "object"},
+    "_meta": {
+        "ui": {"resourceUri": "ui://charts/app.html", "visibility": ["model", "app"], "csp": {"connectDomains": []}},
+        "ui/resourceUri": "ui://charts/app.html",
+    },
+}
+APP_RESOURCE: JSONDict = {
+    "uri": "ui://charts/app.html",
+    "mimeType": "text/html;profile=mcp-app",
+    "text": "<!doctype html><title>chart</title>",
+    "_meta": {"ui": {"prefersBorder": True}},
+}
+
+
+async def test_an_mcp_apps_tool_and_its_ui_resource_reach_the_legacy_client_untouched(
+    peer: LegacyPeer, fake: FakeModern
+) -> None:
+    fake.tools = [APP_TOOL]
+    fake.handlers["resources/read"] = respond_with(complete(contents=[APP_RESOURCE]))
+    async with asyncio.timeout(WAIT):
+        listed = await peer.request("tools/list")
+        read = await peer.request("resources/read", {"uri": APP_RESOURCE["uri"]})
+    [tool] = listed.result["tools"]
+    assert {k: v for k, v in tool.items() if k != "execution"} == APP_TOOL  # execution: §3.10
+    assert read.result["contents"] == [APP_RESOURCE]
+
+
+SKILL_LIST: JSONDict = {"skills": [{"name": "pdf", "uri": "skill://pdf/SKILL.md", "description": "PDF work"}]}
+
+
+@pytest.mark.parametrize(
+    ("method", "params", "answer"),
+    [
+        ("skills/list", {}, SKILL_LIST),
+        ("skills/get", {"name": "pdf"}, {"contents": [{"uri": "skill://pdf/SKILL.md", "text": "# PDF"}]}),
+        ("resources/directory/read", {"uri": "skill://pdf/"}, {"entries": [{"uri": "skill://pdf/SKILL.md"}]}),
+        ("com.example/search", {"query": "q", "limits": {"n": 3}}, {"hits": ["a"], "_meta": {"com.example/x": 1}}),
+    ],
+)
+async def test_an_extensions_requests_are_forwarded_like_core_ones(
+    proxy: Proxy, fake: FakeModern, method: str, params: JSONDict, answer: JSONDict
+) -> None:
+    fake.handlers[method] = respond_with(complete(**answer))
+    async with asyncio.timeout(WAIT):
+        peer = await proxy.connect(capabilities={"extensions": {"io.modelcontextprotocol/skills": {}}})
+        reply = await peer.request(method, params)
+    [call] = fake.calls_of(method)
+    assert {k: v for k, v in call.params.items() if k != "_meta"} == params
+    assert call.meta[meta.CLIENT_CAPABILITIES] == {"extensions": {"io.modelcontextprotocol/skills": {}}}
+    assert call.headers[METHOD_HEADER] == method
+    assert {k: v for k, v in reply.result.items() if k not in ("resultType", "_meta", "ttlMs", "cacheScope")} == {
+        k: v for k, v in answer.items() if k != "_meta"
+    }
+
+
+@pytest.mark.parametrize("extensions", ["io.modelcontextprotocol/ui", [UI], {UI: True}])
+async def test_an_initialize_with_malformed_extensions_gets_invalid_params_and_no_session(
+    proxy: Proxy, extensions: object
+) -> None:
+    message = initialize_message(LATEST_LEGACY, {"extensions": extensions})
+    async with asyncio.timeout(WAIT):
+        response = await proxy.client.post(PATH, json=message, headers={"Accept": ACCEPT})
+        reply = await read_reply(response, LATEST_LEGACY, "initialize", 0)
+    assert SESSION_HEADER not in response.headers
+    assert reply.error["code"] == jsonrpc.INVALID_PARAMS
+    assert "capabilities.extensions" in reply.error["message"]
 
 
 @pytest.mark.parametrize(

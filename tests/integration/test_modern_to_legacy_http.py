@@ -512,6 +512,32 @@ async def test_cacheable_results_carry_result_type_cache_hints_and_server_info(
     }
 
 
+async def test_an_mcp_apps_tool_and_its_ui_resource_reach_the_modern_client_untouched(
+    client: ModernPeer, fake: FakeLegacy
+) -> None:
+    app_tool = {
+        "name": "show-chart",
+        "inputSchema": {"type": "object"},
+        "_meta": {
+            "ui": {"resourceUri": "ui://charts/app.html", "visibility": ["app"]},
+            "ui/resourceUri": "ui://charts/app.html",
+        },
+    }
+    html = {
+        "uri": "ui://charts/app.html",
+        "mimeType": "text/html;profile=mcp-app",
+        "text": "<!doctype html>",
+        "_meta": {"ui": {}},
+    }
+    fake.tools = [app_tool]
+    fake.handlers["resources/read"] = respond_with({"contents": [html]})
+    async with asyncio.timeout(WAIT):
+        listed = await client.request("tools/list")
+        read = await client.request("resources/read", {"uri": html["uri"]})
+    assert listed.result["tools"] == [app_tool]
+    assert read.result["contents"] == [html]
+
+
 async def test_tools_list_strips_execution_and_keeps_everything_else(client: ModernPeer, fake: FakeLegacy) -> None:
     tool = {
         "name": "deploy",
@@ -645,6 +671,90 @@ async def test_declaring_client_capabilities_opens_one_session_per_capability_se
     assert first.capabilities == {"sampling": {}}
     assert second.capabilities == {"roots": {}, "elicitation": {"form": {}}}
     assert [c.session_id for c in fake.calls_of("tools/list")] == [first.id, second.id, first.id]
+
+
+UI = "io.modelcontextprotocol/ui"  # MCP Apps
+UI_SETTINGS: JSONDict = {"mimeTypes": ["text/html;profile=mcp-app"]}
+
+
+@pytest.mark.parametrize("declare", ["all", "client"])
+async def test_a_pooled_session_declares_the_extensions_of_the_requests_it_serves_and_no_other(
+    make_proxy: MakeProxy, fake: FakeLegacy, declare: str
+) -> None:
+    """A legacy server learns its client's extensions once, at initialize, and may offer an MCP
+    Apps host what it offers no other client: a host declaring the UI extension and a client that
+    does not never share an upstream session, whatever `upstream.declare_capabilities` says."""
+    proxy = await make_proxy(**{"upstream.declare_capabilities": declare})
+    third_party = {"com.example/search": {"engines": ["a"], "limits": {"per_minute": 10}}}
+    host = proxy.modern("Bearer alice", capabilities={"extensions": {UI: UI_SETTINGS, **third_party}})
+    plain = proxy.modern("Bearer alice", capabilities={})
+    async with asyncio.timeout(WAIT):
+        await host.request("tools/list")
+        await plain.request("tools/list")
+        await host.request("tools/list")
+    with_ui, without = fake.sessions
+    assert with_ui.capabilities["extensions"] == {UI: UI_SETTINGS, **third_party}  # settings unchanged
+    assert "extensions" not in without.capabilities
+    assert [c.session_id for c in fake.calls_of("tools/list")] == [with_ui.id, without.id, with_ui.id]
+    assert fake.protocol_problems() == []
+
+
+async def test_the_tasks_extension_is_the_proxys_and_never_reaches_a_legacy_server(
+    proxy: Proxy, fake: FakeLegacy
+) -> None:
+    client = proxy.modern("Bearer alice", capabilities={"extensions": {"io.modelcontextprotocol/tasks": {}}})
+    async with asyncio.timeout(WAIT):
+        await client.request("tools/list")
+    [session] = fake.sessions
+    assert "extensions" not in session.capabilities
+
+
+async def test_a_legacy_servers_extensions_reach_the_modern_client_in_discover(
+    client: ModernPeer, fake: FakeLegacy
+) -> None:
+    declared = {UI: {}, "io.modelcontextprotocol/skills": {"directoryRead": True}, "com.example/x": {"a": [1]}}
+    fake.initialize_result["capabilities"]["extensions"] = declared
+    async with asyncio.timeout(WAIT):
+        reply = await client.request("server/discover")
+    assert reply.result["capabilities"]["extensions"] == declared
+
+
+@pytest.mark.parametrize(
+    ("method", "params", "answer"),
+    [
+        ("skills/list", {}, {"skills": [{"name": "pdf", "uri": "skill://pdf/SKILL.md"}]}),
+        ("skills/get", {"name": "pdf"}, {"contents": [{"uri": "skill://pdf/SKILL.md", "text": "# PDF"}]}),
+        ("resources/directory/read", {"uri": "skill://pdf/"}, {"entries": [{"uri": "skill://pdf/SKILL.md"}]}),
+        ("com.example/search", {"query": "q", "limits": {"n": 3}}, {"hits": ["a"]}),
+    ],
+)
+async def test_an_extensions_requests_reach_the_legacy_server_in_the_session_of_its_extensions(
+    proxy: Proxy, fake: FakeLegacy, method: str, params: JSONDict, answer: JSONDict
+) -> None:
+    fake.handlers[method] = respond_with(answer)
+    declared = {"extensions": {"io.modelcontextprotocol/skills": {"directoryRead": True}}}
+    client = proxy.modern("Bearer alice", capabilities=declared)
+    async with asyncio.timeout(WAIT):
+        reply = await client.request(method, params)
+    [call] = fake.calls_of(method)
+    assert call.params == params  # the envelope is the session's: nothing of it in the request
+    [session] = fake.sessions
+    assert session.capabilities["extensions"] == declared["extensions"] and call.session_id == session.id
+    assert {k: v for k, v in reply.result.items() if k not in ("resultType", "_meta")} == answer
+    assert fake.protocol_problems() == []
+
+
+@pytest.mark.parametrize("extensions", ["io.modelcontextprotocol/ui", {UI: ["text/html"]}])
+async def test_malformed_declared_extensions_get_invalid_params_and_reach_no_server(
+    proxy: Proxy, fake: FakeLegacy, extensions: object
+) -> None:
+    client = proxy.modern("Bearer alice", capabilities={"extensions": extensions})
+    async with asyncio.timeout(WAIT):
+        response = await client.post(client.message("tools/list", id=3))
+        err = await error_of(response, 3)
+    assert (response.status, err["code"]) == (400, jsonrpc.INVALID_PARAMS)
+    assert "capabilities.extensions" in err["message"]
+    assert fake.sessions == []
 
 
 async def test_concurrent_callers_reusing_a_request_id_get_distinct_upstream_ids_and_their_own_results(

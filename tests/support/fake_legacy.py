@@ -39,7 +39,6 @@ import json
 import secrets
 from collections import defaultdict
 from collections.abc import Awaitable, Callable
-from functools import cache
 from typing import Any
 
 from aiohttp import web
@@ -50,8 +49,8 @@ from proxy.protocol import jsonrpc
 from proxy.protocol.headers import PROTOCOL_VERSION_HEADER, SESSION_HEADER
 from proxy.protocol.versions import LATEST_LEGACY, legacy_at_least
 from tests.support.fake_modern import Reply, RpcError, error, notification
+from tests.support.schema import client_request_methods
 from tests.support.schema import errors as schema_errors
-from tests.support.schema import schema_path
 
 JSONDict = dict[str, Any]
 LEGACY = LATEST_LEGACY
@@ -88,17 +87,6 @@ def initialize_result() -> JSONDict:
 def sse_event(message: JSONDict, event_id: str | None = None) -> bytes:
     head = f"id: {event_id}\n".encode() if event_id is not None else b""
     return head + b"data: " + json.dumps(message).encode() + b"\n\n"
-
-
-@cache
-def _client_request_methods() -> frozenset[str]:
-    """Methods the 2025-11-25 schema knows as client requests (others are checked as JSONRPCRequest)."""
-    defs = json.loads(schema_path(LEGACY).read_text())["$defs"]
-    methods = set()
-    for option in defs["ClientRequest"]["anyOf"]:
-        definition = defs[option["$ref"].rsplit("/", 1)[1]]
-        methods.add(definition["properties"]["method"]["const"])
-    return frozenset(methods)
 
 
 class Pending:
@@ -413,7 +401,7 @@ class FakeLegacy:
                 problems.append(f"POST body is not a JSON-RPC object: {call.raw[:120]!r}")
                 continue
             if call.kind == "request":
-                definition = "ClientRequest" if call.method in _client_request_methods() else "JSONRPCRequest"
+                definition = "ClientRequest" if call.method in client_request_methods(LEGACY) else "JSONRPCRequest"
                 problems += [f"{label}: {p}" for p in schema_errors(LEGACY, definition, body)]
             elif call.kind == "notification":
                 problems += [f"{label}: {p}" for p in schema_errors(LEGACY, "ClientNotification", body)]

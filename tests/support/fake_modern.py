@@ -36,8 +36,8 @@ from multidict import CIMultiDictProxy
 
 from proxy.protocol import jsonrpc, meta
 from proxy.protocol.versions import MODERN_VERSIONS
+from tests.support.schema import client_request_methods, ext_tasks_errors
 from tests.support.schema import errors as schema_errors
-from tests.support.schema import ext_tasks_errors
 
 JSONDict = dict[str, Any]
 MODERN = MODERN_VERSIONS[0]
@@ -288,6 +288,8 @@ class FakeModern:
                     ext_tasks_errors(extension, call.body)
                     if extension is not None
                     else schema_errors(MODERN, "ClientRequest", call.body)
+                    if call.method in client_request_methods(MODERN)
+                    else schema_errors(MODERN, "JSONRPCRequest", call.body)  # an extension's request
                 )
                 problems += [f"{call.method}: {p}" for p in found]
         return problems

@@ -95,6 +95,18 @@ def _validator(revision: str, definition: str) -> Draft7Validator | Draft202012V
     return Draft7Validator({"$ref": f"#/definitions/{definition}", "definitions": schema["definitions"]})
 
 
+@cache
+def client_request_methods(revision: str) -> frozenset[str]:
+    """The methods a revision's schema knows as client requests. Others (an extension's: MCP Apps,
+    Skills, a third party's) are JSON-RPC requests the schema says nothing more of."""
+    defs = _schema(revision)["$defs"]
+    methods = set()
+    for option in defs["ClientRequest"]["anyOf"]:
+        definition = defs[option["$ref"].rsplit("/", 1)[1]]
+        methods.add(definition["properties"]["method"]["const"])
+    return frozenset(methods)
+
+
 def has_definition(revision: str, definition: str) -> bool:
     schema = _schema(revision)
     return definition in schema.get("$defs", schema.get("definitions", {}))

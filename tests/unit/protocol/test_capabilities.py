@@ -1,4 +1,5 @@
-"""Capability tables A and B of docs/translation.md (proxy/protocol/capabilities.py)."""
+"""Capability tables A, B and C of docs/translation.md and the extensions every direction carries
+(proxy/protocol/capabilities.py)."""
 
 from __future__ import annotations
 
@@ -7,8 +8,11 @@ import copy
 import pytest
 
 from proxy.protocol.capabilities import (
+    MAX_EXTENSIONS,
+    carried_extensions,
     describe_required,
     elicitation_modes,
+    extensions_problem,
     legacy_client_capabilities,
     legacy_server_capabilities,
     missing_input_capability,
@@ -19,6 +23,8 @@ from proxy.protocol.versions import LATEST_LEGACY, LATEST_MODERN, LEGACY_VERSION
 from tests.support.schema import errors
 
 TASKS_EXTENSION = "io.modelcontextprotocol/tasks"
+UI = "io.modelcontextprotocol/ui"  # MCP Apps
+UI_SETTINGS = {"mimeTypes": ["text/html;profile=mcp-app"]}
 
 MODERN_SERVER_CAPS = {
     "tools": {"listChanged": True},
@@ -31,6 +37,7 @@ MODERN_SERVER_CAPS = {
 }
 
 LEGACY_CLIENT_CAPS = {
+    "extensions": {UI: UI_SETTINGS, "com.example/trace": {"depth": {"max": 3}}},
     "roots": {"listChanged": True},
     "sampling": {"context": {}, "tools": {}},
     "elicitation": {"form": {}, "url": {}},
@@ -59,10 +66,11 @@ def test_table_a_copies_tools_prompts_resources_logging_and_experimental(version
 
 
 @pytest.mark.parametrize("version", LEGACY_VERSIONS)
-def test_table_a_drops_extensions_which_legacy_capabilities_lack_and_bridges_no_tasks(version):
+def test_table_a_carries_the_servers_extensions_but_the_tasks_one_the_proxy_translates(version):
     caps = legacy_server_capabilities(MODERN_SERVER_CAPS, version)
-    assert "extensions" not in caps
-    assert "tasks" not in caps
+    assert caps["extensions"] == {"com.example/other": {"x": 1}}
+    assert "tasks" not in caps  # 2025-11-25's own tasks capability is the proxy's to add (§3.10)
+    assert "extensions" not in legacy_server_capabilities({"extensions": {TASKS_EXTENSION: {}}}, version)
 
 
 def test_table_a_omits_completions_only_for_2024_11_05():
@@ -138,6 +146,12 @@ def test_table_b_keeps_2025_11_25_elicitation_modes():
 @pytest.mark.parametrize("version", ["2025-03-26", "2024-11-05"])
 def test_table_b_ignores_elicitation_before_2025_06_18(version):
     assert "elicitation" not in modern_client_capabilities({"elicitation": {}}, version)
+
+
+@pytest.mark.parametrize("version", LEGACY_VERSIONS)
+def test_table_b_carries_the_clients_extensions_with_their_settings_unchanged(version):
+    caps = modern_client_capabilities(LEGACY_CLIENT_CAPS, version)
+    assert caps["extensions"] == LEGACY_CLIENT_CAPS["extensions"]
 
 
 def test_table_b_declares_nothing_the_client_did_not_declare():
@@ -227,7 +241,7 @@ MODERN_CLIENT_CAPS = {
     "roots": {},
     "sampling": {"context": {}, "tools": {}, "x-vendor": {"on": True}},
     "elicitation": {"form": {}, "url": {}},
-    "extensions": {TASKS_EXTENSION: {}},
+    "extensions": {TASKS_EXTENSION: {}, UI: UI_SETTINGS},
     "experimental": {"vendor.client": {"on": True}},
 }
 
@@ -237,12 +251,13 @@ def test_table_c_result_validates_as_2025_11_25_client_capabilities():
     assert errors(LATEST_LEGACY, "ClientCapabilities", legacy_client_capabilities(MODERN_CLIENT_CAPS)) == []
 
 
-def test_table_c_keeps_sampling_elicitation_modes_and_experimental_and_drops_extensions():
+def test_table_c_keeps_sampling_elicitation_modes_experimental_and_the_extensions_but_tasks():
     assert legacy_client_capabilities(MODERN_CLIENT_CAPS) == {
         "roots": {},
         "sampling": {"context": {}, "tools": {}, "x-vendor": {"on": True}},
         "elicitation": {"form": {}, "url": {}},
         "experimental": {"vendor.client": {"on": True}},
+        "extensions": {UI: UI_SETTINGS},  # the tasks extension is hosted by the proxy (§4.9)
     }
 
 
@@ -296,6 +311,7 @@ LEGACY_SERVER_CAPS = {
     "logging": {},
     "experimental": {"vendor.server": {"level": 2}},
     "tasks": {"list": {}, "cancel": {}, "requests": {"tools": {"call": {}}}},
+    "extensions": {"io.modelcontextprotocol/skills": {"directoryRead": True}},
 }
 
 
@@ -314,6 +330,68 @@ def test_modern_server_capabilities_drop_members_the_modern_shape_does_not_bridg
     assert modern_server_capabilities({"tools": {}, "x-vendor-cap": {}, "extensions": {TASKS_EXTENSION: {}}}) == {
         "tools": {}
     }
+
+
+# ---------------------------------------------------------------- extensions in every direction
+
+
+@pytest.mark.parametrize(
+    "table",
+    [
+        lambda caps: legacy_server_capabilities(caps, LATEST_LEGACY),  # A: modern server → legacy client
+        lambda caps: modern_client_capabilities(caps, LATEST_LEGACY),  # B: legacy client → modern server
+        legacy_client_capabilities,  # C: modern client → legacy server
+        modern_server_capabilities,  # §4.2: legacy server → modern client
+    ],
+    ids=["A", "B", "C", "4.2"],
+)
+def test_every_direction_carries_any_declared_extension_and_its_settings(table):
+    declared = {
+        UI: UI_SETTINGS,
+        "com.example/search": {"engines": ["a", "b"], "limits": {"per_minute": 10}},
+        "io.modelcontextprotocol/skills": {},
+        "odd id without a vendor": {},  # the server judges identifiers, not the proxy
+        TASKS_EXTENSION: {"kept": "apart"},
+    }
+    carried = table({"extensions": declared})["extensions"]
+    assert carried == {name: settings for name, settings in declared.items() if name != TASKS_EXTENSION}
+    assert "extensions" not in table({})
+    assert "extensions" not in table({"extensions": {}})
+
+
+def test_carried_extensions_leaves_out_only_what_the_proxy_translates():
+    assert carried_extensions({"extensions": {TASKS_EXTENSION: {}}}) is None
+    assert carried_extensions({"extensions": "not a map"}) is None
+    assert carried_extensions({"extensions": {UI: UI_SETTINGS}}) == {UI: UI_SETTINGS}
+
+
+@pytest.mark.parametrize(
+    ("extensions", "problem"),
+    [
+        ("ui", "must be an object mapping extension identifiers to settings objects"),
+        ([UI], "must be an object mapping"),
+        ({UI: True}, f"capabilities.extensions[{UI!r}] must be a settings object"),
+        ({UI: None}, "must be a settings object"),
+        (None, "must be an object mapping"),
+        ({UI: ["text/html"]}, "must be a settings object"),
+        ({f"com.example/x{i}": {} for i in range(MAX_EXTENSIONS + 1)}, f"more than {MAX_EXTENSIONS}"),
+    ],
+)
+def test_a_malformed_extensions_declaration_is_named(extensions, problem):
+    assert problem in (extensions_problem({"extensions": extensions}) or "")
+
+
+@pytest.mark.parametrize(
+    "caps",
+    [
+        {},
+        {"extensions": {}},
+        {"extensions": {UI: UI_SETTINGS, "x": {}}},
+        {"extensions": {f"e{i}": {} for i in range(MAX_EXTENSIONS)}},
+    ],
+)
+def test_a_well_formed_extensions_declaration_passes(caps):
+    assert extensions_problem(caps) is None
 
 
 @pytest.mark.parametrize("kind", ["tools", "prompts", "resources", "completions", "logging"])

@@ -330,6 +330,23 @@ def test_the_version_check_comes_before_the_log_level_check():
     assert _rejected(validate_request(body, _headers(body))).code == jsonrpc.UNSUPPORTED_PROTOCOL_VERSION
 
 
+@pytest.mark.parametrize(
+    "extensions", ["io.modelcontextprotocol/ui", ["io.modelcontextprotocol/ui"], {"com.example/x": True}]
+)
+def test_malformed_declared_extensions_are_invalid_params(extensions):
+    body = _body(extra_meta={meta.CLIENT_CAPABILITIES: {"extensions": extensions}})
+    rejection = _rejected(validate_request(body, _headers(body)))
+    assert rejection.code == jsonrpc.INVALID_PARAMS and rejection.status == 400
+    assert "capabilities.extensions" in rejection.message
+
+
+def test_declared_extensions_are_kept_on_the_request_as_sent():
+    caps = {"extensions": {"io.modelcontextprotocol/ui": {"mimeTypes": ["text/html;profile=mcp-app"]}}}
+    body = _body(extra_meta={meta.CLIENT_CAPABILITIES: caps})
+    request = validate_request(body, _headers(body))
+    assert isinstance(request, ModernRequest) and request.capabilities == caps
+
+
 # ---------------------------------------------------------------- row 10: Mcp-Param-* headers
 
 
