@@ -1,0 +1,147 @@
+"""Extensions across the era boundary with real peers (docs/translation.md §2.1): an MCP Apps server
+of either era on the TypeScript SDK v2 and @modelcontextprotocol/ext-apps 2.0.4
+(tests/peers/fixtures/apps-server.mjs), which offers its app tool and `ui://` resource only to hosts
+that declare `io.modelcontextprotocol/ui`, and hosts on the TypeScript SDK (v1 a legacy host, v2 a
+2026-07-28 one; tests/e2e/peers/apps_host.cjs) over Streamable HTTP or starting
+`mcp-era-proxy stdio` themselves. Through the proxy, each host sees what it sees from the same
+server serving its own era directly: the server's declared extensions, the app tool with its
+`_meta.ui`, the resource's HTML and mime type, the text-only offer without the extension, and the
+server sees the extensions the host declared, settings unchanged.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support import peers
+from tests.support.procs import serving
+
+pytestmark = pytest.mark.e2e
+
+APPS_HOST = peers.PEER_SCRIPTS / "apps_host.cjs"
+UI = "io.modelcontextprotocol/ui"
+TASKS = "io.modelcontextprotocol/tasks"
+UI_HOST = {UI: {"mimeTypes": ["text/html;profile=mcp-app"]}, "com.example/trace": {"depth": {"max": 3}}}
+PLAIN_HOST = {"com.example/trace": {"depth": {"max": 3}}}
+HOST_SDK = {"legacy": "v1", "modern": "v2"}
+OTHER = {"legacy": "modern", "modern": "legacy"}
+
+
+@pytest.fixture(scope="module")
+def apps_servers(logs_dir: Path) -> Iterator[dict[str, str]]:
+    """The apps server in each era, by era."""
+    urls: dict[str, str] = {}
+    with (
+        serving(["bash", str(peers.peer_sh()), "apps-modern", "0"], logs_dir / "apps-modern.log") as modern,
+        serving(["bash", str(peers.peer_sh()), "apps-legacy", "0"], logs_dir / "apps-legacy.log") as legacy,
+    ):
+        urls["modern"] = f"http://127.0.0.1:{modern.port}/mcp"
+        urls["legacy"] = f"http://127.0.0.1:{legacy.port}/mcp"
+        yield urls
+
+
+@pytest.fixture(scope="module")
+def proxies(start_proxy: Any, apps_servers: dict[str, str]) -> Iterator[dict[str, str]]:
+    """A proxy in front of each server, by the server's era."""
+    with start_proxy(apps_servers["modern"]) as to_modern, start_proxy(apps_servers["legacy"]) as to_legacy:
+        yield {"modern": to_modern, "legacy": to_legacy}
+
+
+def host(era: str, extensions: dict[str, Any] | None, **target: Any) -> dict[str, Any]:
+    """One run of the apps host of `era` (`url=...`, or `command=...` and `args=[...]`)."""
+    spec = {"sdk": HOST_SDK[era], "extensions": extensions, "call": ["client-extensions", "weather"], **target}
+    done = subprocess.run(
+        ["node", str(APPS_HOST), json.dumps(spec)],
+        capture_output=True,
+        text=True,
+        timeout=90,
+        check=False,
+        env={**os.environ, **peers.node_env()},
+    )
+    observed: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    assert "error" not in observed, observed
+    return observed
+
+
+def seen(observed: dict[str, Any]) -> dict[str, Any]:
+    """What a host's user meets: the server's extensions (the tasks one is the proxy's to offer,
+    README "Tasks"), the tools with their `_meta` (`execution` is the proxy's task offer), the UI
+    resources read, the call contents, and the extensions the server saw."""
+    extensions = dict(observed["serverCapabilities"].get("extensions") or {})
+    extensions.pop(TASKS, None)
+    return {
+        "extensions": extensions,
+        "tools": {tool["name"]: {k: v for k, v in tool.items() if k != "execution"} for tool in observed["tools"]},
+        "resources": observed["resources"],
+        "calls": {name: result["content"] for name, result in observed["calls"].items()},
+    }
+
+
+def through(era: str, downstream: str, proxies: dict[str, str], apps_servers: dict[str, str], logs: Path) -> Any:
+    """How a host of `era` reaches the server of the other era through the proxy."""
+    if downstream == "http":
+        return {"url": proxies[OTHER[era]]}
+    proxy = [sys.executable, "-m", "proxy", "stdio", "--log-file", str(logs), "--upstream", apps_servers[OTHER[era]]]
+    return {"command": proxy[0], "args": proxy[1:], "cwd": str(peers.REPO)}
+
+
+@pytest.fixture(scope="module")
+def direct(apps_servers: dict[str, str]) -> Any:
+    """What a host of an era sees of the server of its own era, by (era, extensions): one run each,
+    shared by the downstream transports."""
+    found: dict[tuple[str, str], dict[str, Any]] = {}
+
+    def reference(era: str, extensions: dict[str, Any] | None) -> dict[str, Any]:
+        key = (era, json.dumps(extensions, sort_keys=True))
+        if key not in found:
+            found[key] = seen(host(era, extensions, url=apps_servers[era]))
+        return found[key]
+
+    return reference
+
+
+@pytest.mark.parametrize("downstream", ["http", "stdio"])
+@pytest.mark.parametrize("extensions", [UI_HOST, PLAIN_HOST, None], ids=["ui-host", "plain-host", "no-extensions"])
+@pytest.mark.parametrize("era", ["legacy", "modern"])
+def test_a_host_sees_through_the_proxy_what_the_same_server_shows_it_in_its_own_era(
+    era: str,
+    extensions: dict[str, Any] | None,
+    downstream: str,
+    proxies: dict[str, str],
+    apps_servers: dict[str, str],
+    direct: Any,
+    logs_dir: Path,
+):
+    log = logs_dir / f"apps-stdio-{era}-{len(extensions or {})}.log"
+    proxied = seen(host(era, extensions, **through(era, downstream, proxies, apps_servers, log)))
+    assert proxied == direct(era, extensions)
+    # And what that is: the server's offer follows the host's UI capability, and the server saw
+    # every extension the host declared, with its settings.
+    assert proxied["extensions"] == {UI: {}, "com.example/weather-units": {"units": ["metric", "imperial"]}}
+    app = proxied["tools"].get("show-weather")
+    if extensions is UI_HOST:
+        assert app is not None and app["_meta"]["ui"]["resourceUri"] == "ui://weather/app.html", proxied["tools"]
+        [html] = proxied["resources"]["ui://weather/app.html"]
+        assert html["mimeType"] == "text/html;profile=mcp-app" and "<!doctype html>" in html["text"]
+    else:
+        assert app is None and proxied["resources"] == {}
+    assert json.loads(proxied["calls"]["client-extensions"][0]["text"]) == extensions
+
+
+def test_two_modern_hosts_of_one_legacy_server_each_get_their_own_offer(proxies: dict[str, str]):
+    """A legacy server learns its client's extensions once per session: the proxy's pooled
+    sessions never let the UI host's offer reach the plain one, nor the reverse."""
+    offers = [
+        sorted(seen(host("modern", extensions, url=proxies["legacy"]))["tools"])
+        for extensions in (UI_HOST, PLAIN_HOST, UI_HOST, None)
+    ]
+    with_app = ["client-extensions", "show-weather", "weather"]
+    assert offers == [with_app, ["client-extensions", "weather"], with_app, ["client-extensions", "weather"]]
