@@ -261,13 +261,19 @@ def test_a_host_killed_mid_call_leaves_no_process_behind(request, upstream_name,
             host.kill()
 
 
+# The call is cancelled at its first progress, when it runs upstream; the deadline only bounds a
+# call that never reports one. The driver's default (5 s) can pass before a loaded machine has
+# started the bridge, probed a stdio upstream and sent the call: then nothing reaches the server.
+CANCEL_AT_PROGRESS = {"tool": "slow", "arguments": {"seconds": 10}, "after": 25}
+
+
 @pytest.mark.parametrize("upstream_name", ["mcp1-legacy-http", "mcp2-modern-http"])
 def test_a_modern_host_cancelling_a_call_cancels_it_upstream(request, upstream_name, logs_dir):
     """The SDK sends notifications/cancelled on stdin; the bridge closes that call's POST, and the
     server behind sees the call cancelled (a legacy one by notifications/cancelled, a modern one
     by its POST closing), counted by its `cancelled_count` tool."""
     url = stdio_url(upstream_args(request, upstream_name), logs_dir / f"stdio-cancel-{upstream_name}.log")
-    observed = run_modern_client(url, "cancel", {"tool": "slow", "arguments": {"seconds": 10}})
+    observed = run_modern_client(url, "cancel", CANCEL_AT_PROGRESS)
     assert "error" not in observed, observed
     assert observed["cancelled"] is True
     assert int(observed["checkText"]) == int(observed["checkBefore"]) + 1
@@ -278,7 +284,7 @@ def test_a_modern_hosts_cancellation_reaches_a_legacy_stdio_server_as_notificati
     server's own stderr line, which the proxy logs (upstream_stderr), tells instead."""
     errlog = logs_dir / "stdio-cancel-modern-mcp1-legacy-stdio.log"
     url = stdio_url(upstream_args(request, "mcp1-legacy-stdio"), errlog)
-    observed = run_modern_client(url, "cancel", {"tool": "slow", "arguments": {"seconds": 10}, "check_tool": None})
+    observed = run_modern_client(url, "cancel", {**CANCEL_AT_PROGRESS, "check_tool": None})
     assert "error" not in observed, observed
     assert observed["cancelled"] is True
     said = "reason=notifications/cancelled"
