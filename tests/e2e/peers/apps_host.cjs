@@ -11,41 +11,18 @@
 //   node apps_host.cjs '{"sdk": "v1"|"v2", "url": ..., "extensions": {...}, "call": ["tool", ...]}'
 //   node apps_host.cjs '{"sdk": ..., "command": ..., "args": [...], "cwd": ..., ...}'
 //
-// Modules are resolved from $MCP_PEERS_HOME (default ~/.cache/mcp-test-peers).
-const path = require("path");
-const os = require("os");
-const { createRequire } = require("module");
-
-const home = process.env.MCP_PEERS_HOME || path.join(os.homedir(), ".cache", "mcp-test-peers");
-const peerRequire = createRequire(path.join(home, "package.json"));
-
-function sdk(version) {
-  if (version === "v2") {
-    const client = peerRequire("@modelcontextprotocol/client");
-    return {
-      Client: client.Client,
-      Transport: client.StreamableHTTPClientTransport,
-      StdioTransport: peerRequire("@modelcontextprotocol/client/stdio").StdioClientTransport,
-      options: { versionNegotiation: { mode: { pin: "2026-07-28" } } },
-    };
-  }
-  return {
-    Client: peerRequire("@modelcontextprotocol/sdk/client/index.js").Client,
-    Transport: peerRequire("@modelcontextprotocol/sdk/client/streamableHttp.js").StreamableHTTPClientTransport,
-    StdioTransport: peerRequire("@modelcontextprotocol/sdk/client/stdio.js").StdioClientTransport,
-    options: {},
-  };
-}
+// The SDKs come from the npm test peers (ts_sdk.cjs).
+const { sdk, run } = require("./ts_sdk.cjs");
 
 async function main() {
   const spec = JSON.parse(process.argv[2]);
   const version = spec.sdk || "v1";
-  const { Client, Transport, StdioTransport, options } = sdk(version);
+  const { Client, StreamableHTTPClientTransport, StdioClientTransport, options } = sdk(version);
   const capabilities = spec.extensions ? { extensions: spec.extensions } : {};
   const client = new Client({ name: "apps-host", version: "1.0.0" }, { capabilities, ...options });
   const transport = spec.command
-    ? new StdioTransport({ command: spec.command, args: spec.args || [], cwd: spec.cwd, stderr: "ignore" })
-    : new Transport(new URL(spec.url));
+    ? new StdioClientTransport({ command: spec.command, args: spec.args || [], cwd: spec.cwd, stderr: "ignore" })
+    : new StreamableHTTPClientTransport(new URL(spec.url));
   await client.connect(transport);
   const out = { serverCapabilities: client.getServerCapabilities(), resources: {}, calls: {} };
   out.tools = (await client.listTools()).tools;
@@ -59,13 +36,7 @@ async function main() {
     out.calls[name] = version === "v2" ? await client.callTool(params) : await client.callTool(params, undefined);
   }
   await client.close();
-  process.stdout.write(JSON.stringify(out) + "\n");
+  return out;
 }
 
-main().then(
-  () => process.exit(0),
-  (err) => {
-    process.stdout.write(JSON.stringify({ error: String(err && err.stack ? err.stack : err) }) + "\n");
-    process.exit(1);
-  },
-);
+run(main);

@@ -10,32 +10,8 @@
 //   node ts_host.cjs '{"command": ..., "args": [...], "tool": ..., "arguments": {...}}'
 //   node ts_host.cjs '{"sse_url": "http://127.0.0.1:PORT/sse", "tool": ..., "arguments": {...}}'
 //
-// Modules are resolved from $MCP_PEERS_HOME (default ~/.cache/mcp-test-peers).
-const path = require("path");
-const os = require("os");
-const { createRequire } = require("module");
-
-const home = process.env.MCP_PEERS_HOME || path.join(os.homedir(), ".cache", "mcp-test-peers");
-const peerRequire = createRequire(path.join(home, "package.json"));
-
-function sdk(version) {
-  if (version === "v2") {
-    return {
-      Client: peerRequire("@modelcontextprotocol/client").Client,
-      StdioClientTransport: peerRequire("@modelcontextprotocol/client/stdio").StdioClientTransport,
-      elicit: "elicitation/create",
-      roots: "roots/list",
-      options: { versionNegotiation: { mode: { pin: "2026-07-28" } } },
-    };
-  }
-  return {
-    Client: peerRequire("@modelcontextprotocol/sdk/client/index.js").Client,
-    StdioClientTransport: peerRequire("@modelcontextprotocol/sdk/client/stdio.js").StdioClientTransport,
-    elicit: peerRequire("@modelcontextprotocol/sdk/types.js").ElicitRequestSchema,
-    roots: peerRequire("@modelcontextprotocol/sdk/types.js").ListRootsRequestSchema,
-    options: {},
-  };
-}
+// The SDKs come from the npm test peers (ts_sdk.cjs).
+const { peerRequire, sdk, run } = require("./ts_sdk.cjs");
 
 async function main() {
   const spec = JSON.parse(process.argv[2]);
@@ -71,13 +47,7 @@ async function main() {
       : await client.callTool(params, undefined, requestOptions);
   out.result = result;
   await client.close();
-  process.stdout.write(JSON.stringify(out) + "\n");
+  return out;
 }
 
-main().then(
-  () => process.exit(0),
-  (err) => {
-    process.stdout.write(JSON.stringify({ error: String(err && err.stack ? err.stack : err) }) + "\n");
-    process.exit(1);
-  },
-);
+run(main);

@@ -22,14 +22,9 @@
 //   list    `count` tasks, then listTasks
 //   create  one task, followed with getTask until it ended; then the session is ended (DELETE)
 //   read    getTask and getTaskResult of `task_id` on a new session
-// Errors are recorded as {code, message}. Modules are resolved from $MCP_PEERS_HOME
-// (default ~/.cache/mcp-test-peers).
-const path = require("path");
-const os = require("os");
-const { createRequire } = require("module");
+// Errors are recorded as {code, message}. The SDK comes from the npm test peers (ts_sdk.cjs).
+const { peerRequire, run } = require("./ts_sdk.cjs");
 
-const home = process.env.MCP_PEERS_HOME || path.join(os.homedir(), ".cache", "mcp-test-peers");
-const peerRequire = createRequire(path.join(home, "package.json"));
 const { Client } = peerRequire("@modelcontextprotocol/sdk/client/index.js");
 const { StreamableHTTPClientTransport } = peerRequire("@modelcontextprotocol/sdk/client/streamableHttp.js");
 const types = peerRequire("@modelcontextprotocol/sdk/types.js");
@@ -208,13 +203,7 @@ async function main() {
   out.serverCapabilities = client.getServerCapabilities();
   await scenarios[spec.scenario](client, spec, out, transport);
   await client.close();
-  process.stdout.write(JSON.stringify(out) + "\n");
+  return out;
 }
 
-main().then(
-  () => process.exit(0),
-  (err) => {
-    process.stdout.write(JSON.stringify({ error: String(err && err.stack ? err.stack : err) }) + "\n");
-    process.exit(1);
-  },
-);
+run(main);
