@@ -2,11 +2,24 @@
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from blockbuster import BlockBuster, blockbuster_ctx
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Children get SIGINT and SIGQUIT as an operator's shell gives them, whoever started the run: a
+    suite started in the background of a non-interactive shell (a CI runner, `cmd &`) inherits them
+    ignored, every process it starts would too, and a shell script cannot trap a signal ignored on
+    entry (the demo's Ctrl-C test then hangs)."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    if signal.getsignal(signal.SIGQUIT) is signal.SIG_IGN:
+        signal.signal(signal.SIGQUIT, signal.SIG_DFL)
+
 
 # The real upstream peers, shared by tests/e2e and tests/replicas (one of each per session).
 pytest_plugins = ("tests.support.peer_fixtures",)
