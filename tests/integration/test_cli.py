@@ -15,7 +15,7 @@ import aiohttp
 import pytest
 
 from proxy.config import ENV_PREFIX
-from tests.support.procs import reserved_port
+from tests.support.procs import listening_address, reserved_port
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -80,10 +80,9 @@ async def listened(stderr: asyncio.StreamReader, listener: str) -> int:
     """The port of the next `listening` log line of the proxy's `listener` (mcp, admin, internal):
     the one it listens on, the kernel's choice where port 0 was asked."""
     while line := await stderr.readline():
-        event = json.loads(line) if line.startswith(b"{") else {}
-        if event.get("event") == "listening" and event.get("listener") == listener:
-            address = urlsplit(event["address"])
-            assert address.hostname == "127.0.0.1" and address.port, event
+        if (announced := listening_address(line, listener)) is not None:
+            address = urlsplit(announced)
+            assert address.hostname == "127.0.0.1" and address.port, announced
             with socket.socket() as sock:  # taken: the proxy listens there
                 assert sock.connect_ex(("127.0.0.1", address.port)) == 0
             return address.port

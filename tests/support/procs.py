@@ -135,16 +135,26 @@ def log_line(pattern: str) -> Announcement:
     return port
 
 
+def listening_address(line: str | bytes, name: str = "mcp") -> str | None:
+    """The address in one log line of the proxy if it is the `listening` event of its listener
+    `name` (mcp, admin, internal), else None."""
+    if (b'"listening"' if isinstance(line, bytes) else '"listening"') not in line:
+        return None
+    with contextlib.suppress(ValueError):
+        event = json.loads(line)
+        if isinstance(event, dict) and event.get("event") == "listening" and event.get("listener") == name:
+            return str(event["address"])
+    return None
+
+
 def proxy_listener(name: str = "mcp") -> Announcement:
     """The port of the proxy's listener `name` (mcp, admin, internal): its `listening` log event."""
 
     def port(text: str) -> int | None:
         for line in text.splitlines():
-            if '"listening"' in line:
-                with contextlib.suppress(ValueError):
-                    event = json.loads(line)
-                    if event.get("event") == "listening" and event.get("listener") == name:
-                        return int(str(event["address"]).rsplit(":", 1)[1].split("/", 1)[0])
+            address = listening_address(line, name)
+            if address is not None:
+                return int(address.rsplit(":", 1)[1].split("/", 1)[0])
         return None
 
     return port

@@ -133,6 +133,7 @@ class DriverPool:
         self._changed = threading.Condition()
         self._next = iter(range(1, 1_000_000_000))
         self._folder = Path(tempfile.mkdtemp(prefix="sdk-drivers-"))
+        atexit.register(self.close)
 
     def _started(self) -> subprocess.Popen[str]:
         if self._process is None or self._process.poll() is not None:
@@ -141,7 +142,6 @@ class DriverPool:
                 argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, start_new_session=True
             )
             threading.Thread(target=self._read, args=(self._process,), daemon=True).start()
-            atexit.register(self.close)
         return self._process
 
     def _read(self, process: subprocess.Popen[str]) -> None:
