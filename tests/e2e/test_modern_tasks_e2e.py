@@ -228,11 +228,12 @@ def test_a_cancel_mid_run_is_acknowledged_and_cancels_server_everythings_task(
     assert checked_task_messages(observed) >= 4
     # The server's side: its task was cancelled with tasks/cancel, it said so, and its work stopped
     # there (the next stage could not move the cancelled task on).
-    created = upstream_tasks_created(record)[len(before) :]
+    # The client's cancel is acknowledged at once; the proxy's task-augmented call and its own
+    # tasks/cancel to the server go on beside it ("at-once": the server's answer naming its task may
+    # still be on its way), so both may reach the record a moment later.
+    created = wait_for(lambda: upstream_tasks_created(record)[len(before) :], 10.0)
     assert len(created) == 1, created
     [upstream] = created
-    # The client's cancel is acknowledged at once; the proxy's own tasks/cancel to the server goes
-    # on beside it, so its reply may reach the record a moment later.
     cancelled = wait_for(lambda: upstream_cancels(record).get(upstream), 10.0)
     assert cancelled == "cancelled", upstream_cancels(record)
     needle = f'Cannot update task "{upstream}" from terminal status "cancelled"'
