@@ -22,7 +22,7 @@ from ..config import Settings
 from ..errors import ProxyError, session_not_found
 from ..metrics import Metrics, RequestMetrics, method_label
 from ..protocol import client_checks, jsonrpc, meta
-from ..protocol.classify import Route, classify_post
+from ..protocol.classify import SESSIONLESS, Route, classify_post
 from ..protocol.headers import PROTOCOL_VERSION_HEADER, SESSION_HEADER
 from ..protocol.methods import CACHEABLE_METHODS
 from ..protocol.modern_validate import header_view, validate_request
@@ -199,10 +199,12 @@ class McpEndpoint:
             if any(jsonrpc.kind(item) == "invalid" for item in (body if isinstance(body, list) else [body])):
                 raise ProxyError(jsonrpc.INVALID_REQUEST, "not a valid JSON-RPC 2.0 message", refused=True)
             return await self._bytes(request, "POST", raw, record, legacy=True, message=body)
+        if route is Route.LEGACY_SESSIONLESS:
+            raise ProxyError.rejected(SESSIONLESS)
         caller = await self._caller(request)
         if route is Route.LEGACY_INITIALIZE:
             return await self._initialize(host, body, caller, record)
-        assert session_id is not None  # classify_post routes session-less legacy messages elsewhere
+        assert session_id is not None  # session-less legacy messages were refused above
         session = await self._session(request, host, session_id, caller)
         record.session = session.id
         if route is Route.LEGACY_BATCH:

@@ -18,6 +18,15 @@ class Route(Enum):
     LEGACY_INITIALIZE = "legacy_initialize"
     MODERN = "modern"
     LEGACY_SESSION = "legacy_session"
+    # No session and no `_meta`: only a legacy HTTP upstream relayed byte for byte can take it (a
+    # server that hands out no session id); everywhere else it is SESSIONLESS.
+    LEGACY_SESSIONLESS = "legacy_sessionless"
+
+
+SESSIONLESS = Rejection(
+    jsonrpc.INVALID_REQUEST,
+    "no Mcp-Session-Id: send initialize first (legacy) or per-request _meta (2026-07-28)",
+)
 
 
 def classify_post(body: object, session_id: str | None, protocol_version_header: str | None) -> Route | Rejection:
@@ -44,10 +53,7 @@ def classify_post(body: object, session_id: str | None, protocol_version_header:
         if jsonrpc.kind(body) != "request":
             return Route.MODERN  # a modern notification carries no _meta envelope; its handler decides
         return _missing_meta(protocol_version_header)
-    return Rejection(
-        jsonrpc.INVALID_REQUEST,
-        "no Mcp-Session-Id: send initialize first (legacy) or per-request _meta (2026-07-28)",
-    )
+    return Route.LEGACY_SESSIONLESS
 
 
 def _missing_meta(version: str) -> Rejection:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from proxy.protocol import jsonrpc, meta
-from proxy.protocol.classify import Rejection, Route, classify_post
+from proxy.protocol.classify import SESSIONLESS, Rejection, Route, classify_post
 from proxy.protocol.versions import LATEST_LEGACY, LATEST_MODERN, LEGACY_VERSIONS
 
 SESSION = "sid-1"
@@ -94,11 +94,12 @@ def test_a_modern_version_header_without_meta_is_missing_required_metadata():
         jsonrpc.notification("notifications/initialized"),
     ],
 )
-def test_anything_else_without_a_session_is_a_bad_request(body, header):
-    rejection = classify_post(body, None, header)
-    assert isinstance(rejection, Rejection)
-    assert (rejection.status, rejection.code) == (400, jsonrpc.INVALID_REQUEST)
-    assert rejection.message
+def test_anything_else_without_a_session_is_sessionless_legacy(body, header):
+    # Refused with SESSIONLESS unless the upstream is a legacy HTTP server relayed byte for byte
+    # (proxy/downstream/http.py): a server that hands out no session id takes it.
+    assert classify_post(body, None, header) is Route.LEGACY_SESSIONLESS
+    assert (SESSIONLESS.status, SESSIONLESS.code) == (400, jsonrpc.INVALID_REQUEST)
+    assert "Mcp-Session-Id" in SESSIONLESS.message
 
 
 @pytest.mark.parametrize("body", ["text", 3, None, True])
