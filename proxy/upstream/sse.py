@@ -23,7 +23,10 @@ import aiohttp
 import structlog
 
 from ..protocol import jsonrpc
+from ..protocol.detection import probe_request
+from ..protocol.legacy_to_modern import upstream_headers
 from ..protocol.sse import Decoder, Event
+from ..protocol.versions import LATEST_MODERN
 from .errors import UpstreamHTTPError, UpstreamTimeout, UpstreamUnavailable
 from .stdio import Tally
 
@@ -389,10 +392,17 @@ async def serves_sse(url: str, session: aiohttp.ClientSession, headers: Mapping[
     endpoint (2025-03-26 basic/transports §Backward Compatibility): a POST there is refused with
     400/404/405 and a body that is no JSON-RPC message (a Streamable HTTP server refusing a
     sessionless request says so in JSON-RPC), and a GET opens a stream whose first event is an
-    `endpoint` on the URL's origin. The POST is a `ping`: it opens no session anywhere. Any other
-    answer, or none within `timeout_s`, is not such a server."""
-    probe = jsonrpc.encode(jsonrpc.request("mcp-era-proxy-transport-probe", "ping"))
-    post_headers = {**headers, "Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
+    `endpoint` on the URL's origin. The POST is the era probe's `server/discover` with its headers:
+    it opens no session anywhere and is a well-formed request to a 2026-07-28 server, which judges
+    every message it gets. Any other answer, or none within `timeout_s`, is not such a server."""
+    message = probe_request("mcp-era-proxy-transport-probe")
+    probe = jsonrpc.encode(message)
+    post_headers = {
+        **headers,
+        **upstream_headers(message, LATEST_MODERN),
+        "Content-Type": "application/json",
+        "Accept": "application/json, text/event-stream",
+    }
     try:
         async with asyncio.timeout(timeout_s):
             async with session.post(url, data=probe, headers=post_headers) as response:

@@ -79,3 +79,39 @@ def scenarios_named(prefix: str) -> list[str]:
     ).stdout
     server_part = listing.split("Server scenarios", 1)[1].split("Client scenarios", 1)[0]
     return sorted(set(re.findall(rf"^\s+- ({re.escape(prefix)}\S*)", server_part, re.MULTILINE)))
+
+
+# The runner's client scenarios the proxy is judged by as a 2026-07-28 client (a legacy host plus the
+# proxy), OAuth ones aside: those check the `resource` a client asks tokens for, which the proxy
+# rewrites to its own URL by design (README, Authorization). From `conformance list --client`.
+CLIENT_SCENARIOS_2026_07_28 = [
+    "tools_call",
+    "request-metadata",
+    "sep-2322-client-request-state",
+    "http-standard-headers",
+    "http-custom-headers",
+    "http-invalid-tool-headers",
+    "json-schema-ref-no-deref",
+    "json-schema-2020-12-preservation",
+]
+# The 2025-11-25 ones a legacy host passes talking to the runner directly (its servers there hand
+# out no session id, as stateless legacy servers do).
+CLIENT_SCENARIOS_2025_11_25 = ["initialize", "tools_call", "json-schema-2020-12-preservation"]
+
+
+def run_client_scenario(
+    command: str, scenario: str, spec_version: str, out: Path, timeout_s: float = 90.0
+) -> list[dict[str, Any]]:
+    """One client scenario: the runner serves it and starts `command` with its URL appended; the
+    per-check results it wrote (checks.json under `out`)."""
+    argv = [str(peers.conformance_bin()), "client", "--command", command, "--scenario", scenario]
+    argv += ["--spec-version", spec_version, "-o", str(out), "--timeout", str(int(timeout_s * 1000))]
+    done = subprocess.run(
+        argv, capture_output=True, text=True, timeout=timeout_s + 60, env={**peers.node_env()}, check=False
+    )
+    reports = sorted(out.glob("*/checks.json"))
+    if len(reports) != 1:
+        printed = re.sub(r"\x1b\[[0-9;]*m", "", done.stdout + done.stderr)
+        raise AssertionError(f"{scenario}: expected one checks.json under {out}, found {reports}:\n{printed[-3000:]}")
+    checks: list[dict[str, Any]] = json.loads(reports[0].read_text())
+    return checks

@@ -1,0 +1,71 @@
+"""The conformance runner's client scenarios, with the proxy on the client's side of the wire.
+
+Seen from a 2026-07-28 server, a legacy host plus the proxy is a 2026-07-28 client, and the runner
+judges it as one: each scenario's server is the runner's own, the client under test is
+tests/e2e/peers/conformance_through_proxy.py (the proxy in front of the runner's URL, a TypeScript
+SDK v1 host behind it). The reference is a native modern client (the TypeScript SDK v2 host, pinned
+to 2026-07-28) doing the same steps against the runner directly. The 2025-11-25 scenarios put the
+proxy between a legacy host and the runner's legacy servers, which hand out no session id.
+"""
+
+from __future__ import annotations
+
+import shlex
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support import peers
+from tests.support.conformance import CLIENT_SCENARIOS_2025_11_25, CLIENT_SCENARIOS_2026_07_28, run_client_scenario
+
+HOST = peers.PEER_SCRIPTS / "conformance_client.cjs"
+THROUGH_PROXY = peers.PEER_SCRIPTS / "conformance_through_proxy.py"
+
+
+def through_proxy(log: Path) -> str:
+    return shlex.join([sys.executable, str(THROUGH_PROXY), str(log)])
+
+
+def native(sdk: str) -> str:
+    return shlex.join(["node", str(HOST), sdk])
+
+
+def verdicts(checks: list[dict[str, Any]]) -> dict[tuple[str, str], str]:
+    return {(c["id"], c["name"]): c["status"] for c in checks}
+
+
+def failed(checks: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [c for c in checks if c["status"] in ("FAILURE", "WARNING")]
+
+
+@pytest.mark.parametrize("scenario", CLIENT_SCENARIOS_2026_07_28)
+def test_a_legacy_host_through_the_proxy_passes_the_2026_07_28_client_scenarios(
+    scenario: str, tmp_path: Path, logs_dir: Path
+):
+    proxied = run_client_scenario(
+        through_proxy(logs_dir / f"client-scenario-{scenario}.log"), scenario, "2026-07-28", tmp_path / "proxied"
+    )
+    reference = run_client_scenario(native("v2"), scenario, "2026-07-28", tmp_path / "native")
+    assert not failed(proxied), failed(proxied)
+    # Nothing the runner tried was left out: every check the native client earned, the proxy
+    # earned too (a check the client never exercised is SKIPPED in both).
+    assert any(c["status"] == "SUCCESS" for c in proxied)
+    ours, theirs = verdicts(proxied), verdicts(reference)
+    assert {k for k, v in theirs.items() if v == "SUCCESS"} <= {k for k, v in ours.items() if v == "SUCCESS"}, (
+        ours,
+        theirs,
+    )
+
+
+@pytest.mark.parametrize("scenario", CLIENT_SCENARIOS_2025_11_25)
+def test_a_legacy_host_through_the_proxy_passes_the_2025_11_25_client_scenarios_against_a_sessionless_server(
+    scenario: str, tmp_path: Path, logs_dir: Path
+):
+    proxied = run_client_scenario(
+        through_proxy(logs_dir / f"client-scenario-2025-{scenario}.log"), scenario, "2025-11-25", tmp_path / "proxied"
+    )
+    direct = run_client_scenario(native("v1"), scenario, "2025-11-25", tmp_path / "direct")
+    assert not failed(direct), failed(direct)
+    assert verdicts(proxied) == verdicts(direct)
