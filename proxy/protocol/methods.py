@@ -14,6 +14,10 @@ CACHEABLE_METHODS = frozenset(
         "resources/read",
     }
 )
+# Extension results that carry ttlMs / cacheScope in 2026-07-28 as the core cacheable ones do: the
+# Skills extension's (SEP-2640; io.modelcontextprotocol/skills). Translating a legacy server's answer,
+# the proxy gives them the same configured hint; its own response cache keeps only CACHEABLE_METHODS.
+HINTED_METHODS = CACHEABLE_METHODS | frozenset({"skills/list", "skills/get", "resources/directory/read"})
 # Requests on which a modern server may answer input_required (mrtr.mdx §Supported Requests).
 INPUT_REQUIRED_METHODS = frozenset({"tools/call", "prompts/get", "resources/read"})
 # What may be asked of the client: legacy server requests / modern inputRequests entries.

@@ -17,7 +17,7 @@ from .capabilities import (
     missing_input_capability,
     modern_server_capabilities,
 )
-from .methods import CACHEABLE_METHODS, INPUT_REQUEST_METHODS, INPUT_REQUIRED_METHODS, LIST_CHANGED, uri_within
+from .methods import HINTED_METHODS, INPUT_REQUEST_METHODS, INPUT_REQUIRED_METHODS, LIST_CHANGED, uri_within
 from .status import http_status
 from .versions import LATEST_LEGACY, LEGACY_VERSIONS, MODERN_VERSIONS, Era
 
@@ -122,7 +122,7 @@ def result_to_downstream(
             {k: v for k, v in tool.items() if k != "execution"} if isinstance(tool, dict) else tool
             for tool in out["tools"]
         ]
-    if method in CACHEABLE_METHODS and hint is not None:
+    if method in HINTED_METHODS and hint is not None:
         out["ttlMs"] = hint.ttl_ms
         out["cacheScope"] = hint.scope
     if server_info is not None:

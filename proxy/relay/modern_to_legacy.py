@@ -34,7 +34,7 @@ from ..protocol import modern_to_legacy as m2l
 from ..protocol import task_extension as te
 from ..protocol.capabilities import ALL_INPUT_CAPABILITIES, carried_extensions
 from ..protocol.detection import names_modern_versions, recognized_modern_error
-from ..protocol.methods import CACHEABLE_METHODS, INPUT_REQUIRED_METHODS
+from ..protocol.methods import HINTED_METHODS, INPUT_REQUIRED_METHODS
 from ..protocol.modern_validate import ModernRequest, method_problem
 from ..protocol.outcome import Outcome, UpstreamFailure, timed_out
 from ..protocol.parked_call import (
@@ -447,7 +447,7 @@ class ModernToLegacy:
             upstream=self.name,
             upstream_id=upstream_id,
             server_info=session.server_info,
-            cache_hint=self.hint(request.method) if request.method in CACHEABLE_METHODS else None,
+            cache_hint=self.hint(request.method) if request.method in HINTED_METHODS else None,
             collect_window_s=self._settings.input.collect_window_s,
             detach_timeout_s=self._settings.upstream.request_timeout_s,
         )

@@ -381,6 +381,28 @@ def test_cacheable_results_carry_the_configured_hint(method):
     assert (out["ttlMs"], out["cacheScope"]) == (1500, "private")
 
 
+SKILL = {
+    "uri": "skill://tide-tables/SKILL.md",
+    "frontmatter": {"name": "tide-tables", "description": "Reads a tide table."},
+    "resources": [{"uri": "skill://tide-tables/SKILL.md", "digest": "sha256:" + "0" * 64, "size": 42}],
+}
+SKILLS_RESULTS = {
+    "skills/list": {"skills": [SKILL], "nextCursor": "2"},
+    "skills/get": {"skill": SKILL},
+    "resources/directory/read": {"resources": [{"uri": "skill://tide-tables/references", "name": "references"}]},
+}
+
+
+@pytest.mark.parametrize("method", sorted(SKILLS_RESULTS))
+def test_the_skills_extensions_cacheable_results_carry_the_configured_hint_and_keep_the_rest(method):
+    # 2026-07-28 skills/list, skills/get and resources/directory/read results carry ttlMs and
+    # cacheScope (SEP-2640); a legacy server's have none.
+    legacy = SKILLS_RESULTS[method]
+    out = result_to_downstream(method, legacy, SERVER_INFO, CacheHint(1500, "public"))
+    assert (out["ttlMs"], out["cacheScope"]) == (1500, "public")
+    assert {k: v for k, v in out.items() if k not in ("ttlMs", "cacheScope", "resultType", "_meta")} == legacy
+
+
 @pytest.mark.parametrize(("method", "hint"), [("tools/call", HINT), ("prompts/get", HINT), ("tools/list", None)])
 def test_no_cache_hint_is_added_to_uncacheable_results_or_without_a_hint(method, hint):
     out = result_to_downstream(method, LEGACY_RESULTS[method], SERVER_INFO, hint)
