@@ -11,6 +11,8 @@ export MCP_PEERS_HOME="${MCP_PEERS_HOME:-$HOME/.cache/mcp-test-peers}"
 mkdir -p "$MCP_PEERS_HOME/fixtures"
 for f in package.json package-lock.json env.sh peer.sh loopback-only.cjs; do cp "$SRC/$f" "$MCP_PEERS_HOME/$f"; done
 cp "$SRC"/fixtures/*.mjs "$MCP_PEERS_HOME/fixtures/"
+# The skills the Skills server serves: a fresh copy, so a skill removed here is gone there too.
+rm -rf "$MCP_PEERS_HOME/fixtures/skills" && cp -r "$SRC/fixtures/skills" "$MCP_PEERS_HOME/fixtures/skills"
 chmod +x "$MCP_PEERS_HOME/peer.sh" "$MCP_PEERS_HOME/env.sh"
 # npm rewrites node_modules/.package-lock.json in its own shape, so remember the lock file's hash.
 want=$(sha256sum "$SRC/package-lock.json" | cut -d' ' -f1)

@@ -8,6 +8,7 @@ import functools
 import json
 import re
 import subprocess
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -54,11 +55,14 @@ def required_scenarios(requirements: str) -> frozenset[str]:
     return frozenset(re.findall(r"^\s+- (\S+)", server_part, re.MULTILINE))
 
 
-def run_scenario(url: str, scenario: str, out: Path, timeout_s: float = 120.0) -> tuple[int, list[dict[str, Any]], str]:
+def run_scenario(
+    url: str, scenario: str, out: Path, timeout_s: float = 120.0, options: Sequence[str] = ()
+) -> tuple[int, list[dict[str, Any]], str]:
     """One server scenario: the runner's exit status, its per-check results (the checks.json it
-    writes under `out`) and its per-check lines as printed, colours removed."""
+    writes under `out`) and its per-check lines as printed, colours removed. `options` go to the
+    runner as they are (`--spec-version ...`)."""
     argv = [str(peers.conformance_bin()), "server", "--url", url, "--scenario", scenario, "-o", str(out)]
-    argv += ["--timeout", str(int(timeout_s * 1000))]
+    argv += ["--timeout", str(int(timeout_s * 1000)), *options]
     done = subprocess.run(
         argv, capture_output=True, text=True, timeout=timeout_s + 60, env={**peers.node_env()}, check=False
     )
