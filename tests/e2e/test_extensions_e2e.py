@@ -145,3 +145,37 @@ def test_two_modern_hosts_of_one_legacy_server_each_get_their_own_offer(proxies:
     ]
     with_app = ["client-extensions", "show-weather", "weather"]
     assert offers == [with_app, ["client-extensions", "weather"], with_app, ["client-extensions", "weather"]]
+
+
+@pytest.fixture(scope="module")
+def stdio_proxies(start_proxy: Any) -> Iterator[dict[str, str]]:
+    """A proxy starting the apps server over stdio, by the server's era: a legacy server process per
+    pooled session for modern hosts, one modern server process for every legacy host."""
+    servers = {era: f"bash {peers.peer_sh()} apps-{era}-stdio" for era in ("modern", "legacy")}
+    with start_proxy(command=servers["modern"]) as to_modern, start_proxy(command=servers["legacy"]) as to_legacy:
+        yield {"modern": to_modern, "legacy": to_legacy}
+
+
+@pytest.mark.parametrize("extensions", [UI_HOST, PLAIN_HOST], ids=["ui-host", "plain-host"])
+@pytest.mark.parametrize("era", ["legacy", "modern"])
+def test_a_host_sees_through_the_proxy_what_a_stdio_server_shows_a_host_of_its_own_era(
+    era: str, extensions: dict[str, Any], stdio_proxies: dict[str, str]
+):
+    """The server over stdio, started by the proxy: the host of each era sees what the same server
+    shows a host of the server's own era declaring the same extensions, started by that host (a
+    server of one era over stdio speaks only its own)."""
+    server = OTHER[era]
+    proxied = seen(host(era, extensions, url=stdio_proxies[server]))
+    direct = seen(host(server, extensions, command="bash", args=[str(peers.peer_sh()), f"apps-{server}-stdio"]))
+    assert proxied == direct
+    assert proxied["extensions"] == {UI: {}, "com.example/weather-units": {"units": ["metric", "imperial"]}}
+    assert json.loads(proxied["calls"]["client-extensions"][0]["text"]) == extensions
+    # A modern host's extensions reached the legacy server's `initialize`, in the process the pool
+    # started for that set: its offer follows them. (The modern server over stdio offers the app to
+    # every host; see apps-server.mjs.)
+    if extensions is UI_HOST or server == "modern":
+        assert proxied["tools"]["show-weather"]["_meta"]["ui"]["resourceUri"] == "ui://weather/app.html"
+        [html] = proxied["resources"]["ui://weather/app.html"]
+        assert html["mimeType"] == "text/html;profile=mcp-app"
+    else:
+        assert "show-weather" not in proxied["tools"] and proxied["resources"] == {}
