@@ -3,8 +3,8 @@ of either era on the TypeScript SDK v2 and @modelcontextprotocol/ext-apps 2.0.4
 (tests/peers/fixtures/apps-server.mjs), which offers its app tool and `ui://` resource only to hosts
 that declare `io.modelcontextprotocol/ui`, and hosts on the TypeScript SDK (v1 a legacy host, v2 a
 2026-07-28 one; tests/e2e/peers/apps_host.cjs) over Streamable HTTP or starting
-`mcp-era-proxy stdio` themselves. Through the proxy, each host sees what it sees from the same
-server serving its own era directly: the server's declared extensions, the app tool with its
+`mcp-era-proxy stdio` themselves; and the same server over stdio, started by the proxy. Through the
+proxy, each host sees what it sees from the same server serving its own era directly: the server's declared extensions, the app tool with its
 `_meta.ui`, the resource's HTML and mime type, the text-only offer without the extension, and the
 server sees the extensions the host declared, settings unchanged.
 """
