@@ -740,7 +740,11 @@ async def test_an_extensions_requests_reach_the_legacy_server_in_the_session_of_
     assert call.params == params  # the envelope is the session's: nothing of it in the request
     [session] = fake.sessions
     assert session.capabilities["extensions"] == declared["extensions"] and call.session_id == session.id
-    assert {k: v for k, v in reply.result.items() if k not in ("resultType", "_meta")} == answer
+    # The Skills extension's results carry the cache hints 2026-07-28 requires of them (the
+    # configured default here); a third-party extension's get none.
+    hints = {"ttlMs": 0, "cacheScope": "private"} if method.startswith(("skills/", "resources/")) else {}
+    assert {k: v for k, v in reply.result.items() if k in ("ttlMs", "cacheScope")} == hints
+    assert {k: v for k, v in reply.result.items() if k not in ("resultType", "_meta", *hints)} == answer
     assert fake.protocol_problems() == []
 
 
