@@ -24,7 +24,7 @@ from ..metrics import Metrics, RequestMetrics, method_label
 from ..protocol import client_checks, jsonrpc, meta
 from ..protocol.classify import SESSIONLESS, Route, classify_post
 from ..protocol.headers import PROTOCOL_VERSION_HEADER, SESSION_HEADER
-from ..protocol.methods import CACHEABLE_METHODS
+from ..protocol.methods import CACHEABLE_METHODS, CORE_CLIENT_NOTIFICATIONS
 from ..protocol.modern_validate import header_view, validate_request
 from ..protocol.status import Rejection
 from ..protocol.versions import LEGACY_VERSIONS, Era, legacy_at_least
@@ -405,7 +405,7 @@ class McpEndpoint:
         """Validate exactly as a 2026-07-28 server must, then translate or relay it."""
         kind = jsonrpc.kind(body)
         if kind == "notification":
-            return web.Response(status=202)  # nothing to act on: over HTTP a closed stream cancels
+            return await self._modern_notification(request, raw, body, record, era)
         if kind != "request":
             raise ProxyError(
                 jsonrpc.INVALID_REQUEST, "expected a single JSON-RPC request or notification", refused=True
@@ -449,6 +449,21 @@ class McpEndpoint:
                 record.outcome = "error" if status == 200 else "rejected"
                 record.error_code = _error_code(message)
             return await reply.finish(message, status)
+
+    async def _modern_notification(
+        self, request: web.Request, raw: bytes, body: dict[str, Any], record: _Record, era: Era
+    ) -> web.StreamResponse:
+        """202 for a modern client's notification. A core one has nothing to act on here (over
+        HTTP a closed stream cancels, docs/translation.md §4.1 row 4); an extension's goes on to
+        the server (§2.1): byte for byte to a modern HTTP server, translated otherwise."""
+        route = self._router[era]
+        if body.get("method") in CORE_CLIENT_NOTIFICATIONS:
+            return web.Response(status=202)
+        if route.modern_bytes:
+            return await self._bytes(request, "POST", raw, record, legacy=False, message=body)
+        caller = await self._caller(request, same_era=era is Era.MODERN)
+        await route.modern.notify(body, caller)
+        return web.Response(status=202)
 
     async def _listen(
         self, request: web.Request, messages: AsyncGenerator[dict[str, Any], None], request_id: Any

@@ -18,6 +18,17 @@ CACHEABLE_METHODS = frozenset(
 # Skills extension's (SEP-2640; io.modelcontextprotocol/skills). Translating a legacy server's answer,
 # the proxy gives them the same configured hint; its own response cache keeps only CACHEABLE_METHODS.
 HINTED_METHODS = CACHEABLE_METHODS | frozenset({"skills/list", "skills/get", "resources/directory/read"})
+# The client notifications of either era the proxy acts on or drops itself (docs/translation.md
+# §3.3, §4.1 row 4): any other, an extension's, is sent on to the server (§2.1).
+CORE_CLIENT_NOTIFICATIONS = frozenset(
+    {
+        "notifications/initialized",
+        "notifications/cancelled",
+        "notifications/roots/list_changed",
+        "notifications/progress",
+        "notifications/tasks/status",
+    }
+)
 # Requests on which a modern server may answer input_required (mrtr.mdx §Supported Requests).
 INPUT_REQUIRED_METHODS = frozenset({"tools/call", "prompts/get", "resources/read"})
 # What may be asked of the client: legacy server requests / modern inputRequests entries.

@@ -84,6 +84,11 @@ def discover_result(initialize: JSONDict, hint: CacheHint) -> JSONDict:
 # ---------------------------------------------------------------- request half
 
 
+def notification_to_upstream(message: JSONDict) -> JSONDict:
+    """A modern client's notification for a legacy session, its envelope stripped as a request's."""
+    return {k: v for k, v in to_upstream(message, 0).items() if k != "id"}
+
+
 def to_upstream(message: JSONDict, upstream_id: jsonrpc.RequestId, progress_token: Any = None) -> JSONDict:
     """Strip the modern envelope; the legacy session already carries version and capabilities."""
     params = message.get("params")

@@ -55,6 +55,7 @@ from ..protocol.forwarded_call import (
     outcome_message,
 )
 from ..protocol.headers import ParamHeader
+from ..protocol.methods import CORE_CLIENT_NOTIFICATIONS
 from ..protocol.outcome import Outcome, timed_out
 from ..protocol.versions import LATEST_MODERN, pick_modern
 from ..sessions import LegacySession, SessionStore, StoreUnavailable, short_hash
@@ -73,14 +74,6 @@ log = structlog.get_logger(__name__)
 
 # Answered by the proxy itself; never forwarded (docs/translation.md §3.3).
 _LOCAL_METHODS = frozenset({"ping", "logging/setLevel", "resources/subscribe", "resources/unsubscribe"})
-_DROPPED_NOTIFICATIONS = frozenset(
-    {
-        "notifications/initialized",
-        "notifications/cancelled",
-        "notifications/roots/list_changed",
-        "notifications/progress",
-    }
-)
 _TOOLS_REFRESH_S = 5.0
 _TASK_CANCEL_S = 5.0  # how long a tasks/cancel for an abandoned upstream task may take
 
@@ -184,8 +177,19 @@ class TranslatingBackend:
     # ------------------------------------------------------------ messages in a session
 
     async def notify(self, session: LegacySession, runtime: Runtime, message: JSONDict) -> None:
-        if message["method"] not in _DROPPED_NOTIFICATIONS:
-            log.debug("notification_ignored", method=message["method"])
+        """A core notification is the proxy's (§3.3); any other, an extension's, goes to the server
+        with the headers of its version, as the session's requests do (docs/translation.md §2.1)."""
+        method = message["method"]
+        if method in CORE_CLIENT_NOTIFICATIONS:
+            return
+        headers = {**runtime.live.auth_headers, **l2m.upstream_headers(message, session.modern_version)}
+        try:
+            async with asyncio.timeout(self._settings.upstream.request_timeout_s):
+                await self._upstream.send(message, headers)
+        except (UpstreamError, TimeoutError) as exc:
+            # A notification has no answer to carry the failure: the log says it was not delivered.
+            error = str(exc) if isinstance(exc, UpstreamError) else "timed out"
+            log.warning("notification_not_delivered", upstream=self._upstream.name, method=method, error=error)
 
     async def respond(self, session: LegacySession, runtime: Runtime, message: JSONDict) -> bool:
         request_id = message["id"]

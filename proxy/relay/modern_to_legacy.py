@@ -484,17 +484,48 @@ class ModernToLegacy:
             log.warning("upstream_tools_unlisted", upstream=self.name, error=str(exc))
 
     def _declared(self, request: ModernRequest) -> JSONDict:
-        """The client capabilities a pooled session for this request declares upstream: the pool
+        """The client capabilities a pooled session for this request declares upstream."""
+        return self._declared_for(request.capabilities)
+
+    def _declared_for(self, capabilities: JSONDict) -> JSONDict:
+        """What a pooled session for a client declaring `capabilities` declares upstream: the pool
         keeps one session per set, so a server that adapts to its client never serves one client
         what it offered another. `all` declares every input capability, but only the extensions
-        this request declares: an extension changes what a server offers (an MCP Apps server
-        offers its app tools to hosts that render them), so it is never declared for a client."""
+        the client declares: an extension changes what a server offers (an MCP Apps server offers
+        its app tools to hosts that render them), so it is never declared for a client."""
         if self._settings.upstream.declare_capabilities == "all":
-            extensions = carried_extensions(request.capabilities)
+            extensions = carried_extensions(capabilities)
             if extensions is None:
                 return ALL_INPUT_CAPABILITIES  # one object: the pool's key of it is computed once
             return {**ALL_INPUT_CAPABILITIES, "extensions": extensions}
-        return request.capabilities
+        return capabilities
+
+    async def notify(self, message: JSONDict, caller: Caller) -> None:
+        """A client's notification of an extension (docs/translation.md §2.1): sent on a pooled
+        session of the caller that declares what the notification's envelope declares (none: the
+        session of a client declaring nothing), opened if need be. Nothing answers it, so a failure
+        is logged, not reported."""
+        envelope = meta.meta_of(message.get("params")) or {}
+        capabilities = envelope.get(meta.CLIENT_CAPABILITIES)
+        client_info = envelope.get(meta.CLIENT_INFO)
+        declared = self._declared_for(capabilities if isinstance(capabilities, dict) else {})
+        credentials = meta.without_trace(caller.credentials)
+        method = message.get("method")
+        try:
+            async with asyncio.timeout(self._settings.upstream.request_timeout_s):
+                session = await self.pool.acquire(
+                    caller.principal,
+                    declared,
+                    client_info if isinstance(client_info, dict) else None,
+                    credentials,
+                    exclusive=False,
+                )
+                try:
+                    await session.send(m2l.notification_to_upstream(message))
+                finally:
+                    self.pool.release(session)
+        except (UpstreamError, ProxyError, TimeoutError) as exc:
+            log.warning("notification_not_delivered", upstream=self.name, method=method, error=str(exc) or "timed out")
 
     def _learn_from(self, tools_list: JSONDict) -> None:
         self._task_tools |= m2l.task_required_tools(tools_list)

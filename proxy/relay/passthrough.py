@@ -97,6 +97,18 @@ class ModernPassThrough:
             return {**incoming, "params": meta.with_meta(incoming.get("params"), meta.SUBSCRIPTION_ID, downstream_id)}
         return incoming
 
+    async def notify(self, message: JSONDict, caller: Caller) -> None:
+        """A client's notification of an extension, to the server as it is (docs/translation.md
+        §2.1). Nothing answers it, so a failure is logged, not reported."""
+        headers = dict(caller.forwarded or {})  # the client's own, as its requests go
+        try:
+            async with asyncio.timeout(self._settings.upstream.request_timeout_s):
+                await self._upstream.send(message, headers)
+        except (UpstreamError, TimeoutError) as exc:
+            log.warning(
+                "notification_not_delivered", upstream=self._upstream.name, method=message.get("method"), error=str(exc)
+            )
+
     async def handle(self, request: ModernRequest, channel: ReplyChannel, caller: Caller) -> tuple[JSONDict, int]:
         binding = self._binding
         if binding is not None:

@@ -26,6 +26,9 @@ class ModernRelay(Protocol):
         """A subscriptions/listen stream: its acknowledgement first; a ProxyError before it means
         the listen was refused; when the proxy ends it, its completion result last."""
 
+    async def notify(self, message: JSONDict, caller: Caller) -> None:
+        """Send on a client's notification of an extension; nothing answers it."""
+
     def end_streams(self) -> None:
         """Shutdown begins: end every listen stream gracefully."""
 

@@ -34,3 +34,6 @@ class Upstream(Protocol):
 
     def exchange(self, message: JSONDict, headers: Mapping[str, str]) -> AbstractAsyncContextManager[Reply]:
         """Send `message` with `headers` (HTTP only) and yield the reply."""
+
+    async def send(self, message: JSONDict, headers: Mapping[str, str]) -> None:
+        """Send a notification (or a response) with `headers` (HTTP only): nothing answers it."""

@@ -450,6 +450,11 @@ class StdioModernUpstream:
             raise
         span.end()
 
+    async def send(self, message: JSONDict, headers: Mapping[str, str] | None = None) -> None:
+        """Write a notification to the server process (started if need be); nothing answers it."""
+        channel = await self._running_channel()
+        await channel.send(message)
+
     def answered(self) -> None:
         self.last_ok = self._clock()
         self._failures = 0

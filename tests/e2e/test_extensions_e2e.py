@@ -4,15 +4,17 @@ of either era on the TypeScript SDK v2 and @modelcontextprotocol/ext-apps 2.0.4
 that declare `io.modelcontextprotocol/ui`, and hosts on the TypeScript SDK (v1 a legacy host, v2 a
 2026-07-28 one; tests/e2e/peers/apps_host.cjs) over Streamable HTTP or starting
 `mcp-era-proxy stdio` themselves; and the same server over stdio, started by the proxy. Through the
-proxy, each host sees what it sees from the same server serving its own era directly: the server's declared extensions, the app tool with its
-`_meta.ui`, the resource's HTML and mime type, the text-only offer without the extension, and the
-server sees the extensions the host declared, settings unchanged.
+proxy, each host sees what it sees from the same server serving its own era directly: the
+server's declared extensions, the app tool with its `_meta.ui`, the resource's HTML and mime type,
+the text-only offer without the extension; the server sees the extensions the host declared,
+settings unchanged, and receives the host's notifications of an extension.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import secrets
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -22,7 +24,7 @@ from typing import Any
 import pytest
 
 from tests.support import peers
-from tests.support.procs import serving
+from tests.support.procs import serving, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -58,6 +60,7 @@ def proxies(start_proxy: Any, apps_servers: dict[str, str]) -> Iterator[dict[str
 def host(era: str, extensions: dict[str, Any] | None, **target: Any) -> dict[str, Any]:
     """One run of the apps host of `era` (`url=...`, or `command=...` and `args=[...]`)."""
     spec = {"sdk": HOST_SDK[era], "extensions": extensions, "call": ["client-extensions", "weather"], **target}
+    # (`target` may also name the calls, and notifications to send first: apps_host.cjs)
     done = subprocess.run(
         ["node", str(APPS_HOST), json.dumps(spec)],
         capture_output=True,
@@ -143,8 +146,9 @@ def test_two_modern_hosts_of_one_legacy_server_each_get_their_own_offer(proxies:
         sorted(seen(host("modern", extensions, url=proxies["legacy"]))["tools"])
         for extensions in (UI_HOST, PLAIN_HOST, UI_HOST, None)
     ]
-    with_app = ["client-extensions", "show-weather", "weather"]
-    assert offers == [with_app, ["client-extensions", "weather"], with_app, ["client-extensions", "weather"]]
+    plain = ["client-extensions", "client-notifications", "weather"]
+    with_app = sorted([*plain, "show-weather"])
+    assert offers == [with_app, plain, with_app, plain]
 
 
 @pytest.fixture(scope="module")
@@ -179,3 +183,40 @@ def test_a_host_sees_through_the_proxy_what_a_stdio_server_shows_a_host_of_its_o
         assert html["mimeType"] == "text/html;profile=mcp-app"
     else:
         assert "show-weather" not in proxied["tools"] and proxied["resources"] == {}
+
+
+UNITS_CHANGED = "notifications/com.example/weather-units/changed"  # the apps server's third-party extension
+
+
+@pytest.mark.parametrize(
+    ("downstream", "upstream"), [("http", "http"), ("stdio", "http"), ("http", "stdio")], ids=lambda t: t
+)
+@pytest.mark.parametrize("era", ["legacy", "modern"])
+def test_an_extensions_notification_reaches_the_server_of_the_other_era(
+    era: str,
+    downstream: str,
+    upstream: str,
+    proxies: dict[str, str],
+    stdio_proxies: dict[str, str],
+    apps_servers: dict[str, str],
+    logs_dir: Path,
+):
+    """A host's notification of an extension goes on to the server, its params unchanged, with what
+    the host declared (docs/translation.md §2.1); the server says what it received."""
+    params = {"units": "imperial", "nonce": secrets.token_hex(8)}
+    if upstream == "stdio":
+        target: dict[str, Any] = {"url": stdio_proxies[OTHER[era]]}
+    else:
+        target = through(era, downstream, proxies, apps_servers, logs_dir / f"apps-notify-{era}.log")
+    note = {"method": UNITS_CHANGED, "params": params}
+    observed = host(era, PLAIN_HOST, **target, notify=[note], call=["client-notifications"])
+
+    def received(observed: dict[str, Any]) -> bool:
+        return params in json.loads(observed["calls"]["client-notifications"]["content"][0]["text"])
+
+    # Over stdio the bridge posts a notification beside the call that follows it: asked again
+    # (bounded) until the server has it.
+    again = {"url": (stdio_proxies if upstream == "stdio" else proxies)[OTHER[era]]}
+    assert received(observed) or wait_for(
+        lambda: received(host(era, PLAIN_HOST, **again, call=["client-notifications"])), 10.0
+    )

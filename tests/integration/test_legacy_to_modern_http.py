@@ -53,6 +53,7 @@ from tests.support.legacy_peer import (
     initialize_message,
     read_reply,
 )
+from tests.support.modern_peer import ModernPeer
 
 JSONDict = dict[str, Any]
 WAIT = 5.0  # upper bound for anything a test waits for
@@ -288,6 +289,33 @@ async def test_an_extensions_requests_are_forwarded_like_core_ones(
     assert {k: v for k, v in reply.result.items() if k not in ("resultType", "_meta", "ttlMs", "cacheScope")} == {
         k: v for k, v in answer.items() if k != "_meta"
     }
+
+
+async def test_an_extensions_notification_goes_to_the_modern_server_with_its_headers_and_a_core_one_does_not(
+    proxy: Proxy, fake: FakeModern
+) -> None:
+    method = "notifications/com.example/trace/flushed"
+    async with asyncio.timeout(WAIT):
+        peer = await proxy.connect(capabilities={"extensions": {"com.example/trace": {}}})
+        assert await peer.notify(method, {"spans": 2, "_meta": {"com.example/batch": 7}}) == 202
+        assert await peer.notify("notifications/roots/list_changed") == 202
+    [call] = fake.calls_of(method)
+    assert call.body == {"jsonrpc": "2.0", "method": method, "params": {"spans": 2, "_meta": {"com.example/batch": 7}}}
+    assert call.headers[METHOD_HEADER] == method and call.headers[PROTOCOL_VERSION_HEADER] in MODERN_VERSIONS
+    assert fake.calls_of("notifications/roots/list_changed") == []  # removed in 2026-07-28 (§3.3)
+
+
+async def test_a_modern_clients_notification_reaches_a_modern_server_byte_for_byte(
+    proxy: Proxy, fake: FakeModern
+) -> None:
+    method = "notifications/com.example/trace/flushed"
+    client = ModernPeer(proxy.client)
+    note = {"jsonrpc": "2.0", "method": method, "params": {"spans": 2, "_meta": client.envelope()}}
+    async with asyncio.timeout(WAIT):
+        response = await client.post(note)
+        assert response.status == 202
+    [call] = fake.calls_of(method)
+    assert call.body == note and call.headers[METHOD_HEADER] == method
 
 
 @pytest.mark.parametrize("extensions", ["io.modelcontextprotocol/ui", [UI], {UI: True}])

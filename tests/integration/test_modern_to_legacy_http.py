@@ -748,6 +748,25 @@ async def test_an_extensions_requests_reach_the_legacy_server_in_the_session_of_
     assert fake.protocol_problems() == []
 
 
+async def test_an_extensions_notification_reaches_the_legacy_server_in_the_session_of_its_extensions(
+    proxy: Proxy, fake: FakeLegacy
+) -> None:
+    method = "notifications/com.example/trace/flushed"
+    declared = {"extensions": {"com.example/trace": {"depth": 3}}}
+    client = proxy.modern("Bearer alice", capabilities=declared)
+    note = {"jsonrpc": "2.0", "method": method, "params": {"spans": 2, "_meta": client.envelope()}}
+    async with asyncio.timeout(WAIT):
+        assert (await client.post(note)).status == 202
+        cancel = {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 1}}
+        assert (await client.post(cancel)).status == 202
+    [call] = fake.calls_of(method)
+    assert call.body == {"jsonrpc": "2.0", "method": method, "params": {"spans": 2}}  # the envelope is the session's
+    [session] = fake.sessions
+    assert session.capabilities["extensions"] == declared["extensions"] and call.session_id == session.id
+    assert fake.calls_of("notifications/cancelled") == []  # over HTTP a closed stream cancels (§4.1)
+    assert fake.protocol_problems() == []
+
+
 @pytest.mark.parametrize("extensions", ["io.modelcontextprotocol/ui", {UI: ["text/html"]}])
 async def test_malformed_declared_extensions_get_invalid_params_and_reach_no_server(
     proxy: Proxy, fake: FakeLegacy, extensions: object

@@ -49,7 +49,7 @@ from proxy.protocol import jsonrpc
 from proxy.protocol.headers import PROTOCOL_VERSION_HEADER, SESSION_HEADER
 from proxy.protocol.versions import LATEST_LEGACY, legacy_at_least
 from tests.support.fake_modern import Reply, RpcError, error, notification
-from tests.support.schema import client_request_methods
+from tests.support.schema import client_notification_methods, client_request_methods
 from tests.support.schema import errors as schema_errors
 
 JSONDict = dict[str, Any]
@@ -404,7 +404,9 @@ class FakeLegacy:
                 definition = "ClientRequest" if call.method in client_request_methods(LEGACY) else "JSONRPCRequest"
                 problems += [f"{label}: {p}" for p in schema_errors(LEGACY, definition, body)]
             elif call.kind == "notification":
-                problems += [f"{label}: {p}" for p in schema_errors(LEGACY, "ClientNotification", body)]
+                known = call.method in client_notification_methods(LEGACY)  # else an extension's
+                definition = "ClientNotification" if known else "JSONRPCNotification"
+                problems += [f"{label}: {p}" for p in schema_errors(LEGACY, definition, body)]
             elif call.kind == "response":
                 problems += [f"response: {p}" for p in schema_errors(LEGACY, "JSONRPCResponse", body)]
                 answered = call.answers.method if call.answers is not None else None

@@ -99,9 +99,18 @@ def _validator(revision: str, definition: str) -> Draft7Validator | Draft202012V
 def client_request_methods(revision: str) -> frozenset[str]:
     """The methods a revision's schema knows as client requests. Others (an extension's: MCP Apps,
     Skills, a third party's) are JSON-RPC requests the schema says nothing more of."""
+    return _methods_of(revision, "ClientRequest")
+
+
+def client_notification_methods(revision: str) -> frozenset[str]:
+    """The methods a revision's schema knows as client notifications (others: an extension's)."""
+    return _methods_of(revision, "ClientNotification")
+
+
+def _methods_of(revision: str, union: str) -> frozenset[str]:
     defs = _schema(revision)["$defs"]
     methods = set()
-    for option in defs["ClientRequest"]["anyOf"]:
+    for option in defs[union]["anyOf"]:
         definition = defs[option["$ref"].rsplit("/", 1)[1]]
         methods.add(definition["properties"]["method"]["const"])
     return frozenset(methods)

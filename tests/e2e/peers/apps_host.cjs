@@ -8,7 +8,9 @@
 // what it saw on the last line of stdout: the server's declared capabilities, the tools, the
 // resources read, the call results. It does not judge pass/fail.
 //
-//   node apps_host.cjs '{"sdk": "v1"|"v2", "url": ..., "extensions": {...}, "call": ["tool", ...]}'
+//   node apps_host.cjs '{"sdk": "v1"|"v2", "url": ..., "extensions": {...}, "call": ["tool", ...],
+//                        "notify": [{"method": ..., "params": {...}}, ...]}'
+// (the notifications are sent right after connecting, before anything else)
 //   node apps_host.cjs '{"sdk": ..., "command": ..., "args": [...], "cwd": ..., ...}'
 //
 // The SDKs come from the npm test peers (ts_sdk.cjs).
@@ -24,6 +26,7 @@ async function main() {
     ? new StdioClientTransport({ command: spec.command, args: spec.args || [], cwd: spec.cwd, stderr: "ignore" })
     : new StreamableHTTPClientTransport(new URL(spec.url));
   await client.connect(transport);
+  for (const note of spec.notify || []) await client.notification(note);
   const out = { serverCapabilities: client.getServerCapabilities(), resources: {}, calls: {} };
   out.tools = (await client.listTools()).tools;
   for (const tool of out.tools) {
