@@ -34,6 +34,7 @@ from .conftest import serve
 
 NAME = "scripted-sse"
 WAIT = 10.0
+JSONDict = dict[str, Any]
 
 
 @dataclass
@@ -254,6 +255,50 @@ async def test_a_modern_clients_call_whose_stream_ends_gets_a_json_rpc_error(mak
     async with asyncio.timeout(WAIT):
         again = await peer.request("tools/call", {"name": "echo", "arguments": {"text": "after"}})
     assert text_of(again.result) == "after"
+
+
+SERVER_EXTENSIONS = {"io.modelcontextprotocol/ui": {}, "com.example/units": {"units": ["metric"]}}
+CLIENT_EXTENSIONS = {"com.example/trace": {"depth": {"max": 3}}}
+NOTE = "notifications/com.example/trace/flushed"
+
+
+def initializes(upstream: FakeSseServer) -> list[JSONDict]:
+    return [m for m in upstream.received if m.get("method") == "initialize"]
+
+
+async def test_extensions_cross_an_sse_upstream_for_a_modern_client(make_proxy: MakeProxy):
+    """docs/translation.md §2.1 over HTTP+SSE: the server's extensions reach server/discover, the
+    client's reach the initialize of the connection that serves it, and so does its notification."""
+    upstream = FakeSseServer()
+    upstream.capabilities = {"tools": {}, "extensions": SERVER_EXTENSIONS}
+    proxy = await make_proxy(upstream)
+    peer = ModernPeer(proxy.client, capabilities={"extensions": CLIENT_EXTENSIONS})
+    async with asyncio.timeout(WAIT):
+        discovered = await peer.request("server/discover")
+        note = {"jsonrpc": "2.0", "method": NOTE, "params": {"spans": 2, "_meta": peer.envelope()}}
+        assert (await peer.post(note)).status == 202
+    assert discovered.result["capabilities"]["extensions"] == SERVER_EXTENSIONS
+    [opened] = initializes(proxy.upstream)
+    assert opened["params"]["capabilities"]["extensions"] == CLIENT_EXTENSIONS
+    assert [m for m in proxy.upstream.received if m.get("method") == NOTE] == [
+        {"jsonrpc": "2.0", "method": NOTE, "params": {"spans": 2}}
+    ]
+
+
+async def test_extensions_cross_an_sse_upstream_for_a_legacy_client(make_proxy: MakeProxy):
+    upstream = FakeSseServer()
+    upstream.capabilities = {"tools": {}, "extensions": SERVER_EXTENSIONS}
+    proxy = await make_proxy(upstream)
+    async with asyncio.timeout(WAIT):
+        peer = await proxy.connect(capabilities={"extensions": CLIENT_EXTENSIONS})
+        assert await peer.notify(NOTE, {"spans": 2}) == 202
+    assert peer.initialize_result["capabilities"]["extensions"] == SERVER_EXTENSIONS
+    [opened] = initializes(proxy.upstream)
+    assert opened["params"]["capabilities"]["extensions"] == CLIENT_EXTENSIONS
+    # Relayed as it came, on the client's own connection (its POST accepted before the 202).
+    assert [m for m in proxy.upstream.received if m.get("method") == NOTE] == [
+        {"jsonrpc": "2.0", "method": NOTE, "params": {"spans": 2}}
+    ]
 
 
 # ---------------------------------------------------------------- the connection itself

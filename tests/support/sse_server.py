@@ -49,6 +49,7 @@ class FakeSseServer:
         self.seen: list[tuple[str, dict[str, str]]] = []  # (method, headers)
         self.received: list[JSONDict] = []
         self.opened = 0
+        self.capabilities: JSONDict = {"tools": {}}  # what its InitializeResult declares
         self._ids = itertools.count(1)
         self._tasks: set[asyncio.Task[None]] = set()
 
@@ -115,7 +116,7 @@ class FakeSseServer:
             reply(
                 {
                     "protocolVersion": version if version in LEGACY else "2024-11-05",
-                    "capabilities": {"tools": {}},
+                    "capabilities": self.capabilities,
                     "serverInfo": {"name": "scripted-sse-server", "version": "1.0.0"},
                 }
             )
