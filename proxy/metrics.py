@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -170,11 +171,6 @@ class Metrics:
         )
         self.cache_entries = Gauge(PREFIX + "cache_entries", "Entries in the response cache.", registry=r)
         self.cache_bytes = Gauge(PREFIX + "cache_bytes", "Serialized size of the response cache.", registry=r)
-        self.store_up = Gauge(
-            PREFIX + "store_up",
-            "1 while the shared store answers (its breaker closed), 0 while it does not; absent without one.",
-            registry=r,
-        )
         self.store_errors = Counter(
             PREFIX + "store_errors_total",
             "Shared store calls that failed or timed out (rejected: refused at once, the breaker open).",
@@ -206,6 +202,16 @@ class Metrics:
         for kind in ("downstream_get", "downstream_listen", "upstream_get", "upstream_listen"):
             self.streams_open.labels(kind)
         self.sessions_open.labels("legacy")
+
+    @functools.cached_property
+    def store_up(self) -> Gauge:
+        """Registered by the first store that reports (proxy/store_redis.py): without a store the
+        series is absent, not 0, so an alert on `== 0` means a store that does not answer."""
+        return Gauge(
+            PREFIX + "store_up",
+            "1 while the shared store answers (its breaker closed), 0 while it does not; absent without one.",
+            registry=self.registry,
+        )
 
 
 def _loop_tasks() -> float:

@@ -63,6 +63,15 @@ async def test_metrics_count_requests_by_method_eras_and_outcome(proxy: Proxy) -
     assert samples(text, "mcp_era_proxy_sessions_open")[(("downstream_era", "legacy"),)] == 1
 
 
+async def test_without_a_store_the_store_up_series_is_absent_not_zero(proxy: Proxy) -> None:
+    # The chart's McpEraProxyStoreDown alert fires on `store_up == 0`: a proxy without a store
+    # (the default, one replica) must not look like one whose store is down.
+    await (await proxy.connect()).request("ping")
+    text = await (await proxy.client.get("/metrics")).text()
+    assert "mcp_era_proxy_store_up" not in text
+    assert "mcp_era_proxy_sessions_open" in text  # the exposition itself is there
+
+
 async def test_metric_method_labels_stay_bounded(proxy: Proxy, fake: FakeModern) -> None:
     peer = await proxy.connect()
     for n in range(3):
