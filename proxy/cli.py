@@ -7,6 +7,7 @@ import argparse
 import asyncio
 import contextlib
 import gc
+import json
 import os
 import shutil
 import signal
@@ -21,7 +22,7 @@ from aiohttp import web
 
 from . import __version__, tracing
 from .app import ADMIN, INTERNAL, create_app, detect_sse_upstream
-from .config import ENV_PREFIX, ConfigError, Settings, load_settings, parse_listen
+from .config import ENV_PREFIX, ConfigError, Settings, load_settings, parse_listen, shown
 from .downstream.bridge import EndpointBridge
 from .downstream.server import runner as make_runner
 from .downstream.stdio import StdinReader, StdoutWriter, serve_lines
@@ -187,7 +188,7 @@ def _tune_gc() -> None:
 
 def _checked_settings(args: argparse.Namespace, check_output: TextIO) -> Settings | int:
     """The settings the arguments make, or the exit code: 2 for a configuration error (said on
-    stderr), 0 after --check-config printed them (secrets left out) on `check_output`."""
+    stderr), 0 after --check-config printed them (secrets hidden: config.shown) on `check_output`."""
     try:
         settings = settings_from_args(args)
         tracing.require(settings.tracing)
@@ -195,8 +196,7 @@ def _checked_settings(args: argparse.Namespace, check_output: TextIO) -> Setting
         print(f"mcp-era-proxy: {exc}", file=sys.stderr)
         return 2
     if args.check_config:
-        shown = settings.model_dump_json(indent=2, exclude={"security": {"secret", "previous_secrets"}})
-        print(shown, file=check_output)
+        print(json.dumps(shown(settings), indent=2), file=check_output)
         return 0
     return settings
 

@@ -756,6 +756,38 @@ def _ports(ports: range) -> str:
     return f"port {ports.start}" if len(ports) == 1 else f"ports {ports.start}..{ports.stop - 1}"
 
 
+# Header names whose values are credentials: hidden by `shown`, whatever the rest of the name.
+_CREDENTIAL_HEADER_WORDS = ("auth", "cookie", "key", "token", "secret", "password", "session", "signature")
+HIDDEN = "<set, hidden>"
+
+
+def shown(settings: Settings) -> dict[str, Any]:
+    """Every setting, as `--check-config` prints it: secrets, credential headers and the password of
+    a URL are there but hidden, so an operator can see that they are set without reading them."""
+    data = settings.model_dump(mode="json")
+    security = data["security"]
+    security["secret"] = HIDDEN if settings.security.secret is not None else None
+    security["previous_secrets"] = [HIDDEN for _ in settings.security.previous_secrets]
+    for section in ("upstream", "tracing"):
+        headers = data[section].get("headers") or {}
+        for name in headers:
+            if any(word in name.lower() for word in _CREDENTIAL_HEADER_WORDS):
+                headers[name] = HIDDEN
+    for section, key in (("upstream", "url"), ("upstream", "sse_url"), ("store", "url"), ("tracing", "otlp_endpoint")):
+        value = data.get(section, {}).get(key)
+        if isinstance(value, str):
+            data[section][key] = _without_password(value)
+    return data
+
+
+def _without_password(url: str) -> str:
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    user = f"{parts.username}:" if parts.username else ":"
+    return parts._replace(netloc=f"{user}{HIDDEN}@{parts.netloc.rsplit('@', 1)[1]}").geturl()
+
+
 def load_settings(config_file: str | Path | None = None, **overrides: Any) -> Settings:
     """Build Settings from flags (`overrides`, dotted keys allowed), env and the YAML file."""
     settings_cls: type[Settings] = Settings

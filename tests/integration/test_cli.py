@@ -49,7 +49,7 @@ def test_check_config_prints_the_effective_configuration_with_flags_over_env_ove
     assert effective["listen"] == "127.0.0.1:9999"
     assert effective["upstream"]["name"] == "from-env"
     assert effective["sessions"]["idle_timeout_s"] == 7
-    assert "secret" not in effective["security"]
+    assert effective["security"]["secret"] is None  # every setting is shown, an unset secret too
 
 
 def test_the_example_config_file_is_valid() -> None:
@@ -158,14 +158,25 @@ def test_an_unreadable_config_file_is_reported_not_a_traceback(tmp_path: Path) -
     assert "invalid configuration" in done.stderr and str(config) in done.stderr
 
 
-def test_check_config_never_prints_a_secret() -> None:
+def test_check_config_shows_secrets_and_credentials_as_set_but_never_prints_them() -> None:
     env = {
         f"{ENV_PREFIX}SECURITY__SECRET": "current-secret-123456",
         f"{ENV_PREFIX}SECURITY__PREVIOUS_SECRETS": '["old-secret-1234567"]',
+        f"{ENV_PREFIX}UPSTREAM__HEADERS": '{"Authorization": "Bearer tok-abc", "X-Api-Key": "k-1", "X-Tenant": "t1"}',
+        f"{ENV_PREFIX}STORE__URL": "redis://proxy:redis-pass@127.0.0.1:6379/0",
     }
     done = run_cli("--upstream", "http://127.0.0.1:1/mcp", "--check-config", env=env)
     assert done.returncode == 0, done.stderr
-    assert "current-secret" not in done.stdout and "old-secret" not in done.stdout
+    for secret in ("current-secret", "old-secret", "tok-abc", "k-1", "redis-pass"):
+        assert secret not in done.stdout, secret
+    shown = json.loads(done.stdout)
+    assert shown["security"]["secret"] == "<set, hidden>" and shown["security"]["previous_secrets"] == ["<set, hidden>"]
+    headers = shown["upstream"]["headers"]
+    assert headers == {"Authorization": "<set, hidden>", "X-Api-Key": "<set, hidden>", "X-Tenant": "t1"}
+    assert shown["store"]["url"] == "redis://proxy:<set, hidden>@127.0.0.1:6379/0"
+    # Unset is told apart from set.
+    plain = json.loads(run_cli("--upstream", "http://127.0.0.1:1/mcp", "--check-config").stdout)
+    assert plain["security"]["secret"] is None
 
 
 async def test_the_command_line_starts_the_internal_listener_beside_the_public_one() -> None:
