@@ -262,21 +262,54 @@ class EndpointBridge:
                     )
                 return
             log.info("stdio_client_era", era=self.era)
+        if self._refused(message):
+            return
         if self.era == MODERN:
             self._modern(message)
         else:
             self._legacy(message)
 
+    def _refused(self, message: Any) -> bool:
+        """What the HTTP edge refuses (client_checks.message_problem), refused here with the same
+        code before any request is built from it (a control character in a method would not even
+        make a header). A request gets the error under its id; a batch one error, as over HTTP; a
+        notification nothing (it gets no reply), only the log."""
+        items = message if isinstance(message, list) else [message]
+        for item in items:
+            problem = client_checks.message_problem(item) if isinstance(item, dict) else None
+            if problem is None:
+                continue
+            refused = item if not isinstance(message, list) else None
+            request_id = _id_or_none(refused) if refused is not None and jsonrpc.kind(refused) == "request" else None
+            log.info("stdio_message_refused", status=problem.status, code=problem.code, method=_method_of(item))
+            if refused is None or request_id is not None:
+                self._writer.write(jsonrpc.error_response(request_id, problem.code, problem.message, problem.data))
+            return True
+        return False
+
     def _spawn(self, coro: Any, request_id: Any = None) -> asyncio.Task[None]:
         task = asyncio.create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        task.add_done_callback(lambda done: self._observe(done, request_id))
         if request_id is not None:
             self._in_flight[request_id] = task
             task.add_done_callback(
                 lambda _t: self._in_flight.pop(request_id, None) if self._in_flight.get(request_id) is _t else None
             )
         return task
+
+    def _observe(self, task: asyncio.Task[None], request_id: Any) -> None:
+        """No task of the bridge ends unobserved: a failure nothing caught is logged, and the
+        request it served (if any) gets an error instead of no reply."""
+        if task.cancelled() or task.exception() is None:
+            return
+        exc = task.exception()
+        log.error("stdio_task_failed", error=f"{type(exc).__name__}: {exc}", id=request_id)
+        if request_id is not None:
+            self._writer.write(
+                jsonrpc.error_response(request_id, jsonrpc.INTERNAL_ERROR, "the proxy could not serve the request")
+            )
 
     # ------------------------------------------------------------ modern hosts
 

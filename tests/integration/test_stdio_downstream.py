@@ -229,6 +229,34 @@ async def test_a_modern_host_to_a_modern_stdio_server(start: Any) -> None:
     assert not any(m.get("id") == "slow" for m in host.lines)
 
 
+@pytest.mark.parametrize("era", ["legacy", "modern"])
+async def test_what_the_http_edge_refuses_the_bridge_refuses_with_the_same_code_and_keeps_serving(
+    start: Any, era: str
+) -> None:
+    """A method holding a control character cannot even become an `Mcp-Method` header: it used to
+    leave the request unanswered (the bridge's task died unobserved). Now -32600 with its id."""
+    host = await start("legacy")
+    params: dict[str, Any] = {"_meta": ENVELOPE} if era == "modern" else {}
+    if era == "modern":
+        await host.request(1, "server/discover", {"_meta": ENVELOPE})
+    else:
+        await host.legacy_start()
+    # As the host writes them: JSON escapes, so the line parses and the method holds the character.
+    for n, method in enumerate([r"tools/\u0000list", r"tools/list\r\nX-Injected: 1", r"tools/\u007flist"], start=10):
+        await host.send(f'{{"jsonrpc":"2.0","id":{n},"method":"{method}","params":{json.dumps(params)}}}'.encode())
+        reply = await host.reply(n)
+        assert reply["error"]["code"] == -32600 and "control character" in reply["error"]["message"], reply
+    # A notification gets no reply; a batch holding such a request one error, as over HTTP.
+    await host.send(rb'{"jsonrpc":"2.0","method":"notifications/\u0000x"}')
+    if era == "legacy":
+        await host.send(rb'[{"jsonrpc":"2.0","id":20,"method":"tools/\u0000list"}]')
+        assert (await host.next(lambda m: "error" in m and m.get("id") is None))["error"]["code"] == -32600
+    echo = await host.request(30, "tools/call", {"name": "echo", "arguments": {"text": "still"}, **params})
+    assert echo["result"]["content"][0]["text"] == "still"
+    assert await host.close() == 0
+    assert all(b"Traceback" not in line and b"never retrieved" not in line for line in host.raw)
+
+
 async def test_a_modern_host_to_a_legacy_stdio_server(start: Any) -> None:
     host = await start("legacy")
     discover = await host.request(1, "server/discover", {"_meta": ENVELOPE})
