@@ -811,6 +811,7 @@ def load_settings(config_file: str | Path | None = None, **overrides: Any) -> Se
         for parent in parents:
             target = target.setdefault(parent, {})
         target[leaf] = value
+    _one_upstream_kind(nested)
     try:
         return settings_cls(**nested)
     except ValidationError as exc:
@@ -819,6 +820,26 @@ def load_settings(config_file: str | Path | None = None, **overrides: Any) -> Se
             where = ".".join(str(p) for p in error["loc"]) or "config"
             lines.append(f"  {where}: {error['msg']}")
         raise ConfigError("invalid configuration:\n" + "\n".join(lines)) from None
+
+
+_UPSTREAM_KINDS = ("url", "command", "sse_url")
+
+
+def _one_upstream_kind(nested: dict[str, Any]) -> None:
+    """The upstream is chosen as a whole: the source of highest precedence that names one kind of
+    upstream (flags, then the environment) replaces the kinds the sources below it name, so
+    `--upstream URL` overrides a file's `upstream.command` instead of clashing with it. Explicit
+    None in the flags' layer (the highest) unsets them."""
+    flags = nested.get("upstream", {})
+    chosen = {kind for kind in _UPSTREAM_KINDS if flags.get(kind) is not None}
+    if not chosen:
+        environment = {name.upper() for name, value in os.environ.items() if value}
+        chosen = {kind for kind in _UPSTREAM_KINDS if f"{ENV_PREFIX}UPSTREAM__{kind.upper()}" in environment}
+    if chosen:
+        upstream = nested.setdefault("upstream", {})
+        for kind in _UPSTREAM_KINDS:
+            if kind not in chosen:
+                upstream[kind] = None
 
 
 def _check_yaml(path: Path) -> None:

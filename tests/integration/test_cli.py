@@ -52,6 +52,41 @@ def test_check_config_prints_the_effective_configuration_with_flags_over_env_ove
     assert effective["security"]["secret"] is None  # every setting is shown, an unset secret too
 
 
+@pytest.mark.parametrize(
+    ("flags", "env", "expected"),
+    [
+        (["--upstream", "http://127.0.0.1:1/mcp"], {}, ("http://127.0.0.1:1/mcp", None, None)),
+        (["--upstream-sse", "http://127.0.0.1:3/sse"], {}, (None, None, "http://127.0.0.1:3/sse")),
+        ([], {"UPSTREAM__URL": "http://127.0.0.1:2/mcp"}, ("http://127.0.0.1:2/mcp", None, None)),
+        (
+            ["--upstream-sse", "http://127.0.0.1:3/sse"],
+            {"UPSTREAM__URL": "http://127.0.0.1:2/mcp"},
+            (None, None, "http://127.0.0.1:3/sse"),
+        ),
+    ],
+    ids=["flag-url", "flag-sse", "env-url", "flag-over-env"],
+)
+def test_the_upstream_is_chosen_as_a_whole_flags_over_environment_over_file(
+    tmp_path: Path, flags: list[str], env: dict[str, str], expected: tuple[str | None, ...]
+) -> None:
+    """A file naming a stdio server and a flag (or variable) naming an HTTP one: the higher one
+    wins, as the README's precedence says, instead of exiting 2 with "set exactly one of"."""
+    config = tmp_path / "proxy.yaml"
+    config.write_text('upstream:\n  command: "node server.js"\n  name: from-file\n')
+    done = run_cli(
+        "--config", str(config), *flags, "--check-config", env={f"{ENV_PREFIX}{k}": v for k, v in env.items()}
+    )
+    assert done.returncode == 0, done.stderr
+    upstream = json.loads(done.stdout)["upstream"]
+    assert (upstream["url"], upstream["command"], upstream["sse_url"]) == expected
+    assert upstream["name"] == "from-file"  # the rest of the file's upstream section stays
+
+
+def test_two_upstream_flags_still_clash() -> None:
+    done = run_cli("--upstream", "http://127.0.0.1:1/mcp", "--upstream-command", "node server.js", "--check-config")
+    assert done.returncode == 2 and "set exactly one of" in done.stderr
+
+
 def test_the_example_config_file_is_valid() -> None:
     done = run_cli("--config", str(REPO / "config" / "proxy.example.yaml"), "--check-config")
     assert done.returncode == 0, done.stderr
