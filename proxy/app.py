@@ -192,6 +192,8 @@ def create_app(
         settings, modern_upstream, store, metrics, cache, failures, server_ids=server_ids.mint, tasks=legacy_tasks
     )
     translating_backend.on_era_mismatch = detector.suspect
+    if byte_relay is not None:
+        byte_relay.on_era_mismatch = detector.suspect
     legacy_to_modern = LegacySessionHost(
         translating_backend, settings, store, ids, metrics, clock, owner=f"{boot}@{settings.replicas.advertised or ''}"
     )
@@ -249,6 +251,8 @@ def create_app(
                 raise
             # It answered: an OAuth-protected upstream refuses a probe without a caller's token,
             # and is as ready as it will be (its era is learnt with the first caller's).
+            return
+        detector.confirm()  # it serves the era it is taken for
 
     admin = Admin(
         settings,
@@ -256,6 +260,7 @@ def create_app(
         last_ok=lambda: _last_ok(detector, http, stdio),
         probe=ready,
         upstream_era=lambda: detector.era.value if detector.era is not None else "unknown",
+        era_problem=lambda: detector.mismatch,
     )
 
     app = web.Application(client_max_size=settings.security.max_body_bytes)

@@ -23,12 +23,15 @@ class Admin:
         last_ok: Callable[[], float | None],
         probe: Callable[[], Awaitable[object]],
         upstream_era: Callable[[], str],
+        era_problem: Callable[[], str | None] = lambda: None,
     ) -> None:
         self._settings = settings
         self._metrics = metrics
         self._last_ok = last_ok
         self._probe = probe
         self._upstream_era = upstream_era
+        # Why the upstream cannot serve the configured era (EraDetector.mismatch), if it cannot.
+        self._era_problem = era_problem
         self.draining = False
 
     async def healthz(self, request: web.Request) -> web.Response:
@@ -39,13 +42,18 @@ class Admin:
         last = self._last_ok()
         fresh = last is not None and time.monotonic() - last < window
         error = None
-        if not fresh and not self.draining:
+        # An upstream that answers, but not in the configured era, is no more ready than one that
+        # does not: the probe runs then too, and only a probe of that era clears it.
+        if (not fresh or self._era_problem() is not None) and not self.draining:
             try:
                 async with asyncio.timeout(self._settings.readiness.probe_timeout_s):
                     await self._probe()
                 fresh = True
             except Exception as exc:
                 error = str(exc) or exc.__class__.__name__
+        problem = self._era_problem()
+        if problem is not None:
+            fresh, error = False, problem
         ready = fresh and not self.draining
         body = {"ready": ready, "upstream": self._settings.upstream.name, "upstream_era": self._upstream_era()}
         if error:

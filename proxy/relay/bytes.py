@@ -14,7 +14,7 @@ page, a body that is not JSON-RPC, a response to another id) becomes the client'
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Collection, Mapping
+from collections.abc import AsyncIterator, Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,6 +24,7 @@ import structlog
 from .. import tracing
 from ..errors import ProxyError, session_not_found
 from ..protocol import jsonrpc, relayed_reply
+from ..protocol.detection import names_modern_versions, recognized_modern_error
 from ..protocol.headers import SESSION_HEADER
 from ..protocol.outcome import UpstreamFailure
 from ..protocol.parked_call import invalid_state
@@ -72,6 +73,8 @@ class ByteRelay:
         self._failures = failures
         self._request_timeout_s = request_timeout_s
         self.binding = binding  # resource_server mode: what the upstream hands out is bound to the caller
+        # A legacy client's initialize refused as only a 2026-07-28 server refuses it.
+        self.on_era_mismatch: Callable[[str], None] = lambda reason: None
 
     def forward(
         self,
@@ -116,7 +119,12 @@ class ByteRelay:
         return self._failures.client_error(failure, status=status, headers=headers)
 
     async def _reply(
-        self, response: aiohttp.ClientResponse, sent: Sent, legacy: bool, principal: str | None
+        self,
+        response: aiohttp.ClientResponse,
+        sent: Sent,
+        legacy: bool,
+        principal: str | None,
+        initialize: bool = False,
     ) -> ByteReply:
         upstream = self._upstream
         headers = response.headers
@@ -150,7 +158,19 @@ class ByteRelay:
         if refusal is not None:
             kept = {name: value for name, value in returned.items() if name in _KEPT_ON_REFUSAL}
             raise self.refuse(refusal.failure, refusal.status, kept)
+        if initialize and response.status >= 400:
+            self._check_era(body)
         return ByteReply(response.status, returned, body)
+
+    def _check_era(self, body: bytes) -> None:
+        """A refused initialize (rare: parsed once more) that names 2026-07-28 versions, or an
+        error only a 2026-07-28 server sends: the upstream is not the legacy one configured."""
+        try:
+            error = jsonrpc.obj(jsonrpc.decode(body)).get("error")
+        except jsonrpc.DecodeError:
+            return
+        if names_modern_versions(error) or recognized_modern_error(error):
+            self.on_era_mismatch("initialize refused by a 2026-07-28 server")
 
 
 def _unsealed_session(binding: CallerBinding, headers: Mapping[str, str], principal: str) -> dict[str, str]:
@@ -265,7 +285,8 @@ class _Forward:
                 self._method, body, span.headers(self._headers)
             )
             span.status(response.status)
-            return await self._relay._reply(response, self._sent, self._legacy, self._principal)
+            initialize = self._legacy and message is not None and message.get("method") == "initialize"
+            return await self._relay._reply(response, self._sent, self._legacy, self._principal, initialize)
         except BaseException as exc:
             if self._response is not None:
                 self._response.close()

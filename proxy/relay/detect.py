@@ -32,6 +32,8 @@ class EraDetector:
         self._lock = asyncio.Lock()
         self.probed_at: float | None = None
         self.on_change: Callable[[Era], None] = lambda era: None
+        # With a configured era: why the upstream seems to speak the other one (readiness says so).
+        self.mismatch: str | None = None
 
     @property
     def era(self) -> Era | None:
@@ -62,10 +64,26 @@ class EraDetector:
             return self._detected.era
 
     def suspect(self, reason: str) -> None:
-        """An answer did not fit the detected era: probe again before the next request."""
-        if self._configured == "auto" and self._detected is not None:
-            log.warning("upstream_era_suspect", era=self._detected.era.value, reason=reason)
-            self._detected = None
+        """An answer did not fit the era: detected, probe again before the next request; configured,
+        nothing here can serve (readiness fails with `mismatch` until a probe of that era works)."""
+        if self._configured == "auto":
+            if self._detected is not None:
+                log.warning("upstream_era_suspect", era=self._detected.era.value, reason=reason)
+                self._detected = None
+            return
+        if self.mismatch is None:
+            other = "legacy" if self._configured == "modern" else "2026-07-28"
+            self.mismatch = (
+                f"upstream.era is {self._configured}, but the upstream answers as a {other} server "
+                f"({reason}): set upstream.era to auto, or to the server's era"
+            )
+            log.warning("upstream_era_mismatch", configured=self._configured, reason=reason)
+
+    def confirm(self) -> None:
+        """A probe in the configured era worked: a mismatch seen before is over."""
+        if self.mismatch is not None:
+            log.info("upstream_era_mismatch_cleared", configured=self._configured)
+            self.mismatch = None
 
 
 async def probe_http(upstream: Any, timeout_s: float, credentials: Mapping[str, str] = _NO_CREDENTIALS) -> Detected:

@@ -1070,7 +1070,13 @@ class ListenBridge:
 
 async def probe(relay: ModernToLegacy) -> None:
     """Readiness for a legacy upstream: a pooled session answers ping."""
-    session = await relay.pool.acquire("", {}, None, {}, exclusive=False)
+    try:
+        session = await relay.pool.acquire("", {}, None, {}, exclusive=False)
+    except ProxyError as exc:
+        upstream = exc.data.get("upstreamError") if isinstance(exc.data, dict) else None
+        if names_modern_versions(upstream) or recognized_modern_error(upstream):
+            relay.on_era_mismatch("initialize refused by a 2026-07-28 server")
+        raise
     try:
         await session.call("ping", timeout_s=5.0)
     finally:

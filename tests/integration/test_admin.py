@@ -5,7 +5,8 @@ from __future__ import annotations
 import structlog
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.support.fake_modern import FakeModern
+from tests.support.fake_modern import Call, FakeModern, Outcome, error
+from tests.support.legacy_peer import ACCEPT, initialize_message
 
 from .conftest import MakeProxy, Proxy, closed_port_url
 
@@ -46,6 +47,30 @@ async def test_readyz_is_503_with_the_reason_when_the_upstream_is_unreachable(ma
     assert response.status == 503
     body = await response.json()
     assert body["ready"] is False and "unreachable" in body["error"]
+
+
+async def test_readyz_fails_with_the_reason_when_the_upstream_speaks_another_era_than_configured(
+    make_proxy: MakeProxy, fake: FakeModern
+) -> None:
+    """upstream.era: legacy in front of a 2026-07-28 server: every legacy initialize is refused
+    with -32022, and /readyz said ready (the server answers, just not in that era)."""
+    unsupported = error(-32022, "Unsupported protocol version", {"supported": ["2026-07-28"]}, status=400)
+
+    async def refuse(call: Call) -> Outcome:  # what the SDK's 2026-07-28 servers answer a legacy initialize
+        return unsupported
+
+    fake.handlers["initialize"] = refuse
+    proxy = await make_proxy(**{"upstream.era": "legacy"})
+    with structlog.testing.capture_logs() as logs:
+        refused = await proxy.client.post("/mcp", json=initialize_message(), headers={"Accept": ACCEPT})
+        assert refused.status == 400 and (await refused.json())["error"]["code"] == -32022
+        ready = await proxy.client.get("/readyz")
+    assert ready.status == 503
+    body = await ready.json()
+    assert body["ready"] is False and "upstream.era is legacy" in body["error"] and "2026-07-28" in body["error"]
+    assert [e["configured"] for e in logs if e["event"] == "upstream_era_mismatch"] == ["legacy"]
+    again = await proxy.client.get("/readyz")  # a probe of the legacy era still fails: still not ready
+    assert again.status == 503
 
 
 async def test_metrics_count_requests_by_method_eras_and_outcome(proxy: Proxy) -> None:
