@@ -358,7 +358,8 @@ def create_app(
 
     async def drain(app: web.Application) -> None:
         """Shutdown begins (sites stopped): not ready any more; streams end gracefully now, calls in
-        flight get `shutdown.grace_s` (aiohttp's shutdown timeout) before the cleanup below."""
+        flight get `shutdown.grace_s`, then the endpoint cuts the rest with an error that says so,
+        before the cleanup below."""
         admin.draining = True
         drain_deadline[0] = time.monotonic() + settings.shutdown.grace_s
         for host in hosts:
@@ -367,6 +368,9 @@ def create_app(
         same_era.end_streams()
         if legacy_sse is not None:
             legacy_sse.end_streams()
+        # One grace, the proxy's own: the calls still running after it get an error that says so
+        # (aiohttp's own wait, after this, finds them answered; docs: README "Shutdown").
+        await endpoint.drain(settings.shutdown.grace_s)
 
     app.on_shutdown.append(drain)
     app.cleanup_ctx.append(lifecycle)

@@ -572,7 +572,8 @@ class ShutdownConfig(_Section):
         20.0,
         ge=0,
         description="On SIGTERM: in-flight calls get this long to finish (streams end at once, "
-        "gracefully), then whatever remains is cancelled and the process exits 0.",
+        "gracefully), then each call still running is answered with -32014 (retry it) and cancelled, and the "
+        "process exits 0.",
     )
 
 

@@ -45,7 +45,7 @@ KNOWN_METHODS = frozenset(
         "batch",
     }
 )
-OUTCOMES = ("ok", "error", "rejected", "cancelled", "upstream_error")
+OUTCOMES = ("ok", "error", "rejected", "cancelled", "upstream_error", "shutdown")
 
 
 def method_label(method: object) -> str:

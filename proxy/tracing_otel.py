@@ -36,7 +36,7 @@ JSONDict = dict[str, Any]
 AttrValue = str | bool | int | float
 _PROPAGATOR = TraceContextTextMapPropagator()
 _TRACE_HEADERS = frozenset({"traceparent", "tracestate"})
-_ERROR_OUTCOMES = frozenset({"error", "rejected", "upstream_error"})
+_ERROR_OUTCOMES = frozenset({"error", "rejected", "upstream_error", "shutdown"})
 _MAX_ATTRIBUTE = 200  # characters kept of a client-chosen name (a method, a tool, a URI)
 
 

@@ -26,6 +26,7 @@ from ..protocol.classify import SESSIONLESS, Route, classify_post
 from ..protocol.headers import PROTOCOL_VERSION_HEADER, SESSION_HEADER
 from ..protocol.methods import CACHEABLE_METHODS, CORE_CLIENT_NOTIFICATIONS
 from ..protocol.modern_validate import header_view, validate_request
+from ..protocol.sse import encode_event
 from ..protocol.status import Rejection
 from ..protocol.versions import LEGACY_VERSIONS, Era, legacy_at_least
 from ..relay.channel import Caller
@@ -39,7 +40,7 @@ from ..sealing import Sealer
 from ..sessions import LegacySession, short_hash
 from ..tracing import NO_TRACING, NULL_DOWNSTREAM, DownstreamSpan, Tracing
 from .resume import EventIds, lost_stream_events, open_event_id
-from .sse import RequestReply, SseStream, json_response, relay_reply
+from .sse import STARTED, RequestReply, SseStream, json_response, relay_reply
 
 log = structlog.get_logger(__name__)
 Host = LegacySessionHost[Any]
@@ -52,6 +53,7 @@ _STREAM_SCOPED = frozenset({"resources/subscribe", "resources/unsubscribe"})
 _TASK_STEERING = frozenset({"tasks/update", "tasks/cancel"})  # a 2026-07-28 client's
 _LEGACY_TASK_STEERING = frozenset({"tasks/result", "tasks/cancel"})  # a 2025-11-25 client's
 _LOGGED_METHOD_MAX = 200  # characters of a client's method name the access log keeps
+_CUT_S = 1.0  # how long the calls cut at shutdown get to write their error
 # The request's Identity, once computed (RequestKey: aiohttp 3.13 and later; a string before).
 _IDENTITY: Any = web.RequestKey("identity", Identity) if hasattr(web, "RequestKey") else "mcp_era_proxy.identity"
 
@@ -96,6 +98,10 @@ class McpEndpoint:
             {"authorization", *meta.TRACE_KEYS, (settings.security.identity_header or "authorization").lower()}
         )
         self._request_metrics = RequestMetrics(metrics)
+        # POSTs being handled, each with the event its end sets (drain waits on them), and those
+        # cut at shutdown: their cancellation is the proxy's, answered with SHUTTING_DOWN.
+        self._posts: dict[asyncio.Task[Any], asyncio.Event] = {}
+        self._cut: set[asyncio.Task[Any]] = set()
         # The access log line is built (and the session id hashed) only when info is logged.
         self._log_requests = logging.getLevelNamesMapping()[settings.logging.level.upper()] <= logging.INFO
 
@@ -143,20 +149,72 @@ class McpEndpoint:
     async def post(self, request: web.Request) -> web.StreamResponse:
         started = time.perf_counter()
         record = _Record(self._tracing.downstream("POST", request.headers))
+        task = asyncio.current_task()
+        ended = asyncio.Event()
+        if task is not None:
+            self._posts[task] = ended
         try:
-            response = await self._post(request, record)
-        except ProxyError as exc:
-            record.outcome = exc.outcome if exc.outcome != "error" else "rejected"
-            record.error_code = exc.code
-            response = error_reply(exc, Era(record.downstream_era), record.request_id)
-        except asyncio.CancelledError:
-            record.outcome = "cancelled"
-            record.status = 499  # client closed the connection
-            self._observe(record, started)
-            raise
+            try:
+                response = await self._post(request, record)
+            except ProxyError as exc:
+                record.outcome = exc.outcome if exc.outcome != "error" else "rejected"
+                record.error_code = exc.code
+                response = error_reply(exc, Era(record.downstream_era), record.request_id)
+            except asyncio.CancelledError:
+                if task is None or task not in self._cut:
+                    record.outcome = "cancelled"
+                    record.status = 499  # client closed the connection
+                    self._observe(record, started)
+                    raise
+                task.uncancel()  # the proxy's own cancellation: the client is still there
+                response = await self._cut_reply(request, record)
+        finally:
+            ended.set()
+            if task is not None:
+                self._posts.pop(task, None)
+                self._cut.discard(task)
         record.status = response.status
         self._observe(record, started)
         return response
+
+    async def drain(self, grace_s: float) -> None:
+        """Shutdown (listening stopped): the POSTs in flight get `grace_s` to finish; the rest are
+        cut, each answered with SHUTTING_DOWN (retry it): HTTP 503 before a reply started, a last
+        SSE event on one that had. Parked calls keep their hand-over (relay/modern_to_legacy.py)."""
+        waiting = [ended.wait() for ended in self._posts.values()]
+        if waiting:
+            await asyncio.wait([asyncio.ensure_future(w) for w in waiting], timeout=grace_s)
+        rest = [task for task, ended in self._posts.items() if not ended.is_set()]
+        if not rest:
+            return
+        for task in rest:
+            self._cut.add(task)
+            task.cancel()
+        endings = [asyncio.ensure_future(self._posts[task].wait()) for task in rest if task in self._posts]
+        if endings:
+            await asyncio.wait(endings, timeout=_CUT_S)
+        for pending in endings:
+            pending.cancel()
+
+    async def _cut_reply(self, request: web.Request, record: _Record) -> web.StreamResponse:
+        """The reply of a call cut at shutdown, logged and counted as `shutdown`."""
+        record.outcome, record.error_code = "shutdown", jsonrpc.SHUTTING_DOWN
+        log.warning("call_cut_at_shutdown", method=record.method, downstream_era=record.downstream_era)
+        cut = ProxyError(
+            jsonrpc.SHUTTING_DOWN,
+            "the proxy is shutting down and did not finish this call: retry it",
+            status=503,
+            outcome="shutdown",
+        )
+        stream: web.StreamResponse | None = request.get(STARTED)
+        if stream is None:
+            return error_reply(cut, Era(record.downstream_era), record.request_id)
+        stream.force_close()  # nothing can follow on this connection
+        with contextlib.suppress(ConnectionError, RuntimeError, TimeoutError):
+            async with asyncio.timeout(_CUT_S):
+                await stream.write(encode_event(jsonrpc.encode(cut.reply(record.request_id)), event="message"))
+                await stream.write_eof()
+        return stream
 
     async def _post(self, request: web.Request, record: _Record) -> web.StreamResponse:
         try:

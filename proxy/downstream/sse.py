@@ -56,6 +56,7 @@ async def relay_reply(
                 return body, "ok" if reply.status < 400 else "error"
             stream = web.StreamResponse(status=reply.status, headers={**reply.headers, **SSE_HEADERS})
             await stream.prepare(request)
+            request[STARTED] = stream
             async for chunk in reply.chunks:
                 await stream.write(chunk)
     except ProxyError as exc:
@@ -77,6 +78,13 @@ async def _end_failed(request: web.BaseRequest, stream: web.StreamResponse, repl
     except (ConnectionError, RuntimeError, TimeoutError):
         if request.transport is not None:
             request.transport.abort()  # the client is gone or does not read: nothing more to say
+
+
+# The SSE response a request's handler has started, if any: what a call cut at shutdown ends with
+# its error event (downstream/http.py McpEndpoint.drain) instead of a second HTTP response.
+STARTED: Any = (
+    web.RequestKey("started_stream", web.StreamResponse) if hasattr(web, "RequestKey") else "mcp_era_proxy.started"
+)
 
 
 class SseStream:
@@ -115,7 +123,7 @@ class SseStream:
         if self.response is None:
             response = web.StreamResponse(status=200, headers={**SSE_HEADERS, **self._headers})
             await response.prepare(self._request)
-            self.response = response
+            self.response = self._request[STARTED] = response
             if self._event_ids is not None and self._event_ids.prime:
                 await response.write(self._event_ids.priming_event())
             self._last_write = time.monotonic()

@@ -32,6 +32,7 @@ UPSTREAM_UNAVAILABLE = -32010
 UPSTREAM_TIMEOUT = -32011
 UPSTREAM_INVALID = -32012
 LIMIT_EXCEEDED = -32013
+SHUTTING_DOWN = -32014  # the proxy stopped before the call finished: retry it (elsewhere)
 
 Kind = Literal["request", "notification", "response", "invalid"]
 

@@ -17,6 +17,7 @@ import pytest
 from proxy.protocol import meta
 from tests.support import peers
 from tests.support.procs import Process, proxy_listener, serving
+from tests.support.sdk_drivers import finished, legacy_client_argv, modern_client_argv, started, until_progress
 
 from .conftest import stdio_command
 from .test_concurrent_modern_clients import ModernClient
@@ -161,3 +162,53 @@ def test_an_idle_proxy_stops_on_sigterm_with_exit_code_zero(logs_dir: Path) -> N
             assert process.proc.wait(GRACE_S) == 0
         finally:
             process.stop()
+
+
+CUT_GRACE_S = 3
+
+
+def test_calls_longer_than_the_grace_get_an_error_the_sdk_clients_report_and_a_short_one_completes(
+    legacy_server: str, logs_dir: Path
+) -> None:
+    """SIGTERM with a 1.5 s call and two 30 s calls in flight (the mcp 1.30 legacy client's and the
+    mcp 2.3 modern client's), grace 3 s: the short call completes, each long one gets -32014 before
+    its connection closes, which its SDK reports (no hang), and the proxy exits 0."""
+    argv = [sys.executable, "-m", "proxy", "--upstream", legacy_server, "--listen", "127.0.0.1:0"]
+    log = logs_dir / "shutdown-cut.log"
+    env = {"MCP_ERA_PROXY_SHUTDOWN__GRACE_S": str(CUT_GRACE_S)}
+    with serving(argv, log, env=env, announced=proxy_listener()) as proxy:
+        url = f"http://127.0.0.1:{proxy.port}/mcp"
+        long_call = {"tool": "slow", "arguments": {"seconds": 30}}
+        drivers = {
+            "legacy": started(legacy_client_argv(url, "progress", long_call, 60.0)),
+            "modern": started(modern_client_argv(url, "progress", long_call, 60.0)),
+        }
+        for driver in drivers.values():
+            until_progress(driver, 30.0)  # its call runs upstream
+
+        async def short_call() -> dict[str, Any]:
+            async with aiohttp.ClientSession() as http:
+                client = ModernClient(http, url, "short", {})
+                call, headers = client.request_body("tools/call", {"name": "slow", "arguments": {"seconds": 1.5}})
+                async with http.post(url, data=json.dumps(call), headers=headers) as response:
+                    text = await response.text()
+            data = [line[5:] for line in text.splitlines() if line.startswith("data:") and line[5:].strip()]
+            return json.loads(data[-1]) if data else json.loads(text)
+
+        async def short_then_sigterm() -> dict[str, Any]:
+            call = asyncio.create_task(short_call())
+            await asyncio.sleep(0.3)  # the short call is on its way before the signal
+            proxy.proc.send_signal(signal.SIGTERM)
+            async with asyncio.timeout(CUT_GRACE_S + 10):
+                return await call
+
+        short = asyncio.run(short_then_sigterm())
+        cut = {era: finished(driver, CUT_GRACE_S + 15.0) for era, driver in drivers.items()}
+        exit_code = proxy.proc.wait(CUT_GRACE_S + 10)
+    assert short["result"]["content"][0]["text"] == "slow done", short
+    for era, observed in cut.items():
+        assert "error" in observed, (era, observed)
+        text = json.dumps(observed["error"])
+        assert "-32014" in text or "shutting down" in text, (era, observed)
+    assert exit_code == 0
+    assert log.read_text().count("call_cut_at_shutdown") == 2
