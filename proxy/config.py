@@ -6,6 +6,7 @@ with `__`, e.g. `MCP_ERA_PROXY_UPSTREAM__URL`), the YAML file given by `--config
 
 from __future__ import annotations
 
+import difflib
 import ipaddress
 import os
 import shlex
@@ -662,20 +663,24 @@ class Settings(BaseSettings):
     @model_validator(mode="after")
     def _shared_secret(self) -> Settings:
         # Replicas must open each other's tokens: one secret for all, never a random one each.
+        # Every missing piece at once: an operator fixes them in one go, not one run each.
+        problems = []
         shared = self.store.url is not None or self.workers > 1 or self.replicas.internal_listen is not None
         if shared and self.security.secret is None:
-            raise ValueError(
+            problems.append(
                 "security.secret is required with store.url, replicas.internal_listen or workers > 1 "
                 "(one secret for every replica)"
             )
         if self.workers > 1 and self.store.url is None:
-            raise ValueError("workers > 1 needs store.url: each worker is a replica sharing the store")
+            problems.append("workers > 1 needs store.url: each worker is a replica sharing the store")
         if self.workers > 1 and self.downstream.sse.enabled and self.replicas.internal_listen is None:
-            raise ValueError(
+            problems.append(
                 "downstream.sse.enabled with workers > 1 needs replicas.internal_listen: an HTTP+SSE client's "
                 "POST may reach any worker and is replayed to the one holding its stream "
                 "(or set downstream.sse.enabled: false)"
             )
+        if problems:
+            raise ValueError("; and ".join(problems))
         return self
 
     @model_validator(mode="after")
@@ -819,8 +824,41 @@ def load_settings(config_file: str | Path | None = None, **overrides: Any) -> Se
         lines = []
         for error in exc.errors():
             where = ".".join(str(p) for p in error["loc"]) or "config"
-            lines.append(f"  {where}: {error['msg']}")
+            lines.append(f"  {where}: {_explained(error)}")
         raise ConfigError("invalid configuration:\n" + "\n".join(lines)) from None
+
+
+_NO_UPSTREAM = (
+    "no upstream given: pass --upstream URL (Streamable HTTP), --upstream-command 'CMD ARGS' (stdio) or "
+    "--upstream-sse URL (HTTP+SSE), or set upstream.url, upstream.command or upstream.sse_url "
+    "(in the file, or as MCP_ERA_PROXY_UPSTREAM__URL ...)"
+)
+
+
+def _explained(error: Any) -> str:
+    """pydantic's message, said in the proxy's terms where it is terse: the missing upstream names
+    its flags; an unknown key says so, with the closest known one."""
+    loc = tuple(str(p) for p in error["loc"])
+    if error["type"] == "missing" and loc == ("upstream",):
+        return _NO_UPSTREAM
+    if error["type"] == "extra_forbidden":
+        known = _keys_at(loc[:-1])
+        close = difflib.get_close_matches(loc[-1], known, n=1)
+        return "unknown setting" + (f"; did you mean {'.'.join((*loc[:-1], close[0]))}?" if close else "")
+    message: str = error["msg"]
+    return message.removeprefix("Value error, ")
+
+
+def _keys_at(path: tuple[str, ...]) -> list[str]:
+    """The setting names under `path` (a section's keys; the top level for ())."""
+    model: Any = Settings
+    for name in path:
+        field = model.model_fields.get(name)
+        annotation = field.annotation if field is not None else None
+        if not (isinstance(annotation, type) and issubclass(annotation, BaseModel)):
+            return []
+        model = annotation
+    return list(model.model_fields)
 
 
 _UPSTREAM_KINDS = ("url", "command", "sse_url")
@@ -892,7 +930,9 @@ def _check_environment() -> None:
         if name.upper().startswith(ENV_PREFIX):
             key = name[len(ENV_PREFIX) :].lower().split("__")[0]
             if key not in fields:
-                raise ConfigError(f"unknown environment variable {name} (settings: {', '.join(sorted(fields))})")
+                close = difflib.get_close_matches(key, fields, n=1)
+                hint = f"did you mean {ENV_PREFIX}{close[0].upper()}...? " if close else ""
+                raise ConfigError(f"unknown environment variable {name} ({hint}settings: {', '.join(sorted(fields))})")
 
 
 class ConfigError(ValueError):

@@ -164,6 +164,34 @@ def test_an_unknown_log_level_error_lists_the_known_levels():
     assert all(level in str(info.value) for level in LOG_LEVELS)
 
 
+def test_no_upstream_names_the_flags_and_keys_that_give_one():
+    with pytest.raises(ConfigError) as info:
+        load_settings()
+    message = str(info.value)
+    assert "Field required" not in message
+    assert all(way in message for way in ("--upstream URL", "--upstream-command", "--upstream-sse", "upstream.url"))
+
+
+def test_an_unknown_key_is_named_with_the_closest_known_one(tmp_path, monkeypatch):
+    path = _yaml(tmp_path, {"upstream": {"url": URL, "request_timeout": 3}, "sesions": {}})
+    with pytest.raises(ConfigError) as info:
+        load_settings(path)
+    message = str(info.value)
+    assert "Extra inputs" not in message
+    assert "sesions: unknown setting; did you mean sessions?" in message
+    assert "upstream.request_timeout: unknown setting; did you mean upstream.request_timeout_s?" in message
+    _env(monkeypatch, "sesions.max_sessions", "3")
+    with pytest.raises(ConfigError, match="did you mean MCP_ERA_PROXY_SESSIONS"):
+        load_settings(**{"upstream.url": URL})
+
+
+def test_every_missing_piece_of_a_multi_worker_setup_is_named_at_once():
+    with pytest.raises(ConfigError) as info:
+        load_settings(**{"upstream.url": URL, "workers": 2})
+    message = str(info.value)
+    assert "security.secret is required" in message and "workers > 1 needs store.url" in message
+
+
 def test_a_bad_value_in_the_file_names_the_field(tmp_path):
     path = _yaml(tmp_path, {"upstream": {"url": URL}, "sessions": {"max_sessions": "many"}})
     with pytest.raises(ConfigError, match=r"sessions\.max_sessions"):
