@@ -22,7 +22,15 @@ from aiohttp import web
 
 from . import __version__, tracing
 from .app import ADMIN, INTERNAL, create_app, detect_sse_upstream
-from .config import ENV_PREFIX, ConfigError, Settings, load_settings, parse_listen, shown
+from .config import (
+    ENV_PREFIX,
+    ConfigError,
+    Settings,
+    exposed_without_authorization,
+    load_settings,
+    parse_listen,
+    shown,
+)
 from .downstream.bridge import EndpointBridge
 from .downstream.server import runner as make_runner
 from .downstream.stdio import StdinReader, StdoutWriter, serve_lines
@@ -143,6 +151,12 @@ async def serve(
             path = settings.path if application is app else ""
             name = "mcp" if application is app else "internal" if application is internal_app else "admin"
             log.info("listening", address=f"http://{bound_address(runner)}{path}", listener=name)
+            if application is app and exposed_without_authorization(settings):
+                log.warning(
+                    "listening_without_authorization",
+                    address=bound_address(runner),
+                    hint="set auth.mode: resource_server with auth.issuers, or keep the upstream's own OAuth",
+                )
         _tune_gc()
         if on_started is not None:
             on_started()

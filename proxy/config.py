@@ -786,6 +786,12 @@ def shown(settings: Settings) -> dict[str, Any]:
     return data
 
 
+def exposed_without_authorization(settings: Settings) -> bool:
+    """The MCP endpoint listens beyond loopback and the proxy checks no token: only the upstream's
+    own authorization (if it has any) stands between a caller and the server (warned at start)."""
+    return not is_loopback_host(settings.listen_address[0]) and settings.auth.mode != "resource_server"
+
+
 def _without_password(url: str) -> str:
     parts = urlsplit(url)
     if parts.password is None:
@@ -939,4 +945,12 @@ class ConfigError(ValueError):
     """A configuration problem, with a message meant for the operator."""
 
 
-__all__ = ["ConfigError", "Settings", "is_loopback_host", "load_settings", "parse_listen"]
+__all__ = [
+    "ConfigError",
+    "Settings",
+    "exposed_without_authorization",
+    "is_loopback_host",
+    "load_settings",
+    "parse_listen",
+    "shown",
+]

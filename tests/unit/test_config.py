@@ -9,7 +9,15 @@ import pytest
 import yaml
 from pydantic import ValidationError
 
-from proxy.config import ENV_PREFIX, ConfigError, Settings, is_loopback_host, load_settings, parse_listen
+from proxy.config import (
+    ENV_PREFIX,
+    ConfigError,
+    Settings,
+    exposed_without_authorization,
+    is_loopback_host,
+    load_settings,
+    parse_listen,
+)
 from proxy.protocol.meta import LOG_LEVELS
 
 REPO = Path(__file__).resolve().parents[2]
@@ -349,3 +357,20 @@ def test_replicas_verifying_tokens_need_one_configured_audience() -> None:
     assert load_settings(None, **base, **{"auth.public_url": "https://mcp.example.com/mcp"}).auth.issuers
     assert load_settings(None, **base, **{"auth.audience": "api://mcp"}).auth.issuers
     assert load_settings(None, **{**base, "auth.issuers": []}).auth.issuers == []
+
+
+@pytest.mark.parametrize(
+    ("listen", "mode", "exposed"),
+    [
+        ("127.0.0.1:8080", "passthrough", False),
+        ("[::1]:8080", "passthrough", False),
+        ("0.0.0.0:8080", "passthrough", True),
+        ("10.1.2.3:8080", "passthrough", True),
+        ("0.0.0.0:8080", "resource_server", False),
+    ],
+)
+def test_listening_beyond_loopback_without_token_checks_is_flagged_for_a_warning(listen, mode, exposed):
+    overrides = {"upstream.url": URL, "listen": listen, "auth.mode": mode}
+    if mode == "resource_server":
+        overrides["auth.issuers"] = ["https://issuer.example"]
+    assert exposed_without_authorization(load_settings(**overrides)) is exposed
