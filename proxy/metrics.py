@@ -46,6 +46,8 @@ KNOWN_METHODS = frozenset(
     }
 )
 OUTCOMES = ("ok", "error", "rejected", "cancelled", "upstream_error", "shutdown")
+# The kinds of `streams_open`, exported (as 0) from the start.
+STREAM_KINDS = ("downstream_get", "downstream_listen", "downstream_sse", "upstream_listen")
 
 
 def method_label(method: object) -> str:
@@ -199,7 +201,7 @@ class Metrics:
         # Where a leak of the proxy's own shows first: the tasks on its event loop, read at scrape time.
         self.event_loop_tasks = Gauge(PREFIX + "event_loop_tasks", "Tasks alive on the event loop.", registry=r)
         self.event_loop_tasks.set_function(_loop_tasks)
-        for kind in ("downstream_get", "downstream_listen", "upstream_get", "upstream_listen"):
+        for kind in STREAM_KINDS:
             self.streams_open.labels(kind)
         self.sessions_open.labels("legacy")
 

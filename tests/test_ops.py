@@ -21,9 +21,10 @@ from typing import Any
 
 import pytest
 import yaml
+from prometheus_client import generate_latest
 from prometheus_client.metrics import MetricWrapperBase
 
-from proxy.metrics import KNOWN_METHODS, OUTCOMES, Metrics
+from proxy.metrics import KNOWN_METHODS, OUTCOMES, STREAM_KINDS, Metrics
 
 REPO = Path(__file__).resolve().parents[1]
 CHART = REPO / "helm" / "mcp-era-proxy"
@@ -478,3 +479,15 @@ def test_the_limits_follow_the_proxy_config_and_the_values():
     for r in by_name.values():
         assert 'cluster="eu1"' in r["expr"] and "namespace=" not in r["expr"], r["alert"]
         assert r["labels"]["team"] == "mcp"
+
+
+def test_every_streams_open_kind_the_proxy_exports_is_the_one_the_readme_documents() -> None:
+    text = (REPO / "README.md").read_text()
+    [row] = [line for line in text.splitlines() if line.startswith("| `mcp_era_proxy_streams_open` |")]
+    documented = set(re.findall(r"`(downstream_\w+|upstream_\w+)`", row))
+    exposition = generate_latest(Metrics().registry).decode()
+    exported = set(re.findall(r'mcp_era_proxy_streams_open\{kind="(\w+)"\}', exposition))
+    assert exported == documented == set(STREAM_KINDS)
+    # And each is one the proxy counts somewhere (no kind exported that nothing moves).
+    sources = "\n".join(p.read_text() for p in (REPO / "proxy").rglob("*.py"))
+    assert {kind for kind in exported if f'streams_open.labels("{kind}")' in sources} == exported
