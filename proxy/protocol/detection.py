@@ -53,6 +53,9 @@ def recognized_modern_error(error: object) -> TypeGuard[JSONDict]:
 class Detected:
     era: Era
     version: str | None  # the modern version to speak, when modern and one is shared
+    # False: nothing answered in JSON-RPC (silence, an HTML page): legacy by default, and perhaps
+    # no MCP server at all (the detector warns).
+    answered: bool = True
 
 
 def era_from_reply(reply: object) -> Detected:
@@ -65,7 +68,7 @@ def era_from_reply(reply: object) -> Detected:
         if recognized_modern_error(error):
             data = jsonrpc.obj(error.get("data"))
             return Detected(Era.MODERN, pick_modern(data.get("supported")))
-    return Detected(Era.LEGACY, None)
+    return Detected(Era.LEGACY, None, answered=reply is not None)
 
 
 def names_modern_versions(error: object) -> bool:

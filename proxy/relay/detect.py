@@ -58,7 +58,15 @@ class EraDetector:
                 found = await self._probe(credentials)
                 previous, self._last = self._last, found.era
                 self._detected, self.probed_at = found, self._clock()
-                log.info("upstream_era_detected", era=found.era.value, version=found.version)
+                if found.answered:
+                    log.info("upstream_era_detected", era=found.era.value, version=found.version)
+                else:
+                    log.warning(
+                        "upstream_era_detected",
+                        era=found.era.value,
+                        version=None,
+                        reason="no JSON-RPC answer to the era probe: taken for legacy; is it an MCP endpoint?",
+                    )
                 if found.era != previous:
                     self.on_change(found.era)
             return self._detected.era
@@ -142,7 +150,10 @@ async def probe_stdio(
                     bound.reschedule(min(grace, bound.when() or grace))
                 return era_from_reply(await answer)
         except (TimeoutError, UpstreamError, ConnectionError):
-            pass  # silence, or the process died on the probe: legacy
+            # Silence, or the process died on the probe: legacy. Answered initialize only: legacy,
+            # and an MCP server for sure.
+            if legacy.done() and not legacy.cancelled() and legacy.exception() is None and legacy.result():
+                return Detected(Era.LEGACY, None)
         finally:
             for waiting in (answer, legacy):
                 waiting.cancel()

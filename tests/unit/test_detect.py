@@ -5,8 +5,9 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+import structlog
 
-from proxy.protocol.detection import Detected
+from proxy.protocol.detection import Detected, era_from_reply
 from proxy.protocol.versions import LATEST_MODERN, Era
 from proxy.relay.detect import EraDetector
 from proxy.upstream.errors import UpstreamHTTPError, UpstreamUnavailable
@@ -207,3 +208,38 @@ async def test_an_upstream_refusing_an_anonymous_probe_is_probed_again_with_the_
     assert await detector.current(token) is Era.MODERN
     assert await detector.current() is Era.MODERN  # cached: no third probe
     assert probe.credentials == [{}, token]
+
+
+@pytest.mark.parametrize(
+    ("found", "level"),
+    [(LEGACY, "info"), (MODERN, "info"), (Detected(Era.LEGACY, None, answered=False), "warning")],
+    ids=["legacy", "modern", "no-json-rpc-answer"],
+)
+async def test_an_upstream_that_answered_no_json_rpc_is_taken_for_legacy_with_a_warning(found, level):
+    # A plain web server (an HTML page, a 404) says nothing of an era: legacy is a guess, and the
+    # operator is told it may not be an MCP endpoint at all.
+    detector = detector_with(FakeProbe(found))
+    with structlog.testing.capture_logs() as logs:
+        async with asyncio.timeout(WAIT):
+            assert await detector.current() is found.era
+    [event] = [e for e in logs if e["event"] == "upstream_era_detected"]
+    assert event["log_level"] == level
+    assert ("MCP endpoint" in event.get("reason", "")) is (level == "warning")
+
+
+@pytest.mark.parametrize("configured", [Era.MODERN.value, Era.LEGACY.value])
+async def test_a_configured_era_the_upstream_contradicts_is_a_mismatch_until_confirmed(configured):
+    detector = detector_with(FakeProbe(), configured)
+    assert detector.mismatch is None
+    with structlog.testing.capture_logs() as logs:
+        detector.suspect("initialize refused by a 2026-07-28 server")
+        detector.suspect("again")
+    assert detector.mismatch is not None and f"upstream.era is {configured}" in detector.mismatch
+    assert [e["event"] for e in logs] == ["upstream_era_mismatch"]  # once, not at every answer
+    detector.confirm()
+    assert detector.mismatch is None
+
+
+def test_only_a_json_rpc_answer_counts_as_an_answer():
+    assert era_from_reply(None).answered is False
+    assert era_from_reply({"jsonrpc": "2.0", "id": 1, "error": {"code": -32600, "message": "no session"}}).answered

@@ -125,7 +125,7 @@ LEGACY_REPLIES = [
 
 @pytest.mark.parametrize("reply", LEGACY_REPLIES)
 def test_anything_but_a_discover_result_or_a_recognized_modern_error_means_legacy(reply):
-    assert era_from_reply(reply) == Detected(Era.LEGACY, None)
+    assert era_from_reply(reply) == Detected(Era.LEGACY, None, answered=reply is not None)
 
 
 @pytest.mark.parametrize("code", [-32700, -32600, -32601, -32602, -32603, -32000, -32002, -32099, -1, 0, 1, 404])
