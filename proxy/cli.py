@@ -11,6 +11,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import sys
 import tempfile
 from collections.abc import Callable, Coroutine, Sequence
@@ -127,10 +128,12 @@ async def serve(
     for signum in (signal.SIGINT, signal.SIGTERM):
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(signum, stop.set)
+    _check_bindable(settings)  # a port in use is said before anything reaches the upstream
     settings = await detect_sse_upstream(settings)  # a 2024-11-05 HTTP+SSE server behind upstream.url
     app, admin_app = create_app(settings)
     internal_app = app.get(INTERNAL)
     runners: list[web.AppRunner] = []
+    listening = False
     listeners = (
         (app, settings.listen),
         (internal_app, settings.replicas.internal_listen),  # replays from other replicas only
@@ -157,6 +160,7 @@ async def serve(
                     address=bound_address(runner),
                     hint="set auth.mode: resource_server with auth.issuers, or keep the upstream's own OAuth",
                 )
+        listening = True
         _tune_gc()
         if on_started is not None:
             on_started()
@@ -176,7 +180,25 @@ async def serve(
         # separate admin listener last, so readiness can be seen failing meanwhile.
         for started in runners:
             await started.cleanup()
-        log.info("stopped")
+        if listening:  # a start that failed says so itself (cannot_start), nothing stopped
+            log.info("stopped")
+
+
+def _check_bindable(settings: Settings) -> None:
+    """Each configured address can be bound now (OSError, as binding it would, if not). Asked
+    first, so a port in use is the first thing said, before any upstream probe; the listeners bind
+    for real later (a port taken in between still fails there). Port 0 and the port workers share
+    (SO_REUSEPORT) are not asked."""
+    for address in (settings.listen, settings.replicas.internal_listen, settings.admin_listen):
+        if address is None:
+            continue
+        host, port = parse_listen(address)
+        if port == 0 or (settings.workers > 1 and address == settings.listen):
+            continue
+        family, kind, proto, _, sockaddr = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+        with socket.socket(family, kind, proto) as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind(sockaddr)
 
 
 def bound_address(runner: web.AppRunner) -> str:

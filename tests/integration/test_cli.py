@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import http.server
 import json
 import os
 import socket
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -253,3 +255,36 @@ async def test_the_command_line_starts_the_internal_listener_beside_the_public_o
         proc.terminate()
         async with asyncio.timeout(30):
             await proc.wait()
+
+
+def test_a_port_in_use_is_said_at_once_before_the_upstream_is_probed_and_nothing_claims_to_stop() -> None:
+    seen: list[str] = []
+
+    class Recorder(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            seen.append(self.path)
+            self.send_response(404)
+            self.end_headers()
+
+        do_GET = do_POST
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    upstream = http.server.HTTPServer(("127.0.0.1", 0), Recorder)
+    threading.Thread(target=upstream.serve_forever, daemon=True).start()
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        try:
+            done = run_cli(
+                "--upstream", f"http://127.0.0.1:{upstream.server_port}/mcp", "--listen", f"127.0.0.1:{port}"
+            )
+        finally:
+            upstream.shutdown()
+            upstream.server_close()
+    assert done.returncode == 1
+    assert "cannot_start" in done.stderr + done.stdout and "in use" in done.stderr + done.stdout
+    assert "stopped" not in done.stderr + done.stdout
+    assert seen == []  # the upstream heard nothing of a proxy that could not start
