@@ -331,6 +331,8 @@ def create_app(
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         await watcher.close()
+        await detector.close()  # an era probe still running (a stdio server starting)
+        await admin.close()  # and a readiness probe
         if legacy_tasks is not None:
             await legacy_tasks.close()  # tasks still running fail ("the proxy shut down")
         for host in hosts:

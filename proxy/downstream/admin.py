@@ -32,6 +32,10 @@ class Admin:
         self._upstream_era = upstream_era
         # Why the upstream cannot serve the configured era (EraDetector.mismatch), if it cannot.
         self._era_problem = era_problem
+        # The readiness probe running, owned here: a poll that stops waiting (its timeout) leaves
+        # it running and the next poll waits for it. Cancelling it would kill what it was starting
+        # (a stdio server on a cold `npx` cache), and each poll would start another.
+        self._probing: asyncio.Future[object] | None = None
         self.draining = False
 
     async def healthz(self, request: web.Request) -> web.Response:
@@ -45,10 +49,16 @@ class Admin:
         # An upstream that answers, but not in the configured era, is no more ready than one that
         # does not: the probe runs then too, and only a probe of that era clears it.
         if (not fresh or self._era_problem() is not None) and not self.draining:
+            probing = self._probing
+            if probing is None or probing.done():
+                probing = self._probing = asyncio.ensure_future(self._probe())
+                probing.add_done_callback(_retrieved)
             try:
                 async with asyncio.timeout(self._settings.readiness.probe_timeout_s):
-                    await self._probe()
+                    await asyncio.shield(probing)
                 fresh = True
+            except TimeoutError:
+                error = "the upstream has not answered the readiness probe yet (still starting?)"
             except Exception as exc:
                 error = str(exc) or exc.__class__.__name__
         problem = self._era_problem()
@@ -62,6 +72,19 @@ class Admin:
             body["draining"] = True
         return json_response(body, 200 if ready else 503)
 
+    async def close(self) -> None:
+        """Shutdown: a readiness probe still running is stopped."""
+        probing, self._probing = self._probing, None
+        if probing is not None and not probing.done():
+            probing.cancel()
+            await asyncio.gather(probing, return_exceptions=True)
+
     async def metrics(self, request: web.Request) -> web.Response:
         body = generate_latest(self._metrics.registry)
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+
+def _retrieved(probing: asyncio.Future[object]) -> None:
+    """A probe whose polls all stopped waiting: its outcome is read (and dropped) here."""
+    if not probing.cancelled():
+        probing.exception()

@@ -30,6 +30,7 @@ class EraDetector:
         self._detected: Detected | None = None if configured == "auto" else Detected(Era(configured), None)
         self._last: Era | None = self._detected.era if self._detected is not None else None  # survives suspect()
         self._lock = asyncio.Lock()
+        self._probing: asyncio.Future[Detected] | None = None  # the probe running, owned here
         self.probed_at: float | None = None
         self.on_change: Callable[[Era], None] = lambda era: None
         # With a configured era: why the upstream seems to speak the other one (readiness says so).
@@ -49,27 +50,48 @@ class EraDetector:
     async def current(self, credentials: Mapping[str, str] = _NO_CREDENTIALS) -> Era:
         """The era, probing with `credentials` (the caller's Authorization, when it may go upstream)
         if it is not known; an upstream that refuses them raises its UpstreamHTTPError (401/403),
-        nothing cached, so the client authenticates and the next request probes again."""
+        nothing cached, so the client authenticates and the next request probes again.
+
+        The probe is the detector's own task: a caller that stops waiting (a readiness poll's
+        timeout) leaves it running, and the next caller waits for that one. Cancelling it would
+        kill a stdio server still starting (`npx` installing) and start another at the next poll."""
         detected = self._detected
         if detected is not None:
             return detected.era
         async with self._lock:
             if self._detected is None:
-                found = await self._probe(credentials)
-                previous, self._last = self._last, found.era
-                self._detected, self.probed_at = found, self._clock()
-                if found.answered:
-                    log.info("upstream_era_detected", era=found.era.value, version=found.version)
-                else:
-                    log.warning(
-                        "upstream_era_detected",
-                        era=found.era.value,
-                        version=None,
-                        reason="no JSON-RPC answer to the era probe: taken for legacy; is it an MCP endpoint?",
-                    )
-                if found.era != previous:
-                    self.on_change(found.era)
+                probing = self._probing
+                if probing is None or probing.done():
+                    probing = self._probing = asyncio.ensure_future(self._probe(credentials))
+                    probing.add_done_callback(self._probed)
+                await asyncio.shield(probing)
+            assert self._detected is not None  # set by _probed when the probe succeeded
             return self._detected.era
+
+    def _probed(self, probing: asyncio.Future[Detected]) -> None:
+        if probing.cancelled() or probing.exception() is not None:
+            return  # raised to its callers (if any still wait); the next call probes again
+        found = probing.result()
+        previous, self._last = self._last, found.era
+        self._detected, self.probed_at = found, self._clock()
+        if found.answered:
+            log.info("upstream_era_detected", era=found.era.value, version=found.version)
+        else:
+            log.warning(
+                "upstream_era_detected",
+                era=found.era.value,
+                version=None,
+                reason="no JSON-RPC answer to the era probe: taken for legacy; is it an MCP endpoint?",
+            )
+        if found.era != previous:
+            self.on_change(found.era)
+
+    async def close(self) -> None:
+        """Shutdown: a probe still running is stopped (and its stdio server with it)."""
+        probing, self._probing = self._probing, None
+        if probing is not None and not probing.done():
+            probing.cancel()
+            await asyncio.gather(probing, return_exceptions=True)
 
     def suspect(self, reason: str) -> None:
         """An answer did not fit the era: detected, probe again before the next request; configured,

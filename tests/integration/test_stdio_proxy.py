@@ -202,3 +202,32 @@ async def test_a_sessions_process_idle_past_process_idle_s_is_stopped_sooner_tha
     assert await gone(idle)
     assert await pid_of(used) == used_pid
     assert proxy.processes() == 1
+
+
+async def test_readiness_polls_during_a_slow_start_wait_for_the_one_probe_instead_of_restarting_the_server(
+    make_proxy: MakeProxy, tmp_path: Path
+):
+    """`npx -y some-server` on a cold cache takes seconds before it reads stdin. A /readyz poll that
+    gave up (its own probe timeout) used to cancel the era probe, killing the server, and the next
+    poll started another: now the polls are answered (503) within their bound, the probe goes on,
+    and one process probes, one serves."""
+    starts = tmp_path / "starts"
+    proxy = await make_proxy(
+        [sys.executable, str(SERVER)],
+        **{
+            "upstream.era": "auto",
+            "upstream.env": {"STDIO_SERVER_START_DELAY_S": "2", "STDIO_SERVER_STARTS": str(starts)},
+            "readiness.probe_timeout_s": 0.3,
+        },
+    )
+    statuses = []
+    async with asyncio.timeout(WAIT * 2):
+        while not statuses or statuses[-1] != 200:
+            response = await proxy.client.get("/readyz")
+            statuses.append(response.status)
+            if response.status != 200:
+                await asyncio.sleep(0.2)  # a poller's interval
+    assert statuses[0] == 503 and statuses[-1] == 200, statuses
+    started = starts.read_text().split()
+    # The era probe's process, then the pooled session's (legacy: a process per session).
+    assert len(started) <= 2, (len(started), statuses)

@@ -14,8 +14,9 @@ $STDIO_SERVER_FAULT makes the whole process misbehave, for fault injection: `gar
 every line with lines that are not JSON-RPC), `exit` (exits 3 at once), `hang` (reads, never
 answers), `crash_on_call` (exits 4 on any tools/call).
 
-Each process appends its pid to $STDIO_SERVER_STARTS (a file) when that is set, and exits 0 at
-the end of its input.
+Each process appends its pid to $STDIO_SERVER_STARTS (a file) when that is set, waits
+$STDIO_SERVER_START_DELAY_S seconds before reading anything (a slow start), and exits 0 at the end
+of its input.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 
 LEGACY = ("2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25")
 MODERN = "2026-07-28"
@@ -58,6 +60,8 @@ def main() -> None:
             record.write(f"{os.getpid()}\n")
     if FAULT == "exit":
         sys.exit(3)
+    # A server that takes this long to start (as `npx` installing a package does): reads nothing before.
+    time.sleep(float(os.environ.get("STDIO_SERVER_START_DELAY_S", "0")))
     held: dict = {}  # the ids of `hold` calls in flight
     for line in sys.stdin:
         if FAULT == "garbage":

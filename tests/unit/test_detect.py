@@ -243,3 +243,30 @@ async def test_a_configured_era_the_upstream_contradicts_is_a_mismatch_until_con
 def test_only_a_json_rpc_answer_counts_as_an_answer():
     assert era_from_reply(None).answered is False
     assert era_from_reply({"jsonrpc": "2.0", "id": 1, "error": {"code": -32600, "message": "no session"}}).answered
+
+
+async def test_a_caller_that_stops_waiting_leaves_the_probe_running_for_the_next_one():
+    """A readiness poll gives up after its own timeout: the probe (a stdio server that takes long
+    to start) goes on, and the next caller gets its answer without starting another."""
+    probe = FakeProbe(LEGACY, hold=True)
+    detector = detector_with(probe)
+    impatient = asyncio.ensure_future(detector.current())
+    async with asyncio.timeout(WAIT):
+        await probe.started.wait()
+    impatient.cancel()
+    await asyncio.gather(impatient, return_exceptions=True)
+    probe.release.set()
+    async with asyncio.timeout(WAIT):
+        assert await detector.current() is Era.LEGACY
+    assert probe.calls == 1
+
+
+async def test_closing_the_detector_stops_a_probe_still_running():
+    probe = FakeProbe(LEGACY, hold=True)
+    detector = detector_with(probe)
+    waiting = asyncio.ensure_future(detector.current())
+    async with asyncio.timeout(WAIT):
+        await probe.started.wait()
+        await detector.close()
+        with pytest.raises(asyncio.CancelledError):
+            await waiting
