@@ -1,53 +1,100 @@
 #!/usr/bin/env bash
-# Starts the proxy at http://127.0.0.1:8080/mcp in front of a working example upstream: a
-# modern-only (2026-07-28) MCP server built on mcp==2.3.0, on 127.0.0.1:3000. Point any
-# legacy MCP client (e.g. one built on mcp 1.x) at the proxy. Ctrl-C (or SIGTERM to this
-# script) stops both.
-#   PROXY_LISTEN=127.0.0.1:8080 UPSTREAM_PORT=3000 bash scripts/demo.sh
+# Starts the proxy in front of a working example upstream: a modern-only (2026-07-28) MCP server
+# built on mcp==2.3.0. Point any MCP client, legacy (one built on mcp 1.x) or 2026-07-28, at the
+# URL it prints last. Ctrl-C (or SIGTERM to this script) stops both.
+#
+#   bash scripts/demo.sh [--listen HOST:PORT] [--upstream-port PORT] [proxy flags...]
+#
+# --listen (or PROXY_LISTEN): where the proxy listens, default 127.0.0.1:8080.
+# --upstream-port (or UPSTREAM_PORT): the example server's port on 127.0.0.1, default 3000.
+# Other flags go to the proxy (`--log-level debug`, ...). The example server's output goes to
+# $ERA_PROXY_TEST_CACHE/demo-upstream.log (default ~/.cache/mcp-era-proxy).
 . "$(dirname "$0")/lib.sh"
-project_venv
-peer_venv mcp2 "mcp==2.3.0"
+LISTEN="${PROXY_LISTEN:-127.0.0.1:8080}"
 UPSTREAM_PORT="${UPSTREAM_PORT:-3000}"
+PROXY_ARGS=()
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --listen) LISTEN="${2:?--listen needs HOST:PORT}"; shift 2 ;;
+    --listen=*) LISTEN="${1#*=}"; shift ;;
+    --upstream-port) UPSTREAM_PORT="${2:?--upstream-port needs a port}"; shift 2 ;;
+    --upstream-port=*) UPSTREAM_PORT="${1#*=}"; shift ;;
+    *) PROXY_ARGS+=("$1"); shift ;;
+  esac
+done
+say() { echo "demo: $*" >&2; }
+
+# Only what the demo runs: the proxy itself (not the test extras) and the example server's SDK.
+project_venv_ready runtime || say "installing mcp-era-proxy into $REPO/.venv (first run only, about half a minute)"
+project_venv runtime
+[ -x "$CACHE/venvs/mcp2/bin/python" ] || say "installing the example server's SDK, mcp==2.3.0, into $CACHE/venvs/mcp2 (first run only)"
+peer_venv mcp2 "mcp==2.3.0"
 
 listened() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 
 # Whatever already listens there would be taken for the example upstream: the proxy would start
 # in front of a foreign server (the example's own bind fails a moment later, in its log only).
 if listened "$UPSTREAM_PORT"; then
-  echo "demo: 127.0.0.1:$UPSTREAM_PORT is already in use; choose a free port for the example upstream" \
-    "with UPSTREAM_PORT=..." >&2
+  say "127.0.0.1:$UPSTREAM_PORT is already in use; choose a free port for the example upstream" \
+    "with --upstream-port PORT (or UPSTREAM_PORT=...)"
   exit 1
 fi
 
 # Children are stopped by PID (SIGTERM, then waited for: the proxy drains before it exits). The
 # proxy runs in the background and the script waits for it, because bash runs a trap only once
 # the foreground command has ended: a SIGTERM to the script would otherwise orphan it.
+# The last started first: the proxy answers its calls in flight (its shutdown grace) while the
+# example server still serves them, then the server stops.
 CHILDREN=()
 stop_children() {
   trap - EXIT INT TERM
-  local pid
-  for pid in "${CHILDREN[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
-  for pid in "${CHILDREN[@]}"; do wait "$pid" 2>/dev/null || true; done
+  local i pid
+  for ((i = ${#CHILDREN[@]} - 1; i >= 0; i--)); do
+    pid="${CHILDREN[$i]}"
+    kill -TERM "$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
+  done
 }
 trap stop_children EXIT
 trap 'stop_children; exit 130' INT
 trap 'stop_children; exit 143' TERM
 
-"$CACHE/venvs/mcp2/bin/python" "$REPO/tests/e2e/peers/modern_server.py" --port "$UPSTREAM_PORT" >&2 &
+# The example server in a session of its own: a terminal's Ctrl-C (SIGINT to the whole foreground
+# group) does not reach it, the trap above stops it with SIGTERM, and nothing of it (its own
+# "READY" line, a traceback) mixes with the demo's output.
+UPSTREAM_LOG="$CACHE/demo-upstream.log"
+mkdir -p "$CACHE"
+setsid "$CACHE/venvs/mcp2/bin/python" "$REPO/tests/e2e/peers/modern_server.py" --port "$UPSTREAM_PORT" \
+  > "$UPSTREAM_LOG" 2>&1 < /dev/null &
 SERVER=$!
 CHILDREN+=("$SERVER")
 for _ in $(seq 100); do
-  kill -0 "$SERVER" 2>/dev/null || { echo "demo: the example upstream exited before listening" >&2; exit 1; }
+  kill -0 "$SERVER" 2>/dev/null || break
   listened "$UPSTREAM_PORT" && break
   sleep 0.1
 done
 if ! kill -0 "$SERVER" 2>/dev/null || ! listened "$UPSTREAM_PORT"; then
-  echo "demo: the example upstream is not listening on 127.0.0.1:$UPSTREAM_PORT" >&2
+  say "the example upstream is not listening on 127.0.0.1:$UPSTREAM_PORT; its log ($UPSTREAM_LOG) ends:"
+  tail -n 20 "$UPSTREAM_LOG" >&2
   exit 1
 fi
 
-"$REPO/.venv/bin/mcp-era-proxy" --upstream "http://127.0.0.1:$UPSTREAM_PORT/mcp" \
-  --listen "${PROXY_LISTEN:-127.0.0.1:8080}" --log-format console "$@" &
+# A short shutdown grace: a Ctrl-C with a call in flight ends the demo in 2 s, not 20.
+MCP_ERA_PROXY_SHUTDOWN__GRACE_S="${MCP_ERA_PROXY_SHUTDOWN__GRACE_S:-2}" \
+  "$REPO/.venv/bin/mcp-era-proxy" --upstream "http://127.0.0.1:$UPSTREAM_PORT/mcp" \
+  --listen "$LISTEN" --log-format console ${PROXY_ARGS[@]+"${PROXY_ARGS[@]}"} &
 PROXY=$!
 CHILDREN+=("$PROXY")
+PROXY_PORT="${LISTEN##*:}"
+for _ in $(seq 300); do
+  kill -0 "$PROXY" 2>/dev/null || break
+  listened "$PROXY_PORT" && break
+  sleep 0.1
+done
+if kill -0 "$PROXY" 2>/dev/null && listened "$PROXY_PORT"; then
+  # Last and plain: the one thing to use.
+  echo
+  echo "Ready. Point an MCP client (legacy or 2026-07-28) at:  http://$LISTEN/mcp"
+  echo "(the example server behind it: http://127.0.0.1:$UPSTREAM_PORT/mcp, 2026-07-28 only; Ctrl-C stops both)"
+fi
 wait "$PROXY"

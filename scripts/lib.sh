@@ -7,16 +7,34 @@ REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 CACHE="${ERA_PROXY_TEST_CACHE:-$HOME/.cache/mcp-era-proxy}"
 PYTHON="${PYTHON:-python3}"
 
-# The project's own virtualenv (.venv), with the test extras; created on first use.
-project_venv() {
+# The project's own virtualenv (.venv); created on first use. With the test extras by default;
+# `project_venv runtime` installs only what the proxy itself needs (the demo), and a later call
+# that wants the extras adds them.
+project_venv() {  # [runtime]
+  local want="${1:-dev}" spec="$REPO[dev]"
+  [ "$want" = runtime ] && spec="$REPO"
   if [ ! -x "$REPO/.venv/bin/python" ]; then
     "$PYTHON" -m venv "$REPO/.venv"
     "$REPO/.venv/bin/pip" install -q --upgrade pip >&2
   fi
-  if ! cmp -s "$REPO/pyproject.toml" "$REPO/.venv/.installed-pyproject" 2>/dev/null; then
-    "$REPO/.venv/bin/pip" install -q -e "$REPO[dev]" >&2
+  # Installed for this pyproject.toml, with at least what is wanted (dev includes runtime)?
+  local installed
+  installed="$(cat "$REPO/.venv/.installed-extras" 2>/dev/null || true)"
+  if ! cmp -s "$REPO/pyproject.toml" "$REPO/.venv/.installed-pyproject" 2>/dev/null \
+     || { [ "$want" = dev ] && [ "$installed" != dev ]; }; then
+    [ "$installed" = dev ] && [ "$want" = runtime ] && spec="$REPO[dev]" && want=dev  # keep the extras
+    "$REPO/.venv/bin/pip" install -q -e "$spec" >&2
     cp "$REPO/pyproject.toml" "$REPO/.venv/.installed-pyproject"
+    echo "$want" > "$REPO/.venv/.installed-extras"
   fi
+}
+
+# Whether project_venv has anything to install (the demo says so before the wait).
+project_venv_ready() {  # [runtime]
+  local want="${1:-dev}" installed
+  installed="$(cat "$REPO/.venv/.installed-extras" 2>/dev/null || true)"
+  [ -x "$REPO/.venv/bin/python" ] && cmp -s "$REPO/pyproject.toml" "$REPO/.venv/.installed-pyproject" 2>/dev/null \
+    && { [ "$want" = runtime ] || [ "$installed" = dev ]; }
 }
 
 # A test- or tool-only virtualenv ($CACHE/venvs/<name>) holding pinned PyPI packages (never a

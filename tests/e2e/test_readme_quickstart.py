@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -13,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.procs import PortTaken, Process, reserved_port
-from tests.support.sdk_drivers import run_legacy_client
+from tests.support.sdk_drivers import finished, legacy_client_argv, run_legacy_client, started, until_progress
 
 from .test_stdio_supervision import alive, descendants
 
@@ -111,3 +112,25 @@ def test_a_signal_to_the_demo_script_stops_the_proxy_and_the_example_upstream(
         for pid in children:  # failed: leave no orphan behind
             if alive(pid):
                 os.kill(pid, signal.SIGKILL)
+
+
+def test_a_terminals_ctrl_c_with_a_call_in_flight_ends_the_demo_cleanly(logs_dir: Path) -> None:
+    """Ctrl-C in a terminal is SIGINT to the whole foreground group: the example server printed a
+    50-line traceback, and the client's call was cut without an answer. Now the server is outside
+    that group (stopped by the script), the client gets the proxy's shutdown error, and the URL to
+    use was printed plainly."""
+    with demo(logs_dir / "demo-ctrl-c.log") as (script, proxy_port, _):
+        driver = started(
+            legacy_client_argv(
+                f"http://127.0.0.1:{proxy_port}/mcp", "progress", {"tool": "slow", "arguments": {"seconds": 30}}, 60.0
+            )
+        )
+        until_progress(driver, 30.0)
+        os.killpg(script.proc.pid, signal.SIGINT)  # the terminal's Ctrl-C: the script's whole group
+        assert script.proc.wait(timeout=60) == 130
+        observed = finished(driver, 30.0)
+        output = script.output()
+    assert "Traceback" not in output, output[-3000:]
+    assert f"Ready. Point an MCP client (legacy or 2026-07-28) at:  http://127.0.0.1:{proxy_port}/mcp" in output
+    assert "READY http" not in output  # the example server's own line, with the wrong URL
+    assert "-32014" in json.dumps(observed.get("error")), observed
