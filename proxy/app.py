@@ -17,6 +17,7 @@ from .auth.discovery import WELL_KNOWN_AUTHORIZATION_SERVER, WELL_KNOWN_OPENID, 
 from .auth.identity import Identifier
 from .auth.tokens import TokenVerifier
 from .cache import ResponseCache
+from .clients import ClientReport
 from .config import Settings
 from .downstream.admin import Admin
 from .downstream.guard import Guard, allowing, method_not_allowed, not_found, safe
@@ -226,6 +227,7 @@ def create_app(
     if settings.auth.issuers:
         verifier = TokenVerifier(settings.auth, issuer_metadata=discovery.issuer_metadata)
     identifier = Identifier(settings, verifier, discovery.public_resource, metrics)
+    clients = ClientReport(settings.clients.max_tracked, metrics)
     endpoint = McpEndpoint(
         settings,
         metrics,
@@ -238,6 +240,7 @@ def create_app(
         identifier=identifier,
         tracing=tracing,
         tasks=legacy_tasks,
+        clients=clients,
     )
 
     async def ready() -> None:
@@ -261,6 +264,7 @@ def create_app(
         probe=ready,
         upstream_era=lambda: detector.era.value if detector.era is not None else "unknown",
         era_problem=lambda: detector.mismatch,
+        clients=clients,
     )
 
     app = web.Application(client_max_size=settings.security.max_body_bytes)
@@ -304,6 +308,7 @@ def create_app(
     admin_app.router.add_get("/healthz", safe(admin.healthz))
     admin_app.router.add_get("/readyz", safe(admin.readyz))
     admin_app.router.add_get("/metrics", safe(admin.metrics))
+    admin_app.router.add_get("/clients", safe(admin.clients))
     for application in {id(app): app, id(admin_app): admin_app}.values():
         application.router.add_route("*", "/{tail:.*}", safe(not_found))  # JSON, never aiohttp's text page
     if settings.replicas.internal_listen is not None:

@@ -583,6 +583,18 @@ class ReadinessConfig(_Section):
     probe_timeout_s: float = Field(3.0, gt=0)
 
 
+class ClientsConfig(_Section):
+    """The migration report: who speaks which protocol (GET /clients, the status page, a metric)."""
+
+    max_tracked: int = Field(
+        100,
+        ge=1,
+        le=10_000,
+        description="Distinct clients (clientInfo name and version, protocol version, era) kept in the report "
+        "and labelled in mcp_era_proxy_client_requests_total; later ones share the row and label `other`.",
+    )
+
+
 class LoggingConfig(_Section):
     level: Literal["debug", "info", "warning", "error"] = "info"
     format: Literal["json", "console"] = "json"
@@ -615,6 +627,7 @@ class Settings(BaseSettings):
     streams: StreamsConfig = StreamsConfig()
     cache: CacheConfig = CacheConfig()
     readiness: ReadinessConfig = ReadinessConfig()
+    clients: ClientsConfig = ClientsConfig()
     shutdown: ShutdownConfig = ShutdownConfig()
     logging: LoggingConfig = LoggingConfig()
     store: StoreConfig = StoreConfig()

@@ -179,6 +179,13 @@ class Metrics:
             ["op", "kind"],
             registry=r,
         )
+        self.client_requests = Counter(
+            PREFIX + "client_requests",
+            "Downstream requests by client (clientInfo name and version, cut to a bounded form; past "
+            "clients.max_tracked distinct clients, `other`), protocol version and era: who still speaks legacy.",
+            ["client", "client_version", "protocol_version", "era"],
+            registry=r,
+        )
         self.streams_resumed = Counter(
             PREFIX + "streams_resumed_total",
             "Legacy POST streams a client resumed (GET + Last-Event-ID); lost: the request had ended.",

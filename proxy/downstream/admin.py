@@ -1,4 +1,5 @@
-"""Operational endpoints: /healthz (process alive), /readyz (upstream answered recently), /metrics."""
+"""Operational endpoints: /healthz (process alive), /readyz (upstream answered recently), /metrics,
+/clients (the migration report)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from collections.abc import Awaitable, Callable
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from ..clients import ClientReport
 from ..config import Settings
 from ..metrics import Metrics
 from .sse import json_response
@@ -24,6 +26,7 @@ class Admin:
         probe: Callable[[], Awaitable[object]],
         upstream_era: Callable[[], str],
         era_problem: Callable[[], str | None] = lambda: None,
+        clients: ClientReport | None = None,
     ) -> None:
         self._settings = settings
         self._metrics = metrics
@@ -32,6 +35,7 @@ class Admin:
         self._upstream_era = upstream_era
         # Why the upstream cannot serve the configured era (EraDetector.mismatch), if it cannot.
         self._era_problem = era_problem
+        self._clients = clients
         # The readiness probe running, owned here: a poll that stops waiting (its timeout) leaves
         # it running and the next poll waits for it. Cancelling it would kill what it was starting
         # (a stdio server on a cold `npx` cache), and each poll would start another.
@@ -71,6 +75,11 @@ class Admin:
         if self.draining:
             body["draining"] = True
         return json_response(body, 200 if ready else 503)
+
+    async def clients(self, request: web.Request) -> web.Response:
+        """The migration report (proxy/clients.py): who speaks which protocol, this replica's share."""
+        rows = self._clients.rows() if self._clients is not None else []
+        return json_response({"clients": rows, "maxTracked": self._settings.clients.max_tracked})
 
     async def close(self) -> None:
         """Shutdown: a readiness probe still running is stopped."""

@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections import OrderedDict
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from typing import Any
 
@@ -18,10 +19,12 @@ import structlog
 from aiohttp import web
 
 from ..auth.identity import Identifier, Identity
+from ..clients import ClientReport, Sighting
 from ..config import Settings
 from ..errors import ProxyError, session_not_found
 from ..metrics import Metrics, RequestMetrics, method_label
 from ..protocol import client_checks, jsonrpc, meta
+from ..protocol import task_extension as te
 from ..protocol.classify import SESSIONLESS, Route, classify_post
 from ..protocol.headers import PROTOCOL_VERSION_HEADER, SESSION_HEADER
 from ..protocol.methods import CACHEABLE_METHODS, CORE_CLIENT_NOTIFICATIONS
@@ -76,8 +79,13 @@ class McpEndpoint:
         identifier: Identifier | None = None,
         tracing: Tracing = NO_TRACING,
         tasks: LegacyTaskHost | None = None,
+        clients: ClientReport | None = None,
     ) -> None:
         self._settings = settings
+        # Who speaks which protocol (proxy/clients.py); legacy sessions relayed byte for byte are
+        # the upstream's, so their client is remembered here by the session id it handed out.
+        self._clients = clients if clients is not None else ClientReport(settings.clients.max_tracked, metrics)
+        self._byte_sessions: OrderedDict[str, tuple[object, object]] = OrderedDict()
         self._tasks = tasks  # hosted tasks: a modern client's answer or cancel goes where its task runs
         self._tracing = tracing  # one span per request, parented on its trace context (tracing.py)
         self._identifier = identifier or Identifier(settings, None)
@@ -256,7 +264,9 @@ class McpEndpoint:
         if host is None:  # legacy client, legacy HTTP upstream: the upstream's own session
             if any(jsonrpc.kind(item) == "invalid" for item in (body if isinstance(body, list) else [body])):
                 raise ProxyError(jsonrpc.INVALID_REQUEST, "not a valid JSON-RPC 2.0 message", refused=True)
-            return await self._bytes(request, "POST", raw, record, legacy=True, message=body)
+            response = await self._bytes(request, "POST", raw, record, legacy=True, message=body)
+            self._byte_session_sighting(record, body, session_id, response)
+            return response
         if route is Route.LEGACY_SESSIONLESS:
             raise ProxyError.rejected(SESSIONLESS)
         caller = await self._caller(request)
@@ -265,6 +275,7 @@ class McpEndpoint:
         assert session_id is not None  # session-less legacy messages were refused above
         session = await self._session(request, host, session_id, caller)
         record.session = session.id
+        record.sighting = _legacy_sighting(body, session.client_info, session.legacy_version)
         if route is Route.LEGACY_BATCH:
             return await self._batch(request, host, session, body, caller, record)
         return await self._legacy_message(request, host, session, body, caller, record, raw)
@@ -284,6 +295,14 @@ class McpEndpoint:
             record.error_code = exc.code
             return error_reply(exc, Era.LEGACY, body["id"])
         record.session = session_id
+        params = jsonrpc.params_of(body)
+        record.sighting = Sighting(
+            params.get("clientInfo"),
+            result.get("protocolVersion"),
+            "legacy",
+            opened_session=True,
+            extensions=_extension_ids(params.get("capabilities")),
+        )
         return json_response(jsonrpc.result_response(body["id"], result), headers={SESSION_HEADER: session_id})
 
     async def _session(self, request: web.BaseRequest, host: Host, session_id: str, caller: Caller) -> LegacySession:
@@ -474,6 +493,16 @@ class McpEndpoint:
         checked = validate_request(body, header_view(request.headers.items()))
         if isinstance(checked, Rejection):
             raise ProxyError.rejected(checked)
+        params = jsonrpc.params_of(body)
+        record.sighting = Sighting(
+            checked.client_info,
+            checked.version,
+            "modern",
+            input_round="inputResponses" in params,
+            listen=checked.method == "subscriptions/listen",
+            task=checked.method.startswith("tasks/") or te.declared(checked.capabilities),
+            extensions=_extension_ids(checked.capabilities),
+        )
         route = self._router[era]
         if route.modern_bytes and checked.method not in CACHEABLE_METHODS and checked.method != "subscriptions/listen":
             return await self._bytes(request, "POST", raw, record, legacy=False, message=body)
@@ -695,8 +724,31 @@ class McpEndpoint:
 
     # ------------------------------------------------------------ observability
 
+    def _byte_session_sighting(
+        self, record: _Record, body: Any, session_id: str | None, response: web.StreamResponse
+    ) -> None:
+        """A legacy client of a legacy HTTP server: its initialize names it; the session id the
+        server handed out names it afterwards (bounded: the oldest sessions are forgotten)."""
+        if isinstance(body, dict) and body.get("method") == "initialize":
+            params = jsonrpc.params_of(body)
+            client = (params.get("clientInfo"), params.get("protocolVersion"))
+            handed_out = response.headers.get(SESSION_HEADER)
+            if handed_out:
+                self._byte_sessions[handed_out] = client
+                while len(self._byte_sessions) > _BYTE_SESSIONS_KEPT:
+                    self._byte_sessions.popitem(last=False)
+            caps = params.get("capabilities")
+            record.sighting = Sighting(*client, "legacy", opened_session=True, extensions=_extension_ids(caps))
+            return
+        known = self._byte_sessions.get(session_id) if session_id is not None else None
+        if known is not None:
+            self._byte_sessions.move_to_end(session_id)  # type: ignore[arg-type]
+            record.sighting = _legacy_sighting(body, *known)
+
     def _observe(self, record: _Record, started: float) -> None:
         elapsed = time.perf_counter() - started
+        if record.sighting is not None:
+            self._clients.seen(record.sighting)
         record.span.finish(
             record.method, record.downstream_era, record.upstream_era, record.outcome, record.status, record.error_code
         )
@@ -727,6 +779,7 @@ class _Record:
         "outcome",
         "request_id",
         "session",
+        "sighting",
         "span",
         "status",
         "upstream_era",
@@ -742,6 +795,7 @@ class _Record:
         self.status = 200
         self.session: str | None = None
         self.request_id: Any = None
+        self.sighting: Sighting | None = None  # the client, for the migration report
 
 
 def _method_of(body: object) -> object:
@@ -788,3 +842,27 @@ def _forwarded(request: web.BaseRequest, credentials: dict[str, str], legacy: bo
         elif legacy and lowered == "last-event-id":
             headers[name] = value
     return headers
+
+
+_BYTE_SESSIONS_KEPT = 10_000  # legacy sessions of a legacy HTTP upstream whose client is known here
+_LISTENING = frozenset({"resources/subscribe"})
+
+
+def _extension_ids(capabilities: object) -> list[str]:
+    extensions = capabilities.get("extensions") if isinstance(capabilities, dict) else None
+    return [key for key in extensions if isinstance(key, str)] if isinstance(extensions, dict) else []
+
+
+def _legacy_sighting(body: Any, client_info: object, version: object) -> Sighting:
+    """A legacy client's message (or batch) in its session."""
+    items = body if isinstance(body, list) else [body]
+    first = items[0] if items and isinstance(items[0], dict) else {}
+    method = first.get("method")
+    return Sighting(
+        client_info,
+        version,
+        "legacy",
+        input_round=any(isinstance(i, dict) and "method" not in i for i in items),  # its answers
+        listen=method in _LISTENING,
+        task=(isinstance(method, str) and method.startswith("tasks/")) or "task" in jsonrpc.params_of(first),
+    )

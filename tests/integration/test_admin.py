@@ -7,6 +7,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.support.fake_modern import Call, FakeModern, Outcome, error
 from tests.support.legacy_peer import ACCEPT, initialize_message
+from tests.support.modern_peer import ModernPeer
 
 from .conftest import MakeProxy, Proxy, closed_port_url
 
@@ -95,6 +96,26 @@ async def test_without_a_store_the_store_up_series_is_absent_not_zero(proxy: Pro
     text = await (await proxy.client.get("/metrics")).text()
     assert "mcp_era_proxy_store_up" not in text
     assert "mcp_era_proxy_sessions_open" in text  # the exposition itself is there
+
+
+async def test_clients_names_each_client_with_its_version_protocol_version_era_and_counts(proxy: Proxy) -> None:
+    legacy = await proxy.connect()  # initialize (a session opened) + notifications/initialized
+    await legacy.request("tools/list")
+    await ModernPeer(proxy.client).request("server/discover")
+    response = await proxy.client.get("/clients")
+    assert response.status == 200
+    rows = {row["name"]: row for row in (await response.json())["clients"]}
+    old, new = rows["legacy-test-client"], rows["modern-test-client"]
+    assert (old["version"], old["protocolVersion"], old["era"]) == ("0.0.1", legacy.version, "legacy")
+    assert old["sessions"] == 1 and old["requests"] >= 2  # initialize and tools/list at least
+    assert (new["version"], new["protocolVersion"], new["era"], new["sessions"]) == ("0.0.1", "2026-07-28", "modern", 0)
+    text = await (await proxy.client.get("/metrics")).text()
+    series = samples(text, "mcp_era_proxy_client_requests_total")
+    labels = {(dict(k)["client"], dict(k)["protocol_version"], dict(k)["era"]) for k in series}
+    assert {
+        ("legacy-test-client", legacy.version, "legacy"),
+        ("modern-test-client", "2026-07-28", "modern"),
+    } <= (labels)
 
 
 async def test_metric_method_labels_stay_bounded(proxy: Proxy, fake: FakeModern) -> None:

@@ -1,0 +1,66 @@
+"""The migration report (proxy/clients.py): one bounded row per client, names cut to a safe form."""
+
+from __future__ import annotations
+
+from prometheus_client import generate_latest
+
+from proxy.clients import ClientReport, Sighting
+from proxy.metrics import Metrics
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_800_000_000.0
+
+    def __call__(self) -> float:
+        self.now += 1
+        return self.now
+
+
+def report(max_tracked: int = 100) -> tuple[ClientReport, Metrics]:
+    metrics = Metrics()
+    return ClientReport(max_tracked, metrics, clock=Clock()), metrics
+
+
+def test_each_client_is_one_row_with_its_counts_features_and_times():
+    clients, _ = report()
+    legacy = {"name": "claude-desktop", "version": "0.9.1"}
+    clients.seen(
+        Sighting(legacy, "2025-06-18", "legacy", opened_session=True, extensions=["io.modelcontextprotocol/ui"])
+    )
+    clients.seen(Sighting(legacy, "2025-06-18", "legacy", input_round=True))
+    clients.seen(Sighting({"name": "new-host", "version": "2.0"}, "2026-07-28", "modern", listen=True, task=True))
+    new, old = clients.rows()  # the most recently seen first
+    assert (new["name"], new["protocolVersion"], new["era"], new["features"]["listen"]) == (
+        "new-host", "2026-07-28", "modern", 1
+    )  # fmt: skip
+    assert old["name"] == "claude-desktop" and old["version"] == "0.9.1" and old["protocolVersion"] == "2025-06-18"
+    assert (old["requests"], old["sessions"], old["features"]["inputRounds"]) == (2, 1, 1)
+    assert old["features"]["extensions"] == ["io.modelcontextprotocol/ui"]
+    assert old["firstSeen"] < old["lastSeen"] and old["firstSeen"].endswith("Z")
+
+
+def test_ten_thousand_distinct_names_stay_within_the_bound_in_rows_and_in_the_metric():
+    clients, metrics = report(max_tracked=50)
+    for n in range(10_000):
+        clients.seen(Sighting({"name": f"client-{n}", "version": "1"}, "2025-11-25", "legacy"))
+    rows = clients.rows()
+    assert len(rows) == 51  # 50 named, then one `other`
+    other = [row for row in rows if row["name"] == "other"]
+    assert len(other) == 1 and other[0]["requests"] == 10_000 - 50
+    series = [line for line in generate_latest(metrics.registry).decode().splitlines()
+              if line.startswith("mcp_era_proxy_client_requests_total{")]  # fmt: skip
+    assert len(series) == 51
+
+
+def test_a_clients_strings_are_cut_to_a_safe_bounded_form_and_unknown_versions_say_other():
+    clients, metrics = report()
+    clients.seen(
+        Sighting({"name": '<script>alert("x")</script>' + "a" * 200, "version": "1\n2"}, "1999-01-01", "legacy")
+    )
+    clients.seen(Sighting(None, None, "modern"))
+    named, unnamed = clients.rows()[1], clients.rows()[0]
+    assert "<" not in named["name"] and '"' not in named["name"] and len(named["name"]) <= 64
+    assert named["version"] == "1_2" and named["protocolVersion"] == "other"
+    assert (unnamed["name"], unnamed["version"]) == ("unknown", "unknown")
+    assert "<script>" not in generate_latest(metrics.registry).decode()
