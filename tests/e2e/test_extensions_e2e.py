@@ -13,9 +13,7 @@ settings unchanged, and receives the host's notifications of an extension.
 from __future__ import annotations
 
 import json
-import os
 import secrets
-import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,10 +23,10 @@ import pytest
 
 from tests.support import peers
 from tests.support.procs import serving, wait_for
+from tests.support.sdk_drivers import run_node_host
 
 pytestmark = pytest.mark.e2e
 
-APPS_HOST = peers.PEER_SCRIPTS / "apps_host.cjs"
 UI = "io.modelcontextprotocol/ui"
 TASKS = "io.modelcontextprotocol/tasks"
 UI_HOST = {UI: {"mimeTypes": ["text/html;profile=mcp-app"]}, "com.example/trace": {"depth": {"max": 3}}}
@@ -61,17 +59,7 @@ def host(era: str, extensions: dict[str, Any] | None, **target: Any) -> dict[str
     """One run of the apps host of `era` (`url=...`, or `command=...` and `args=[...]`)."""
     spec = {"sdk": HOST_SDK[era], "extensions": extensions, "call": ["client-extensions", "weather"], **target}
     # (`target` may also name the calls, and notifications to send first: apps_host.cjs)
-    done = subprocess.run(
-        ["node", str(APPS_HOST), json.dumps(spec)],
-        capture_output=True,
-        text=True,
-        timeout=90,
-        check=False,
-        env={**os.environ, **peers.node_env()},
-    )
-    observed: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
-    assert "error" not in observed, observed
-    return observed
+    return run_node_host("apps_host.cjs", spec)
 
 
 def seen(observed: dict[str, Any]) -> dict[str, Any]:

@@ -6,18 +6,14 @@ version and era."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 import urllib.request
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from tests.support import peers
 from tests.support.procs import proxy_listener, serving
-from tests.support.sdk_drivers import run_legacy_client, run_modern_client
+from tests.support.sdk_drivers import run_legacy_client, run_modern_client, run_node_host
 
 pytestmark = pytest.mark.e2e
 
@@ -25,21 +21,6 @@ pytestmark = pytest.mark.e2e
 def get(url: str) -> bytes:
     with urllib.request.urlopen(url, timeout=10) as response:
         return bytes(response.read())
-
-
-def ts_v1_host(url: str) -> dict[str, Any]:
-    spec = {"sdk": "v1", "url": url, "call": []}
-    done = subprocess.run(
-        ["node", str(peers.PEER_SCRIPTS / "apps_host.cjs"), json.dumps(spec)],
-        capture_output=True,
-        text=True,
-        timeout=90,
-        check=False,
-        env={**os.environ, **peers.node_env()},
-    )
-    observed: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
-    assert "error" not in observed, observed
-    return observed
 
 
 def test_clients_and_the_metric_name_every_real_client_with_its_version_protocol_and_era(
@@ -53,7 +34,7 @@ def test_clients_and_the_metric_name_every_real_client_with_its_version_protocol
         for run in (run_legacy_client, run_modern_client):
             observed = run(url, "tools", {"tool": "echo", "arguments": {"text": "report"}})
             assert "error" not in observed, observed
-        ts_v1_host(url)
+        run_node_host("apps_host.cjs", {"sdk": "v1", "url": url, "call": []})  # the TypeScript SDK v1
         rows = json.loads(get(f"{admin}/clients"))["clients"]
         metrics = get(f"{admin}/metrics").decode()
     by_name = {(row["name"], row["era"]): row for row in rows}

@@ -11,9 +11,6 @@ client (it calls these extension scenarios "not on the spec timeline" and skips 
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,10 +21,10 @@ import pytest
 from tests.support import peers
 from tests.support.conformance import run_scenario
 from tests.support.procs import serving
+from tests.support.sdk_drivers import run_node_host
 
 pytestmark = pytest.mark.e2e
 
-SKILLS_HOST = peers.PEER_SCRIPTS / "skills_host.cjs"
 SCENARIOS = ["sep-2640-skills-enumeration", "sep-2640-skills-manifest", "sep-2640-skills-directory"]
 # How the runner speaks each era.
 WIRE = {"modern": (), "legacy": ("--spec-version", "2025-11-25", "--force")}
@@ -79,17 +76,7 @@ def test_the_runners_skills_scenarios_pass_through_the_proxy_wherever_they_pass_
 
 
 def skills_host(era: str, **target: Any) -> dict[str, Any]:
-    done = subprocess.run(
-        ["node", str(SKILLS_HOST), json.dumps({"era": era, **target})],
-        capture_output=True,
-        text=True,
-        timeout=90,
-        check=False,
-        env={**os.environ, **peers.node_env()},
-    )
-    observed: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
-    assert "error" not in observed, observed
-    return observed
+    return run_node_host("skills_host.cjs", {"era": era, **target})
 
 
 def skills_seen(observed: dict[str, Any]) -> dict[str, Any]:

@@ -238,3 +238,22 @@ def run_modern_task_client(
 ) -> dict[str, Any]:
     """Run one scenario of the mcp==2.3.0 tasks-extension driver; returns its observations."""
     return _run(modern_task_client_argv(url, scenario, args, timeout), timeout)
+
+
+def run_node_host(script: str, spec: dict[str, Any], timeout: float = 90.0) -> dict[str, Any]:
+    """One run of a Node host of tests/e2e/peers (apps_host.cjs, skills_host.cjs, ...) given its JSON
+    `spec`: what it printed on its last stdout line, which must not be an error."""
+    done = subprocess.run(
+        ["node", str(peers.PEER_SCRIPTS / script), json.dumps(spec)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+        env={**os.environ, **peers.node_env()},
+    )
+    lines = done.stdout.strip().splitlines()
+    if not lines:
+        raise AssertionError(f"{script} printed nothing (exit {done.returncode}):\n{done.stderr[-3000:]}")
+    observed: dict[str, Any] = json.loads(lines[-1])
+    assert "error" not in observed, observed
+    return observed
