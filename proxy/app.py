@@ -309,6 +309,7 @@ def create_app(
     admin_app.router.add_get("/readyz", safe(admin.readyz))
     admin_app.router.add_get("/metrics", safe(admin.metrics))
     admin_app.router.add_get("/clients", safe(admin.clients))
+    admin_app.router.add_get("/", safe(admin.status))
     for application in {id(app): app, id(admin_app): admin_app}.values():
         application.router.add_route("*", "/{tail:.*}", safe(not_found))  # JSON, never aiohttp's text page
     if settings.replicas.internal_listen is not None:

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs the real services the replica suite (tests/replicas) runs: redis-server (7.0 on Debian 12)
-# and HAProxy (2.6), and Prometheus 2.42 with promtool (for the chart's alert rules and dashboard
-# queries: tests/test_ops.py, tests/ops), from Debian's packages, only when missing. The
+# and HAProxy (2.6), Prometheus 2.42 with promtool (for the chart's alert rules and dashboard
+# queries: tests/test_ops.py, tests/ops), and Chromium (headless, for the status page), from
+# Debian's packages, only when missing. The
 # tests start their own processes on loopback ports; the system services the packages bring are
 # never started (and stopped at once if the package's own scripts started them).
 # Idempotent: a second run only checks that all are in place.
@@ -10,6 +11,8 @@ missing=()
 command -v redis-server >/dev/null || missing+=(redis-server)
 command -v haproxy >/dev/null || missing+=(haproxy)
 { command -v prometheus && command -v promtool; } >/dev/null || missing+=(prometheus)  # ships both
+# A real browser for the admin status page (tests/e2e/test_status_page.py), run headless.
+command -v chromium >/dev/null || missing+=(chromium)
 if [ "${#missing[@]}" -gt 0 ]; then
   echo "[services] installing ${missing[*]} (Debian packages)" >&2
   SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
@@ -34,4 +37,4 @@ if [ "${#missing[@]}" -gt 0 ]; then
   done
 fi
 echo "services ready: $(redis-server --version | cut -d' ' -f3), $(haproxy -v | sed -n 1p | cut -d' ' -f1-3)," \
-  "$(promtool --version 2>&1 | sed -n 1p | cut -d' ' -f1,3)" >&2
+  "$(promtool --version 2>&1 | sed -n 1p | cut -d' ' -f1,3)," "$(chromium --version 2>/dev/null | cut -d' ' -f1,2)" >&2

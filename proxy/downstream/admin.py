@@ -10,9 +10,11 @@ from collections.abc import Awaitable, Callable
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from .. import __version__
 from ..clients import ClientReport
 from ..config import Settings
-from ..metrics import Metrics
+from ..metrics import PREFIX, STREAM_KINDS, Metrics
+from . import status_page
 from .sse import json_response
 
 
@@ -75,6 +77,49 @@ class Admin:
         if self.draining:
             body["draining"] = True
         return json_response(body, 200 if ready else 503)
+
+    async def status(self, request: web.Request) -> web.Response:
+        """The status page for people (downstream/status_page.py): what /readyz, /metrics and
+        /clients say, on one page that refreshes itself. It never probes the upstream itself."""
+        registry = self._metrics.registry
+        name = self._settings.upstream.name
+
+        def sample(metric: str, **labels: str) -> float | None:
+            return registry.get_sample_value(PREFIX + metric, labels)
+
+        last = self._last_ok()
+        fresh = last is not None and time.monotonic() - last < self._settings.readiness.window_s
+        problem = self._era_problem()
+        reason = problem or (None if fresh else "no answer from the upstream within readiness.window_s")
+        gauges = {
+            "legacy sessions (held here)": sample("sessions_open", downstream_era="legacy"),
+            **{f"streams: {kind}": sample("streams_open", kind=kind) for kind in STREAM_KINDS},
+            "parked calls (waiting for a modern client's input)": sample("parked_calls"),
+            "upstream legacy sessions (pooled)": sample("upstream_sessions_open", upstream=name),
+            "upstream server processes": sample("upstream_processes", upstream=name),
+            "upstream HTTP+SSE connections": sample("upstream_sse_sessions", upstream=name),
+        }
+        store_up = sample("store_up")
+        store = (
+            "none (this process only: one replica)"
+            if self._settings.store.url is None
+            else "answering"
+            if store_up == 1
+            else "not answering"
+        )
+        page = status_page.render(
+            upstream=name,
+            upstream_era=self._upstream_era(),
+            ready=fresh and problem is None,
+            reason=reason,
+            draining=self.draining,
+            gauges=gauges,
+            store=store,
+            clients=self._clients.rows() if self._clients is not None else [],
+            max_tracked=self._settings.clients.max_tracked,
+            version=__version__,
+        )
+        return web.Response(text=page, content_type="text/html", headers={"Cache-Control": "no-store"})
 
     async def clients(self, request: web.Request) -> web.Response:
         """The migration report (proxy/clients.py): who speaks which protocol, this replica's share."""
