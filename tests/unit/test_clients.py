@@ -64,3 +64,11 @@ def test_a_clients_strings_are_cut_to_a_safe_bounded_form_and_unknown_versions_s
     assert named["version"] == "1_2" and named["protocolVersion"] == "other"
     assert (unnamed["name"], unnamed["version"]) == ("unknown", "unknown")
     assert "<script>" not in generate_latest(metrics.registry).decode()
+
+
+def test_a_name_that_is_no_string_is_reported_as_unknown_and_breaks_nothing():
+    clients, _ = report()
+    clients.seen(Sighting({"name": ["a", "list"], "version": {"x": 1}}, "2025-11-25", "legacy"))
+    clients.seen(Sighting({"name": ["a", "list"], "version": {"x": 1}}, "2025-11-25", "legacy"))
+    [row] = clients.rows()
+    assert (row["name"], row["version"], row["requests"]) == ("unknown", "unknown", 2)
