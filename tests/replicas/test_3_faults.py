@@ -213,11 +213,24 @@ class Load:
 
 
 def roll(cluster: Cluster) -> float:
-    """Restart every replica in turn: SIGTERM, wait for it to exit, start it on the same ports,
-    wait until it is ready and the balancer uses it. How long it took."""
+    """Restart every replica in turn as a rolling update does (README, Kubernetes: the shutdown
+    order): the balancer stops sending it requests first (the Service dropping the endpoint during
+    the chart's preStop sleep: HAProxy's `drain` state here) and the requests it has in flight are
+    answered; then SIGTERM, wait for it to exit, start it on the same ports, wait until it is ready
+    and the balancer uses it again. Without the first step a request the balancer had just sent
+    over a kept-alive connection can meet the closing process (HAProxy: 502, SH--), which no
+    server can prevent. How long it took."""
     started = time.monotonic()
+    balancer = cluster.balancer
     for replica in cluster.replicas:
+        balancer.cli(f"set server replicas/{replica.name} state drain")
+        wait_until(
+            lambda r=replica: not any(name == r.name for name, _ in balancer.posts_in_flight()),
+            10.0,
+            f"{replica.name}'s requests in flight answered",
+        )
         replica.terminate()
+        balancer.cli(f"set server replicas/{replica.name} state ready")
         cluster.restart(replica)
     return time.monotonic() - started
 
