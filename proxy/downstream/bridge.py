@@ -16,6 +16,7 @@ MessageSink), in the order it arrives.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable
 from typing import Any, Protocol
@@ -184,6 +185,10 @@ class EndpointBridge:
         # get ("the receiver SHOULD NOT send a response", 2025-11-25/basic/utilities/cancellation).
         self._cancelled: OrderedDict[Any, None] = OrderedDict()
         self._stream: asyncio.Task[None] | None = None  # legacy GET stream
+        # Set once that stream is answered (the proxy answers it once what feeds it listens): what
+        # the host sends after `notifications/initialized` waits for it (bounded), so a change the
+        # host makes at once is not said before anyone listens.
+        self._stream_ready: asyncio.Event | None = None
         # Modern: each tool's x-mcp-header annotations, learnt from the tools/list replies that pass
         # (or fetched for a call to a tool not seen yet), so a tools/call carries its Mcp-Param-*
         # headers as an HTTP client's must; stdio carries no headers to mirror from.
@@ -441,6 +446,8 @@ class EndpointBridge:
             self._spawn(self._initialize(message, dict(self._caller_headers)), message["id"])
             return
         request_id = message.get("id") if isinstance(message, dict) and jsonrpc.kind(message) == "request" else None
+        if isinstance(message, dict) and message.get("method") == "notifications/initialized":
+            self._stream_ready = asyncio.Event()  # before anything that follows is spawned
         if isinstance(message, dict) and message.get("method") == "notifications/cancelled":
             params = message.get("params")
             cancelled = params.get("requestId") if isinstance(params, dict) else None
@@ -484,14 +491,17 @@ class EndpointBridge:
 
     async def _legacy_post(self, message: Any, caller: dict[str, str]) -> None:
         await self._initialized.wait()
+        initialized = isinstance(message, dict) and message.get("method") == "notifications/initialized"
+        ready = self._stream_ready
+        if not initialized and ready is not None:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(ready.wait(), _STREAM_READY_S)
         await self._post(message, {**caller, **self._legacy_headers()})
-        if (
-            isinstance(message, dict)
-            and message.get("method") == "notifications/initialized"
-            and self._session_id is not None
-            and self._stream is None
-        ):
-            self._stream = asyncio.create_task(self._listen(), name="get-stream")
+        if initialized:
+            if self._session_id is not None and self._stream is None:
+                self._stream = asyncio.create_task(self._listen(), name="get-stream")
+            elif ready is not None:
+                ready.set()  # no stream to wait for
 
     async def _listen(self) -> None:
         """The session's GET stream: server requests and notifications, reopened if it ends."""
@@ -500,6 +510,8 @@ class EndpointBridge:
             try:
                 headers = {**self._caller_headers, **self._legacy_headers(), "Accept": "text/event-stream"}
                 async with self._http.get(self._url, headers=headers, timeout=_NO_TIMEOUT) as response:
+                    if self._stream_ready is not None:
+                        self._stream_ready.set()  # answered, or refused: the host waits no more
                     if response.status in (404, 405):
                         log.info("stdio_no_get_stream", status=response.status)
                         return
@@ -510,6 +522,8 @@ class EndpointBridge:
                         self._writer.write_raw(data)
             except (TimeoutError, aiohttp.ClientError) as exc:
                 log.info("stdio_get_stream_lost", error=str(exc))
+                if self._stream_ready is not None:
+                    self._stream_ready.set()
             await asyncio.sleep(delay)
             delay = min(delay * 2, 5.0)
 
@@ -581,6 +595,7 @@ class EndpointBridge:
 
 
 _NO_TIMEOUT = aiohttp.ClientTimeout(total=None, sock_read=None)
+_STREAM_READY_S = 5.0  # how long the host's messages after `initialized` wait for the GET stream
 _OWN_REQUEST_TIMEOUT = aiohttp.ClientTimeout(total=30.0)
 _TOOLS_REFRESH_S = 5.0  # a tool still unknown after a walk makes another only after this
 _TOOL_PAGES_MAX = 100

@@ -13,6 +13,7 @@ Spec: 2025-11-25/basic/lifecycle.mdx, 2025-11-25/basic/transports.mdx §Session 
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -39,6 +40,7 @@ from .tasks import CancelScope, TaskScope
 
 JSONDict = dict[str, Any]
 log = structlog.get_logger(__name__)
+_STREAM_READY_S = 5.0  # how long a new GET stream waits for the upstream listen's acknowledgement
 L = TypeVar("L")
 _SEEN_RESOLUTION_S = 1.0  # how finely a session's last use is recorded (idle expiry is in minutes)
 
@@ -105,10 +107,12 @@ class LegacyBackend(Protocol[L]):
 
     def get_stream_opened(
         self, session: LegacySession, runtime: SessionRuntime[L], moved: bool, auth_headers: dict[str, str] | None
-    ) -> None:
+    ) -> asyncio.Future[Any] | None:
         """The session opened a GET stream (it wants what the server says unasked); `moved`: its
         last one was on another replica, so what was said meanwhile may be lost; `auth_headers`:
-        the credentials the GET came with (the caller's latest, a refreshed token perhaps)."""
+        the credentials the GET came with (the caller's latest, a refreshed token perhaps).
+        Returns what the stream waits for before it is answered (the upstream listen that feeds
+        it being acknowledged), or None."""
 
     async def close(self, runtime: SessionRuntime[L]) -> None:
         """The session ended here: release its live part."""
@@ -458,7 +462,13 @@ class LegacySessionHost(Generic[L]):
             except StoreUnavailable:
                 log.warning("stream_owner_not_shared", session=short_hash(session.id))
             runtime.session = session
-        self.backend.get_stream_opened(session, runtime, bool(previous) and previous != self.owner, auth_headers)
+        ready = self.backend.get_stream_opened(
+            session, runtime, bool(previous) and previous != self.owner, auth_headers
+        )
+        if ready is not None:
+            # Answered once what feeds it listens (bounded): a client that waits for its stream
+            # before it changes anything misses no notification of the change.
+            await asyncio.wait({ready}, timeout=_STREAM_READY_S)
         return stream
 
     def close_get_stream(self, session_id: str, stream: GetStream) -> None:

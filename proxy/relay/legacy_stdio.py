@@ -177,7 +177,7 @@ class ProcessBackend:
     def get_stream_opened(
         self, session: LegacySession, runtime: Runtime, moved: bool, auth_headers: dict[str, str] | None
     ) -> None:
-        pass  # the process says what it says; the GET stream carries what no request can
+        return None  # the process says what it says; the GET stream carries what no request can
 
     def _unsolicited(self, process: Process, message: JSONDict) -> None:
         """What the server sends outside a reply: on the one request open, else the GET stream."""

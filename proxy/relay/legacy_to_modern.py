@@ -716,16 +716,17 @@ class TranslatingBackend:
 
     def get_stream_opened(
         self, session: LegacySession, runtime: Runtime, moved: bool, auth_headers: dict[str, str] | None
-    ) -> None:
+    ) -> asyncio.Future[Any] | None:
         if auth_headers is not None:
             # The upstream listen this stream is fed from (re)opens with the GET's credentials:
             # a stream opened before any request, or after a refresh, has the caller's latest.
             runtime.live.auth_headers = auth_headers
         if not runtime.live.list_changes:
             runtime.live.list_changes = True
-            runtime.tasks.spawn(self._listen_for_stream(session, runtime, moved), name="listen")
-        elif moved:
-            runtime.tasks.spawn(self._listen_for_stream(session, runtime, moved), name="listen")
+            return runtime.tasks.spawn(self._listen_for_stream(session, runtime, moved), name="listen")
+        if moved:
+            return runtime.tasks.spawn(self._listen_for_stream(session, runtime, moved), name="listen")
+        return None
 
     async def _listen_for_stream(self, session: LegacySession, runtime: Runtime, moved: bool) -> None:
         ack = await self._listener(session, runtime).refresh()

@@ -1205,6 +1205,24 @@ async def test_a_get_stream_listens_upstream_and_relays_list_changes_without_the
     ]
 
 
+async def test_a_get_stream_is_answered_once_the_upstream_listen_feeding_it_is_acknowledged(
+    peer: LegacyPeer, fake: FakeModern
+) -> None:
+    """A client (the stdio bridge does) that waits for its GET stream before changing anything
+    must not miss the list_changed of its change: the stream is answered after the upstream listen
+    that feeds it is acknowledged (bounded), not before the listen even starts."""
+    fake.ack_gate = asyncio.Event()
+    async with asyncio.timeout(WAIT):
+        opening = asyncio.create_task(peer.get_stream())
+        listen = await fake.wait_listen(acked=False)
+        assert not opening.done()  # no answer while nothing listens upstream
+        fake.ack_gate.set()
+        stream = await opening
+    assert stream.status == 200 and listen.acked.is_set()
+    assert listen.filter.get("toolsListChanged") is True
+    stream.close()
+
+
 async def test_resources_subscribe_replies_only_after_the_upstream_acknowledges_the_uri(
     peer: LegacyPeer, fake: FakeModern
 ) -> None:
