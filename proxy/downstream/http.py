@@ -29,7 +29,6 @@ from ..protocol.classify import SESSIONLESS, Route, classify_post
 from ..protocol.headers import PROTOCOL_VERSION_HEADER, SESSION_HEADER
 from ..protocol.methods import CACHEABLE_METHODS, CORE_CLIENT_NOTIFICATIONS
 from ..protocol.modern_validate import header_view, validate_request
-from ..protocol.sse import encode_event
 from ..protocol.status import Rejection
 from ..protocol.versions import LEGACY_VERSIONS, Era, legacy_at_least
 from ..relay.channel import Caller
@@ -43,7 +42,7 @@ from ..sealing import Sealer
 from ..sessions import LegacySession, short_hash
 from ..tracing import NO_TRACING, NULL_DOWNSTREAM, DownstreamSpan, Tracing
 from .resume import EventIds, lost_stream_events, open_event_id
-from .sse import STARTED, RequestReply, SseStream, json_response, relay_reply
+from .sse import STARTED, RequestReply, SseStream, end_with_error, json_response, relay_reply
 
 log = structlog.get_logger(__name__)
 Host = LegacySessionHost[Any]
@@ -56,7 +55,7 @@ _STREAM_SCOPED = frozenset({"resources/subscribe", "resources/unsubscribe"})
 _TASK_STEERING = frozenset({"tasks/update", "tasks/cancel"})  # a 2026-07-28 client's
 _LEGACY_TASK_STEERING = frozenset({"tasks/result", "tasks/cancel"})  # a 2025-11-25 client's
 _LOGGED_METHOD_MAX = 200  # characters of a client's method name the access log keeps
-_CUT_S = 1.0  # how long the calls cut at shutdown get to write their error
+_CUT_S = 1.0  # how long the calls cut at shutdown get to answer with their error and end
 # The request's Identity, once computed (RequestKey: aiohttp 3.13 and later; a string before).
 _IDENTITY: Any = web.RequestKey("identity", Identity) if hasattr(web, "RequestKey") else "mcp_era_proxy.identity"
 
@@ -189,20 +188,20 @@ class McpEndpoint:
         """Shutdown (listening stopped): the POSTs in flight get `grace_s` to finish; the rest are
         cut, each answered with SHUTTING_DOWN (retry it): HTTP 503 before a reply started, a last
         SSE event on one that had. Parked calls keep their hand-over (relay/modern_to_legacy.py)."""
-        waiting = [ended.wait() for ended in self._posts.values()]
-        if waiting:
-            await asyncio.wait([asyncio.ensure_future(w) for w in waiting], timeout=grace_s)
-        rest = [task for task, ended in self._posts.items() if not ended.is_set()]
-        if not rest:
-            return
+        await self._posts_ended(list(self._posts), grace_s)
+        rest = list(self._posts)  # each POST leaves it as it ends
         for task in rest:
             self._cut.add(task)
             task.cancel()
-        endings = [asyncio.ensure_future(self._posts[task].wait()) for task in rest if task in self._posts]
-        if endings:
-            await asyncio.wait(endings, timeout=_CUT_S)
-        for pending in endings:
-            pending.cancel()
+        await self._posts_ended(rest, _CUT_S)
+
+    async def _posts_ended(self, tasks: list[asyncio.Task[Any]], within_s: float) -> None:
+        """Wait (at most `within_s`) until the POSTs of `tasks` have ended."""
+        waits = [asyncio.ensure_future(self._posts[task].wait()) for task in tasks if task in self._posts]
+        if waits:
+            await asyncio.wait(waits, timeout=within_s)
+        for wait in waits:
+            wait.cancel()
 
     async def _cut_reply(self, request: web.Request, record: _Record) -> web.StreamResponse:
         """The reply of a call cut at shutdown, logged and counted as `shutdown`."""
@@ -217,11 +216,7 @@ class McpEndpoint:
         stream: web.StreamResponse | None = request.get(STARTED)
         if stream is None:
             return error_reply(cut, Era(record.downstream_era), record.request_id)
-        stream.force_close()  # nothing can follow on this connection
-        with contextlib.suppress(ConnectionError, RuntimeError, TimeoutError):
-            async with asyncio.timeout(_CUT_S):
-                await stream.write(encode_event(jsonrpc.encode(cut.reply(record.request_id)), event="message"))
-                await stream.write_eof()
+        await end_with_error(request, stream, (record.request_id,), cut)
         return stream
 
     async def _post(self, request: web.Request, record: _Record) -> web.StreamResponse:

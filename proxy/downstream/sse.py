@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from contextlib import AbstractAsyncContextManager
 from typing import Any
 
@@ -62,17 +62,22 @@ async def relay_reply(
     except ProxyError as exc:
         if stream is None or reply is None:
             raise  # nothing sent yet: the error is the whole reply
-        await _end_failed(request, stream, reply, exc)
+        await end_with_error(request, stream, reply.unanswered, exc)
         return stream, exc.outcome
     await stream.write_eof()
     return stream, "ok"
 
 
-async def _end_failed(request: web.BaseRequest, stream: web.StreamResponse, reply: ByteReply, exc: ProxyError) -> None:
+async def end_with_error(
+    request: web.BaseRequest, stream: web.StreamResponse, request_ids: Iterable[Any], exc: ProxyError
+) -> None:
+    """End a started SSE reply with an event carrying `exc` for each request not answered yet, then
+    close the connection: nothing may follow on it (a relayed stream that failed, a call cut at
+    shutdown)."""
     stream.force_close()
     try:
         async with asyncio.timeout(_ENDING_S):
-            for request_id in reply.unanswered:
+            for request_id in request_ids:
                 await stream.write(encode_event(jsonrpc.encode(exc.reply(request_id)), event="message"))
             await stream.write_eof()
     except (ConnectionError, RuntimeError, TimeoutError):
