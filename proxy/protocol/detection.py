@@ -71,6 +71,15 @@ def era_from_reply(reply: object) -> Detected:
     return Detected(Era.LEGACY, None, answered=reply is not None)
 
 
+# Why the upstream is taken for a 2026-07-28 server (EraDetector.suspect's reason).
+MODERN_REFUSAL = "initialize refused by a 2026-07-28 server"
+
+
+def refused_as_modern(error: object) -> bool:
+    """A legacy `initialize` refused as only a 2026-07-28 server refuses it."""
+    return names_modern_versions(error) or recognized_modern_error(error)
+
+
 def names_modern_versions(error: object) -> bool:
     """A legacy initialize refused with an error listing modern versions: the server moved on."""
     if not isinstance(error, dict) or not isinstance(error.get("data"), dict):

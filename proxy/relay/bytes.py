@@ -24,7 +24,7 @@ import structlog
 from .. import tracing
 from ..errors import ProxyError, session_not_found
 from ..protocol import jsonrpc, relayed_reply
-from ..protocol.detection import names_modern_versions, recognized_modern_error
+from ..protocol.detection import MODERN_REFUSAL, refused_as_modern
 from ..protocol.headers import SESSION_HEADER
 from ..protocol.outcome import UpstreamFailure
 from ..protocol.parked_call import invalid_state
@@ -169,8 +169,8 @@ class ByteRelay:
             error = jsonrpc.obj(jsonrpc.decode(body)).get("error")
         except jsonrpc.DecodeError:
             return
-        if names_modern_versions(error) or recognized_modern_error(error):
-            self.on_era_mismatch("initialize refused by a 2026-07-28 server")
+        if refused_as_modern(error):
+            self.on_era_mismatch(MODERN_REFUSAL)
 
 
 def _unsealed_session(binding: CallerBinding, headers: Mapping[str, str], principal: str) -> dict[str, str]:

@@ -33,7 +33,7 @@ from ..protocol import modern_tasks as mt
 from ..protocol import modern_to_legacy as m2l
 from ..protocol import task_extension as te
 from ..protocol.capabilities import ALL_INPUT_CAPABILITIES, carried_extensions
-from ..protocol.detection import names_modern_versions, recognized_modern_error
+from ..protocol.detection import MODERN_REFUSAL, refused_as_modern
 from ..protocol.methods import HINTED_METHODS, INPUT_REQUIRED_METHODS
 from ..protocol.modern_validate import ModernRequest, method_problem
 from ..protocol.outcome import Outcome, UpstreamFailure, timed_out
@@ -417,9 +417,7 @@ class ModernToLegacy:
         except UpstreamError as exc:
             raise self.failures.client_error(exc) from None
         except ProxyError as exc:
-            upstream = exc.data.get("upstreamError") if isinstance(exc.data, dict) else None
-            if names_modern_versions(upstream) or recognized_modern_error(upstream):
-                self.on_era_mismatch("initialize refused by a modern server")
+            self._check_era(exc)
             raise
         problem = method_problem(request.method, session.modern_capabilities)
         if problem is not None or request.method == "server/discover":
@@ -482,6 +480,13 @@ class ModernToLegacy:
         except (UpstreamError, ProxyError, TimeoutError) as exc:
             self._task_tools_learnt = False  # tried again with the next call
             log.warning("upstream_tools_unlisted", upstream=self.name, error=str(exc))
+
+    def _check_era(self, refused: ProxyError) -> None:
+        """A pooled session's `initialize` refused (`refused`, the upstream's error in its data):
+        as only a 2026-07-28 server refuses it, the era it was taken for is wrong."""
+        upstream = refused.data.get("upstreamError") if isinstance(refused.data, dict) else None
+        if refused_as_modern(upstream):
+            self.on_era_mismatch(MODERN_REFUSAL)
 
     def _declared(self, request: ModernRequest) -> JSONDict:
         """The client capabilities a pooled session for this request declares upstream."""
@@ -1073,9 +1078,7 @@ async def probe(relay: ModernToLegacy) -> None:
     try:
         session = await relay.pool.acquire("", {}, None, {}, exclusive=False)
     except ProxyError as exc:
-        upstream = exc.data.get("upstreamError") if isinstance(exc.data, dict) else None
-        if names_modern_versions(upstream) or recognized_modern_error(upstream):
-            relay.on_era_mismatch("initialize refused by a 2026-07-28 server")
+        relay._check_era(exc)
         raise
     try:
         await session.call("ping", timeout_s=5.0)
