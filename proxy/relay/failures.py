@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable
 from typing import TypeVar
 
@@ -74,3 +75,13 @@ def to_client_error(
             outcome="upstream_error",
         )
     return ProxyError(failure.code, failure.message, status=status, headers=headers, outcome="upstream_error")
+
+
+async def deliver_notification(upstream: str, method: object, within_s: float, send: Awaitable[None]) -> None:
+    """Send a client's notification upstream (`send`, bounded by `within_s`). Nothing answers a
+    notification, so there is no reply to carry a failure: it is logged, and the client keeps its 202."""
+    try:
+        async with asyncio.timeout(within_s):
+            await send
+    except (UpstreamError, ProxyError, TimeoutError) as exc:
+        log.warning("notification_not_delivered", upstream=upstream, method=method, error=str(exc) or "timed out")

@@ -62,7 +62,7 @@ from ..sessions import LegacySession, SessionStore, StoreUnavailable, short_hash
 from ..upstream.base import Upstream
 from ..upstream.errors import UpstreamError, UpstreamProtocolError
 from .channel import NO_STREAM, ReplyChannel
-from .failures import UpstreamFailures
+from .failures import UpstreamFailures, deliver_notification
 from .legacy_sessions import Opened
 from .legacy_tasks import LegacyTaskHost, TaskChannel
 from .listen import SessionListener, listen_request
@@ -183,13 +183,8 @@ class TranslatingBackend:
         if method in CORE_CLIENT_NOTIFICATIONS:
             return
         headers = {**runtime.live.auth_headers, **l2m.upstream_headers(message, session.modern_version)}
-        try:
-            async with asyncio.timeout(self._settings.upstream.request_timeout_s):
-                await self._upstream.send(message, headers)
-        except (UpstreamError, TimeoutError) as exc:
-            # A notification has no answer to carry the failure: the log says it was not delivered.
-            error = str(exc) if isinstance(exc, UpstreamError) else "timed out"
-            log.warning("notification_not_delivered", upstream=self._upstream.name, method=method, error=error)
+        within_s = self._settings.upstream.request_timeout_s
+        await deliver_notification(self._upstream.name, method, within_s, self._upstream.send(message, headers))
 
     async def respond(self, session: LegacySession, runtime: Runtime, message: JSONDict) -> bool:
         request_id = message["id"]

@@ -59,7 +59,7 @@ from ..upstream.base import Reply
 from ..upstream.errors import UpstreamError, UpstreamSessionGone
 from ..upstream.legacy_session import LegacyUpstreamSession, SessionFactory, SessionPool
 from .channel import NO_STREAM, Caller, ReplyChannel
-from .failures import UpstreamFailures
+from .failures import UpstreamFailures, deliver_notification
 from .legacy_tasks import LegacyTaskHost, TaskChannel, refusals
 from .tasks import Deadline, TaskScope
 
@@ -515,22 +515,17 @@ class ModernToLegacy:
         client_info = envelope.get(meta.CLIENT_INFO)
         declared = self._declared_for(capabilities if isinstance(capabilities, dict) else {})
         credentials = meta.without_trace(caller.credentials)
-        method = message.get("method")
-        try:
-            async with asyncio.timeout(self._settings.upstream.request_timeout_s):
-                session = await self.pool.acquire(
-                    caller.principal,
-                    declared,
-                    client_info if isinstance(client_info, dict) else None,
-                    credentials,
-                    exclusive=False,
-                )
-                try:
-                    await session.send(m2l.notification_to_upstream(message))
-                finally:
-                    self.pool.release(session)
-        except (UpstreamError, ProxyError, TimeoutError) as exc:
-            log.warning("notification_not_delivered", upstream=self.name, method=method, error=str(exc) or "timed out")
+
+        async def send() -> None:
+            info = client_info if isinstance(client_info, dict) else None
+            session = await self.pool.acquire(caller.principal, declared, info, credentials, exclusive=False)
+            try:
+                await session.send(m2l.notification_to_upstream(message))
+            finally:
+                self.pool.release(session)
+
+        within_s = self._settings.upstream.request_timeout_s
+        await deliver_notification(self.name, message.get("method"), within_s, send())
 
     def _learn_from(self, tools_list: JSONDict) -> None:
         self._task_tools |= m2l.task_required_tools(tools_list)

@@ -30,7 +30,7 @@ from ..upstream.base import Upstream
 from ..upstream.errors import UpstreamError, UpstreamProtocolError, UpstreamUnavailable
 from .binding import CallerBinding
 from .channel import Caller, ReplyChannel
-from .failures import UpstreamFailures
+from .failures import UpstreamFailures, deliver_notification
 from .tasks import Deadline
 
 JSONDict = dict[str, Any]
@@ -101,13 +101,9 @@ class ModernPassThrough:
         """A client's notification of an extension, to the server as it is (docs/translation.md
         §2.1). Nothing answers it, so a failure is logged, not reported."""
         headers = dict(caller.forwarded or {})  # the client's own, as its requests go
-        try:
-            async with asyncio.timeout(self._settings.upstream.request_timeout_s):
-                await self._upstream.send(message, headers)
-        except (UpstreamError, TimeoutError) as exc:
-            log.warning(
-                "notification_not_delivered", upstream=self._upstream.name, method=message.get("method"), error=str(exc)
-            )
+        within_s = self._settings.upstream.request_timeout_s
+        send = self._upstream.send(message, headers)
+        await deliver_notification(self._upstream.name, message.get("method"), within_s, send)
 
     async def handle(self, request: ModernRequest, channel: ReplyChannel, caller: Caller) -> tuple[JSONDict, int]:
         binding = self._binding
