@@ -14,6 +14,7 @@ from .. import __version__
 from ..clients import ClientReport
 from ..config import Settings
 from ..metrics import PREFIX, STREAM_KINDS, Metrics
+from ..relay.tasks import SharedRun
 from . import status_page
 from .sse import json_response
 
@@ -41,27 +42,26 @@ class Admin:
         # The readiness probe running, owned here: a poll that stops waiting (its timeout) leaves
         # it running and the next poll waits for it. Cancelling it would kill what it was starting
         # (a stdio server on a cold `npx` cache), and each poll would start another.
-        self._probing: asyncio.Future[object] | None = None
+        self._probing = SharedRun[object]()
         self.draining = False
+
+    def _answered_recently(self) -> bool:
+        """The upstream answered within `readiness.window_s`."""
+        last = self._last_ok()
+        return last is not None and time.monotonic() - last < self._settings.readiness.window_s
 
     async def healthz(self, request: web.Request) -> web.Response:
         return json_response({"status": "ok"})
 
     async def readyz(self, request: web.Request) -> web.Response:
-        window = self._settings.readiness.window_s
-        last = self._last_ok()
-        fresh = last is not None and time.monotonic() - last < window
+        fresh = self._answered_recently()
         error = None
         # An upstream that answers, but not in the configured era, is no more ready than one that
         # does not: the probe runs then too, and only a probe of that era clears it.
         if (not fresh or self._era_problem() is not None) and not self.draining:
-            probing = self._probing
-            if probing is None or probing.done():
-                probing = self._probing = asyncio.ensure_future(self._probe())
-                probing.add_done_callback(_retrieved)
             try:
                 async with asyncio.timeout(self._settings.readiness.probe_timeout_s):
-                    await asyncio.shield(probing)
+                    await self._probing.join(self._probe)
                 fresh = True
             except TimeoutError:
                 error = "the upstream has not answered the readiness probe yet (still starting?)"
@@ -87,8 +87,7 @@ class Admin:
         def sample(metric: str, **labels: str) -> float | None:
             return registry.get_sample_value(PREFIX + metric, labels)
 
-        last = self._last_ok()
-        fresh = last is not None and time.monotonic() - last < self._settings.readiness.window_s
+        fresh = self._answered_recently()
         problem = self._era_problem()
         reason = problem or (None if fresh else "no answer from the upstream within readiness.window_s")
         gauges = {
@@ -128,17 +127,8 @@ class Admin:
 
     async def close(self) -> None:
         """Shutdown: a readiness probe still running is stopped."""
-        probing, self._probing = self._probing, None
-        if probing is not None and not probing.done():
-            probing.cancel()
-            await asyncio.gather(probing, return_exceptions=True)
+        await self._probing.aclose()
 
     async def metrics(self, request: web.Request) -> web.Response:
         body = generate_latest(self._metrics.registry)
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
-
-
-def _retrieved(probing: asyncio.Future[object]) -> None:
-    """A probe whose polls all stopped waiting: its outcome is read (and dropped) here."""
-    if not probing.cancelled():
-        probing.exception()

@@ -13,6 +13,7 @@ from ..protocol.detection import Detected, era_from_reply, legacy_probe_request,
 from ..protocol.legacy_to_modern import upstream_headers
 from ..protocol.versions import LATEST_MODERN, Era
 from ..upstream.errors import UpstreamError, UpstreamHTTPError, UpstreamProtocolError
+from .tasks import SharedRun
 
 JSONDict = dict[str, Any]
 log = structlog.get_logger(__name__)
@@ -30,7 +31,7 @@ class EraDetector:
         self._detected: Detected | None = None if configured == "auto" else Detected(Era(configured), None)
         self._last: Era | None = self._detected.era if self._detected is not None else None  # survives suspect()
         self._lock = asyncio.Lock()
-        self._probing: asyncio.Future[Detected] | None = None  # the probe running, owned here
+        self._probing = SharedRun[Detected](self._probed)  # the probe running, owned here
         self.probed_at: float | None = None
         self.on_change: Callable[[Era], None] = lambda era: None
         # With a configured era: why the upstream seems to speak the other one (readiness says so).
@@ -60,11 +61,7 @@ class EraDetector:
             return detected.era
         async with self._lock:
             if self._detected is None:
-                probing = self._probing
-                if probing is None or probing.done():
-                    probing = self._probing = asyncio.ensure_future(self._probe(credentials))
-                    probing.add_done_callback(self._probed)
-                await asyncio.shield(probing)
+                await self._probing.join(lambda: self._probe(credentials))
             assert self._detected is not None  # set by _probed when the probe succeeded
             return self._detected.era
 
@@ -88,10 +85,7 @@ class EraDetector:
 
     async def close(self) -> None:
         """Shutdown: a probe still running is stopped (and its stdio server with it)."""
-        probing, self._probing = self._probing, None
-        if probing is not None and not probing.done():
-            probing.cancel()
-            await asyncio.gather(probing, return_exceptions=True)
+        await self._probing.aclose()
 
     def suspect(self, reason: str) -> None:
         """An answer did not fit the era: detected, probe again before the next request; configured,

@@ -4,12 +4,13 @@ they end, logs their failures, and ends them with its owner."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Coroutine
-from typing import Any, Literal, Self
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any, Generic, Literal, Self, TypeVar
 
 import structlog
 
 log = structlog.get_logger(__name__)
+T = TypeVar("T")
 
 
 class TaskScope:
@@ -54,6 +55,38 @@ class TaskScope:
             task.cancel()
         if tasks:
             await asyncio.gather(*tasks, return_exceptions=True)
+
+
+class SharedRun(Generic[T]):
+    """One run of a job at a time, owned here and shared by its callers: a caller that stops waiting
+    (its own timeout) leaves it running, and the next caller waits for that run instead of starting
+    another; `aclose` (the owner's end) cancels it. `on_done` sees every run end, waited for or not.
+    For probes that must not be cut short: one that starts a stdio server would kill it still
+    starting, and start another at the next call."""
+
+    def __init__(self, on_done: Callable[[asyncio.Future[T]], None] | None = None) -> None:
+        self._on_done = on_done
+        self._run: asyncio.Future[T] | None = None
+
+    async def join(self, start: Callable[[], Awaitable[T]]) -> T:
+        """The outcome of the run going on, or of one `start()` begins now."""
+        run = self._run
+        if run is None or run.done():
+            run = self._run = asyncio.ensure_future(start())
+            run.add_done_callback(self._ended)
+        return await asyncio.shield(run)
+
+    def _ended(self, run: asyncio.Future[T]) -> None:
+        if not run.cancelled():
+            run.exception()  # retrieved: its callers may all have stopped waiting
+        if self._on_done is not None:
+            self._on_done(run)
+
+    async def aclose(self) -> None:
+        run, self._run = self._run, None
+        if run is not None and not run.done():
+            run.cancel()
+            await asyncio.gather(run, return_exceptions=True)
 
 
 class CancelScope:
