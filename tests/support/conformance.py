@@ -119,3 +119,13 @@ def run_client_scenario(
         raise AssertionError(f"{scenario}: expected one checks.json under {out}, found {reports}:\n{printed[-3000:]}")
     checks: list[dict[str, Any]] = json.loads(reports[0].read_text())
     return checks
+
+
+def verdicts(checks: list[dict[str, Any]]) -> dict[tuple[str, str], str]:
+    """Each check of a run (its id and name) with its status."""
+    return {(c["id"], c["name"]): c["status"] for c in checks}
+
+
+def not_passed(checks: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The checks of a run that failed or warned."""
+    return [c for c in checks if c["status"] in ("FAILURE", "WARNING")]
