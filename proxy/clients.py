@@ -119,8 +119,10 @@ class ClientReport:
         row.input_rounds += sighting.input_round
         row.listens += sighting.listen
         row.tasks += sighting.task
-        if len(row.extensions) < 64:
-            row.extensions.update(clean(e, _NAME_MAX) for e in list(sighting.extensions)[:64])
+        if len(row.extensions) < 64:  # bounded; only ids not seen as they are cost a regular expression
+            row.extensions.update(
+                clean(e, _NAME_MAX) for e in list(sighting.extensions)[:64] if e not in row.extensions
+            )
         row.counter.inc()
 
     def _row(self, info: dict[str, Any], sighting: Sighting) -> ClientRow:
