@@ -13,13 +13,17 @@ import aiohttp
 import structlog
 from aiohttp import web
 
+from . import tracing as tracing_interface
 from .auth.discovery import WELL_KNOWN_AUTHORIZATION_SERVER, WELL_KNOWN_OPENID, WELL_KNOWN_RESOURCE, Discovery
 from .auth.identity import Identifier
 from .auth.tokens import TokenVerifier
-from .cache import ResponseCache
-from .clients import ClientReport
-from .config import Settings
+from .cluster.envelope import SSE_MESSAGE_ROUTE
+from .cluster.forward import Forwarder
+from .cluster.owners import Owner, ServerRequestIds, new_boot_id
+from .cluster.replay import ReplayEndpoint, internal_app
+from .config import Settings, TracingConfig
 from .downstream.admin import Admin
+from .downstream.clients import ClientReport
 from .downstream.guard import Guard, allowing, method_not_allowed, not_found, safe
 from .downstream.http import McpEndpoint
 from .downstream.legacy_sse import LegacySseEndpoint
@@ -39,20 +43,12 @@ from .relay.modern_to_legacy import ModernToLegacy
 from .relay.modern_to_legacy import probe as probe_legacy
 from .relay.passthrough import ModernPassThrough
 from .relay.routes import routing_table
-from .replicas import (
-    SSE_MESSAGE_ROUTE,
-    Forwarder,
-    Owner,
-    ReplayEndpoint,
-    ServerRequestIds,
-    internal_app,
-    new_boot_id,
-)
-from .sealing import Sealer
-from .sessions import InMemorySessionStore, SessionIds, SessionStore
-from .store_redis import RedisSessionStore, RedisTaskStore, redis_store
-from .task_records import InMemoryTaskStore, TaskStore
-from .tracing import Tracing, from_settings
+from .state.cache import ResponseCache
+from .state.redis_store import RedisSessionStore, RedisTaskStore, redis_store
+from .state.sealing import Sealer
+from .state.sessions import InMemorySessionStore, SessionIds, SessionStore
+from .state.task_records import InMemoryTaskStore, TaskStore
+from .tracing import NO_TRACING, Tracing
 from .upstream.errors import UpstreamHTTPError
 from .upstream.http import HttpUpstream
 from .upstream.legacy_session import SessionFactory, http_sessions, stdio_sessions
@@ -74,6 +70,17 @@ LEGACY_TASKS = web.AppKey("legacy_tasks", LegacyTaskHost)  # 2025-11-25 clients'
 INTERNAL = web.AppKey("internal", web.Application)  # the internal listener's application, when configured
 
 
+def tracing_from_settings(config: TracingConfig) -> Tracing:
+    """The proxy's tracing for its `tracing` settings: none without an endpoint. Chosen here, at
+    the composition root, so that the interface (proxy/tracing) never imports its implementation."""
+    if config.otlp_endpoint is None:
+        return NO_TRACING
+    tracing_interface.require(config)
+    from .tracing.otel import OtelTracing
+
+    return OtelTracing.exporting(config)
+
+
 def create_app(
     settings: Settings,
     *,
@@ -87,7 +94,7 @@ def create_app(
     """The MCP application, and the admin application when it listens separately. `tracing`: spans
     on a provider of the caller's (tracing_otel.OtelTracing); by default per `settings.tracing`."""
     metrics = metrics or Metrics()
-    tracing = tracing if tracing is not None else from_settings(settings.tracing)
+    tracing = tracing if tracing is not None else tracing_from_settings(settings.tracing)
     config = settings.upstream
     secret = settings.security.secret.encode() if settings.security.secret else secrets.token_bytes(32)
     previous = [old.encode() for old in settings.security.previous_secrets]

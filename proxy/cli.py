@@ -23,20 +23,12 @@ from aiohttp import web
 
 from . import __version__, tracing
 from .app import ADMIN, INTERNAL, create_app, detect_sse_upstream
-from .config import (
-    ENV_PREFIX,
-    ConfigError,
-    Settings,
-    exposed_without_authorization,
-    load_settings,
-    parse_listen,
-    shown,
-)
+from .cluster.workers import WORKER_FLAG, Supervisor, SupervisorLink, parse_control, worker_settings
+from .config import ENV_PREFIX, ConfigError, Settings, exposed_without_authorization, load_settings, parse_listen, shown
 from .downstream.bridge import EndpointBridge
 from .downstream.server import runner as make_runner
 from .downstream.stdio import StdinReader, StdoutWriter, serve_lines
 from .logs import configure_logging
-from .workers import WORKER_FLAG, Supervisor, SupervisorLink, parse_control, worker_settings
 
 log = structlog.get_logger(__name__)
 
@@ -91,7 +83,7 @@ def parse_args(argv: Sequence[str] | None = None, stdio: bool = False) -> argpar
             metavar="N",
             help="processes sharing the listening port (default 1; more needs store.url and security.secret)",
         )
-        # Set by the supervisor of --workers on the workers it starts (proxy/workers.py).
+        # Set by the supervisor of --workers on the workers it starts (proxy/cluster/workers.py).
         parser.add_argument(WORKER_FLAG, dest="worker_control", metavar="INDEX:FD", help=argparse.SUPPRESS)
     parser.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
     parser.add_argument("--log-format", choices=["json", "console"])
@@ -148,7 +140,7 @@ async def serve(
             runners.append(runner)
             host, port = parse_listen(address)
             # Workers share the MCP port: the kernel spreads connections over them (SO_REUSEPORT).
-            # Each has an admin port of its own (proxy/workers.py).
+            # Each has an admin port of its own (proxy/cluster/workers.py).
             shared = settings.workers > 1 and application is app
             await web.TCPSite(runner, host, port, reuse_address=True, reuse_port=shared or None).start()
             path = settings.path if application is app else ""

@@ -722,7 +722,7 @@ class Settings(BaseSettings):
 
     @model_validator(mode="after")
     def _worker_ports(self) -> Settings:
-        """Under --workers, worker i listens on the admin and internal ports + i (proxy/workers.py):
+        """Under --workers, worker i listens on the admin and internal ports + i (proxy/cluster/workers.py):
         those ranges must exist and not overlap each other or the shared MCP port."""
         if self.workers == 1:
             return self

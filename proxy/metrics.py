@@ -214,7 +214,7 @@ class Metrics:
 
     @functools.cached_property
     def store_up(self) -> Gauge:
-        """Registered by the first store that reports (proxy/store_redis.py): without a store the
+        """Registered by the first store that reports (proxy/state/redis_store.py): without a store the
         series is absent, not 0, so an alert on `== 0` means a store that does not answer."""
         return Gauge(
             PREFIX + "store_up",

@@ -100,7 +100,7 @@ if ! { "$image/venv/bin/pip" install -q --disable-pip-version-check -r docker/re
 fi
 "$image/venv/bin/pip" check --disable-pip-version-check \
   || { echo "FAIL docker/requirements.txt does not satisfy pyproject.toml: run docker/freeze-requirements.sh"; exit 1; }
-(cd "$image" && venv/bin/python -I -c "import proxy.cli, proxy.app, proxy.tracing_otel, uvloop" && venv/bin/mcp-era-proxy --version)
+(cd "$image" && venv/bin/python -I -c "import proxy.cli, proxy.app, proxy.tracing.otel, uvloop" && venv/bin/mcp-era-proxy --version)
 rm -rf "$image"
 echo "ok   requirements satisfy pyproject.toml; the installed entry point runs"
 

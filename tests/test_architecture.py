@@ -87,3 +87,114 @@ def test_every_module_imports_first_in_a_fresh_interpreter() -> None:
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert len(names) > 40  # every module was tried
+
+
+# ---------------------------------------------------------------- the packages and their layers
+
+# Inner to outer: a module imports only from its own package or from a lower rank. The root keeps
+# only the composition (app, cli) and the cross-cutting pieces every layer may use.
+RANKS = {
+    "protocol": 0,  # the pure core
+    "__init__": 1,
+    "config": 1,
+    "errors": 1,
+    "metrics": 1,
+    "logs": 1,
+    "state": 2,  # what outlives a request: sessions, task records, the stores, sealing, the cache
+    "tracing": 2,
+    "auth": 3,
+    "upstream": 3,  # the server-side edge
+    "cluster": 3,  # replicas: owners, forwarding, replay, workers
+    "relay": 4,  # executes the core's decisions between the edges
+    "downstream": 5,  # the client-side edge
+    "app": 6,  # the composition root
+    "cli": 7,
+    "__main__": 8,
+}
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(PROXY.parent).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Module -> the project's modules it imports (at any depth of the file: a lazy import counts)."""
+    modules = {module_name(p) for p in PROXY.rglob("*.py")}
+    graph: dict[str, set[str]] = {}
+    for path in PROXY.rglob("*.py"):
+        tree = ast.parse(path.read_text())
+        package = list(path.relative_to(PROXY.parent).with_suffix("").parts)[:-1]
+        found: set[str] = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom):
+                base = (
+                    ".".join(package[: len(package) - node.level + 1] + ([node.module] if node.module else []))
+                    if node.level
+                    else node.module or ""
+                )
+                for alias in node.names:  # `from . import x` imports the module x
+                    found.add(f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base)
+            elif isinstance(node, ast.Import):
+                found.update(alias.name for alias in node.names)
+        graph[module_name(path)] = {name for name in found if name in modules} - {module_name(path)}
+    return graph
+
+
+def home(module: str) -> str:
+    """The package (or root module) a module belongs to: proxy.relay.routes -> relay."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "__init__"
+
+
+def test_the_root_holds_only_the_composition_and_the_cross_cutting_pieces() -> None:
+    root = {p.stem for p in PROXY.glob("*.py")}
+    packages = {p.name for p in PROXY.iterdir() if (p / "__init__.py").exists()}
+    assert root <= {"__init__", "__main__", "app", "cli", "config", "errors", "logs", "metrics"}, root
+    assert len(root) <= 10
+    assert packages | root <= set(RANKS), (packages | root) - set(RANKS)  # every home has a rank
+
+
+def test_imports_point_inward_across_the_packages() -> None:
+    backwards = [
+        f"{module} imports {name}"
+        for module, names in import_graph().items()
+        for name in names
+        if home(name) != home(module) and RANKS[home(name)] >= RANKS[home(module)]
+    ]
+    assert not backwards, "\n".join(sorted(backwards))
+
+
+def test_the_cluster_is_used_only_by_the_downstream_edge_and_the_composition() -> None:
+    users = {home(module) for module, names in import_graph().items() for name in names if home(name) == "cluster"}
+    assert users - {"cluster"} <= {"downstream", "app", "cli"}, users
+
+
+def test_no_import_circle() -> None:
+    """Not even a lazy one: a circle of modules (Tarjan's strongly connected components)."""
+    graph = import_graph()
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    circles: list[list[str]] = []
+
+    def visit(module: str) -> None:
+        index[module] = low[module] = len(index)
+        stack.append(module)
+        for name in graph[module]:
+            if name not in index:
+                visit(name)
+                low[module] = min(low[module], low[name])
+            elif name in stack:
+                low[module] = min(low[module], index[name])
+        if low[module] == index[module]:
+            component = [stack.pop()]
+            while component[-1] != module:
+                component.append(stack.pop())
+            if len(component) > 1:
+                circles.append(sorted(component))
+
+    for module in graph:
+        if module not in index:
+            visit(module)
+    assert not circles, circles

@@ -25,7 +25,7 @@ from ..config import Settings
 from ..errors import ProxyError
 from ..metrics import Metrics
 from ..protocol import jsonrpc
-from ..sessions import principal_of
+from ..state.sessions import principal_of
 from . import challenge
 from .discovery import derived_resource
 from .tokens import InvalidToken, KeysUnavailable, TokenVerifier, VerifiedToken, unverified_claims

@@ -11,11 +11,11 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from .. import __version__
-from ..clients import ClientReport
 from ..config import Settings
 from ..metrics import PREFIX, STREAM_KINDS, Metrics
 from ..relay.tasks import SharedRun
 from . import status_page
+from .clients import ClientReport
 from .sse import json_response
 
 
@@ -121,7 +121,7 @@ class Admin:
         return web.Response(text=page, content_type="text/html", headers={"Cache-Control": "no-store"})
 
     async def clients(self, request: web.Request) -> web.Response:
-        """The migration report (proxy/clients.py): who speaks which protocol, this replica's share."""
+        """The migration report (proxy/downstream/clients.py): who speaks which protocol, this replica's share."""
         rows = self._clients.rows() if self._clients is not None else []
         return json_response({"clients": rows, "maxTracked": self._settings.clients.max_tracked})
 

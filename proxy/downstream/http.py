@@ -19,7 +19,8 @@ import structlog
 from aiohttp import web
 
 from ..auth.identity import Identifier, Identity
-from ..clients import ClientReport, Sighting
+from ..cluster.forward import Forwarder
+from ..cluster.owners import OwnerGone, call_lost
 from ..config import Settings
 from ..errors import ProxyError, session_not_found
 from ..metrics import Metrics, RequestMetrics, method_label
@@ -37,10 +38,10 @@ from ..relay.failures import UpstreamFailures
 from ..relay.legacy_sessions import LegacySessionHost
 from ..relay.legacy_tasks import LegacyTaskHost
 from ..relay.routes import Router
-from ..replicas import Forwarder, OwnerGone, call_lost
-from ..sealing import Sealer
-from ..sessions import LegacySession, short_hash
+from ..state.sealing import Sealer
+from ..state.sessions import LegacySession, short_hash
 from ..tracing import NO_TRACING, NULL_DOWNSTREAM, DownstreamSpan, Tracing
+from .clients import ClientReport, Sighting
 from .resume import EventIds, lost_stream_events, open_event_id
 from .sse import STARTED, RequestReply, SseStream, end_with_error, json_response, relay_reply
 
@@ -81,12 +82,12 @@ class McpEndpoint:
         clients: ClientReport | None = None,
     ) -> None:
         self._settings = settings
-        # Who speaks which protocol (proxy/clients.py); legacy sessions relayed byte for byte are
+        # Who speaks which protocol (proxy/downstream/clients.py); legacy sessions relayed byte for byte are
         # the upstream's, so their client is remembered here by the session id it handed out.
         self._clients = clients if clients is not None else ClientReport(settings.clients.max_tracked, metrics)
         self._byte_sessions: OrderedDict[str, tuple[object, object]] = OrderedDict()
         self._tasks = tasks  # hosted tasks: a modern client's answer or cancel goes where its task runs
-        self._tracing = tracing  # one span per request, parented on its trace context (tracing.py)
+        self._tracing = tracing  # one span per request, parented on its trace context (tracing/__init__.py)
         self._identifier = identifier or Identifier(settings, None)
         # resource_server: the proxy is the token's audience; passing the token on is forbidden.
         self._forward_authorization = settings.upstream.forward_authorization and not self._identifier.resource_server

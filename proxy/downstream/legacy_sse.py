@@ -31,15 +31,17 @@ import structlog
 from aiohttp import web
 
 from ..auth.identity import Identifier
+from ..cluster.envelope import SSE_MESSAGE_ROUTE
+from ..cluster.forward import Forwarder
+from ..cluster.owners import Owner, OwnerGone, OwnerTokens
 from ..config import Settings
 from ..errors import ProxyError, session_not_found
 from ..metrics import Metrics
 from ..protocol import jsonrpc, meta
 from ..protocol.sse import encode_event
 from ..protocol.versions import Era
-from ..replicas import SSE_MESSAGE_ROUTE, Forwarder, Owner, OwnerGone, OwnerTokens
-from ..sealing import Sealer
-from ..sessions import short_hash
+from ..state.sealing import Sealer
+from ..state.sessions import short_hash
 from .bridge import EndpointBridge, MessageError, parse_message
 from .http import error_reply
 from .sse import SseStream, json_response
@@ -151,7 +153,7 @@ class LegacySseEndpoint:
     async def start(self) -> None:
         """The private listener the bridges reach the endpoint on: a unix socket in a fresh 0700
         directory nobody else can reach, served by the endpoint's own handlers."""
-        from .server import runner as make_runner  # the same read deadlines as the public listener
+        from .server import runner as make_runner
 
         inner = web.Application(client_max_size=self._settings.security.max_body_bytes)
         path = self._settings.path

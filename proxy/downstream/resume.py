@@ -26,7 +26,7 @@ import orjson
 
 from ..protocol import jsonrpc
 from ..protocol.sse import encode_event
-from ..sealing import Sealer
+from ..state.sealing import Sealer
 
 _PURPOSE = "evt"
 _MAX_SEQ_DIGITS = 12

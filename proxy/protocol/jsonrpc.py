@@ -5,6 +5,7 @@ Messages are plain dicts so that fields the proxy does not understand survive un
 
 from __future__ import annotations
 
+import base64
 import json
 import math
 import re
@@ -211,3 +212,19 @@ def notification(method: str, params: JSONDict | None = None) -> JSONDict:
     if params is not None:
         message["params"] = params
     return message
+
+
+# Tokens and ids the proxy hands out are base64url without padding.
+def b64url(raw: bytes) -> str:
+    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode("ascii")
+
+
+def unb64url(text: str) -> bytes:
+    """Strict base64url: any byte outside the alphabet, or a non-canonical form, is refused."""
+    try:
+        raw = base64.b64decode(text + "=" * (-len(text) % 4), altchars=b"-_", validate=True)
+    except (ValueError, TypeError) as exc:
+        raise ValueError(str(exc)) from None
+    if b64url(raw) != text:
+        raise ValueError("non-canonical base64url")
+    return raw

@@ -10,7 +10,6 @@ holds the call, so a retry that lands on another replica can be forwarded there.
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import secrets
 from collections.abc import Callable
@@ -132,18 +131,3 @@ class ParkIds:
     def next(self) -> str:
         self._count += 1
         return f"{self._prefix}.{self._count}"
-
-
-def b64url(raw: bytes) -> str:
-    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode("ascii")
-
-
-def unb64url(text: str) -> bytes:
-    """Strict base64url: any byte outside the alphabet, or a non-canonical form, is refused."""
-    try:
-        raw = base64.b64decode(text + "=" * (-len(text) % 4), altchars=b"-_", validate=True)
-    except (ValueError, TypeError) as exc:
-        raise ValueError(str(exc)) from None
-    if b64url(raw) != text:
-        raise ValueError("non-canonical base64url")
-    return raw

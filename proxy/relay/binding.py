@@ -4,7 +4,7 @@ There the upstream sees only the proxy's own credentials (upstream.headers): eve
 the same to it, so what it binds to the token it sees (its legacy session id, a modern
 `requestState`) would let one caller's handle serve another. The proxy binds them instead: what
 the client gets is the upstream's value sealed with the caller's principal as associated data
-(sealing.py), opened on the way back with the principal of whoever presents it. Another caller's
+(state/sealing.py), opened on the way back with the principal of whoever presents it. Another caller's
 principal does not open it, so it never reaches the upstream. One shared secret: any replica
 opens it. In passthrough mode nothing here runs: the upstream sees each caller's token and binds
 its state itself.
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..sealing import MAX_TOKEN_CHARS, Sealer
+from ..state.sealing import MAX_TOKEN_CHARS, Sealer
 
 SESSION_PURPOSE = "rs-sid"  # a legacy upstream's Mcp-Session-Id
 STATE_PURPOSE = "rs-rst"  # a modern upstream's requestState

@@ -18,14 +18,13 @@ from typing import Any
 
 import structlog
 
-from .. import tracing
-from ..cache import ResponseCache
+from .. import PROXY_INFO, tracing
 from ..config import Settings
 from ..errors import ProxyError
-from ..identity import PROXY_INFO
 from ..protocol import jsonrpc
 from ..protocol import legacy_to_modern as l2m
 from ..protocol.versions import Era
+from ..state.cache import ResponseCache
 from ..upstream.errors import UpstreamError
 from ..upstream.legacy_session import LegacyUpstreamSession
 from .detect import EraDetector

@@ -25,7 +25,7 @@ from ..config import Settings
 from ..errors import ProxyError
 from ..metrics import Metrics
 from ..protocol import jsonrpc
-from ..sessions import (
+from ..state.sessions import (
     LegacySession,
     SessionCore,
     SessionIds,

@@ -20,7 +20,7 @@ from ..config import Settings
 from ..errors import ProxyError
 from ..protocol import jsonrpc
 from ..protocol.versions import LEGACY_VERSIONS
-from ..sessions import LegacySession
+from ..state.sessions import LegacySession
 from ..upstream.errors import UpstreamError, UpstreamUnavailable
 from ..upstream.stdio import Route, StdioChannel, StdioProcess, span_transport, use_credentials, with_headers
 from .channel import ReplyChannel

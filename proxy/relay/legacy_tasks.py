@@ -27,8 +27,8 @@ from ..errors import ProxyError
 from ..metrics import Metrics
 from ..protocol import jsonrpc
 from ..protocol import legacy_tasks as lt
-from ..sessions import StoreUnavailable, short_hash
-from ..task_records import TaskStore
+from ..state.sessions import StoreUnavailable, short_hash
+from ..state.task_records import TaskStore
 from .channel import ReplyChannel
 from .tasks import TaskScope
 

@@ -23,11 +23,9 @@ from typing import Any
 import orjson
 import structlog
 
-from .. import tracing
-from ..cache import ResponseCache, request_key
+from .. import PROXY_INFO, tracing
 from ..config import Settings
 from ..errors import ProxyError
-from ..identity import PROXY_INFO
 from ..metrics import Metrics, method_label
 from ..protocol import jsonrpc, meta
 from ..protocol import legacy_tasks as lt
@@ -58,7 +56,8 @@ from ..protocol.headers import ParamHeader
 from ..protocol.methods import CORE_CLIENT_NOTIFICATIONS
 from ..protocol.outcome import Outcome, timed_out
 from ..protocol.versions import LATEST_MODERN, pick_modern
-from ..sessions import LegacySession, SessionStore, StoreUnavailable, short_hash
+from ..state.cache import ResponseCache, request_key
+from ..state.sessions import LegacySession, SessionStore, StoreUnavailable, short_hash
 from ..upstream.base import Upstream
 from ..upstream.errors import UpstreamError, UpstreamProtocolError
 from .channel import NO_STREAM, ReplyChannel

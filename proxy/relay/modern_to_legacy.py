@@ -23,7 +23,6 @@ from typing import Any
 import structlog
 
 from .. import tracing
-from ..cache import ResponseCache
 from ..config import Settings
 from ..errors import ProxyError
 from ..metrics import Metrics, method_label
@@ -55,6 +54,7 @@ from ..protocol.parked_call import (
     invalid_state,
 )
 from ..protocol.request_state import ParkIds, RequestStateCodec
+from ..state.cache import ResponseCache
 from ..upstream.base import Reply
 from ..upstream.errors import UpstreamError, UpstreamSessionGone
 from ..upstream.legacy_session import LegacyUpstreamSession, SessionFactory, SessionPool
@@ -736,7 +736,7 @@ class ModernToLegacy:
         params = jsonrpc.params_of(request.message)
         request_id = request.message["id"]
         claims = self.codec.verify(params.get("requestState"), principal)
-        # A call parked on another replica is forwarded there before it reaches this (replicas.py);
+        # A call parked on another replica is forwarded there before it reaches this (cluster/);
         # one whose replica nobody can reach is no call here.
         call = self._parked.get(claims.park_id) if claims is not None and self.codec.is_local(claims) else None
         if call is None or call.finished:

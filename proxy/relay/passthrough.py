@@ -16,7 +16,6 @@ from typing import Any
 
 import structlog
 
-from ..cache import ResponseCache
 from ..config import Settings
 from ..metrics import Metrics
 from ..protocol import jsonrpc, meta
@@ -26,6 +25,7 @@ from ..protocol.outcome import Outcome
 from ..protocol.parked_call import invalid_state
 from ..protocol.status import status_of
 from ..protocol.versions import Era
+from ..state.cache import ResponseCache
 from ..upstream.base import Upstream
 from ..upstream.errors import UpstreamError, UpstreamProtocolError, UpstreamUnavailable
 from .binding import CallerBinding

@@ -23,10 +23,9 @@ from typing import Any, Protocol
 
 import structlog
 
-from .. import tracing
+from .. import PROXY_INFO, tracing
 from ..config import PoolConfig
 from ..errors import ProxyError
-from ..identity import PROXY_INFO
 from ..protocol import jsonrpc
 from ..protocol import modern_to_legacy as m2l
 from ..protocol.capabilities import modern_server_capabilities

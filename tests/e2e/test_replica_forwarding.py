@@ -1,7 +1,7 @@
 """Three replicas of the proxy CLI, real SDK clients spread across them: each request goes to the
 next replica in turn (a round-robin tap), so an echo (the next request, or the one after) lands on
 a replica that does not hold what it names and is forwarded to the one that does
-(proxy/replicas.py):
+(proxy/cluster/):
 
 - the mcp==2.3.0 modern client against the mcp==1.30.0 legacy server: each MRTR retry;
 - the mcp==1.30.0 legacy client against the mcp==2.3.0 modern server, sessions in a real

@@ -32,7 +32,7 @@ from proxy.protocol.request_state import RequestStateCodec, StateClaims, params_
 from proxy.protocol.sse import Decoder, Event
 from proxy.protocol.status import Rejection
 from proxy.protocol.versions import LATEST_LEGACY, LATEST_MODERN
-from proxy.sealing import Sealer
+from proxy.state.sealing import Sealer
 from tests.hostile import strategies as hs
 from tests.support import tally
 

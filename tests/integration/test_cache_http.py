@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 
 from proxy.app import CACHE, LEGACY_TO_MODERN, METRICS, MODERN_TO_LEGACY, create_app
-from proxy.cache import ResponseCache
 from proxy.config import load_settings
 from proxy.protocol import jsonrpc, meta
+from proxy.state.cache import ResponseCache
 from tests.integration.conftest import MakeProxy, Proxy, serve
 from tests.support.fake_legacy import PATH as LEGACY_PATH
 from tests.support.fake_legacy import FakeLegacy

@@ -1,6 +1,6 @@
 """Replicas behind a balancer: the echo of a token reaches the replica that holds what it names.
 
-Real proxy apps on loopback ports, each with its own internal listener (proxy/replicas.py), one
+Real proxy apps on loopback ports, each with its own internal listener (proxy/cluster/), one
 shared secret, and (for legacy sessions) one shared session store object, which is what a shared
 store gives replicas. Upstreams are the scripted fakes of the other integration tests.
 
@@ -31,21 +31,15 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind
 
 from proxy.app import FORWARDER, INTERNAL, METRICS, create_app
+from proxy.cluster.envelope import REFUSED_HEADER, REPLAY_PATH, TARGET_HEADER, Envelope, seal_envelope
+from proxy.cluster.owners import new_boot_id
 from proxy.config import Settings, load_settings
 from proxy.downstream.server import runner as make_runner
 from proxy.protocol import jsonrpc
-from proxy.replicas import (
-    REFUSED_HEADER,
-    REPLAY_PATH,
-    TARGET_HEADER,
-    Envelope,
-    new_boot_id,
-    seal_envelope,
-)
-from proxy.sealing import Sealer
-from proxy.sessions import InMemorySessionStore, SessionStore
+from proxy.state.sealing import Sealer
+from proxy.state.sessions import InMemorySessionStore, SessionStore
 from proxy.tracing import Tracing
-from proxy.tracing_otel import OtelTracing
+from proxy.tracing.otel import OtelTracing
 from tests.integration.conftest import serve
 from tests.support import fake_legacy, fake_modern
 from tests.support.fake_legacy import Call, FakeLegacy

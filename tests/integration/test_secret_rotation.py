@@ -9,7 +9,7 @@ from aiohttp.test_utils import TestClient
 
 from proxy.app import create_app
 from proxy.config import load_settings
-from proxy.sessions import InMemorySessionStore
+from proxy.state.sessions import InMemorySessionStore
 from tests.integration.conftest import UPSTREAM_NAME, serve
 from tests.support.fake_modern import FakeModern
 from tests.support.legacy_peer import LegacyPeer

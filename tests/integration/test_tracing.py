@@ -23,7 +23,7 @@ from structlog.testing import capture_logs
 from proxy.app import create_app
 from proxy.config import load_settings
 from proxy.protocol.jsonrpc import INTERNAL_ERROR
-from proxy.tracing_otel import OtelTracing
+from proxy.tracing.otel import OtelTracing
 from tests.integration.conftest import UPSTREAM_NAME, Proxy, closed_port_url, serve
 from tests.support.fake_modern import Call, FakeModern, Outcome, complete, error, input_required
 from tests.support.legacy_peer import ACCEPT, LegacyPeer, SseReader, initialize_message
@@ -356,7 +356,7 @@ def test_with_no_endpoint_nothing_of_opentelemetry_is_imported() -> None:
 
         TRACEPARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
         asyncio.run(main())
-        loaded = sorted(m for m in sys.modules if m.startswith("opentelemetry") or m == "proxy.tracing_otel")
+        loaded = sorted(m for m in sys.modules if m.startswith("opentelemetry") or m == "proxy.tracing.otel")
         print(loaded)
         sys.exit(1 if loaded else 0)
         """

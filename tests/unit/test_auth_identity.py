@@ -13,7 +13,7 @@ from proxy.auth.tokens import TokenVerifier
 from proxy.config import Settings, load_settings
 from proxy.errors import ProxyError
 from proxy.metrics import Metrics
-from proxy.sessions import principal_of
+from proxy.state.sessions import principal_of
 from tests.support.jwt_issuer import JwtIssuer
 
 HOST = "proxy.example:8080"

@@ -16,14 +16,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 
 from proxy.auth import tokens
 from proxy.auth.discovery import Discovery
-from proxy.auth.tokens import (
-    InvalidToken,
-    KeysUnavailable,
-    TokenVerifier,
-    max_age,
-    same_url,
-    unverified_claims,
-)
+from proxy.auth.tokens import InvalidToken, KeysUnavailable, TokenVerifier, max_age, same_url, unverified_claims
 from proxy.config import AuthConfig, load_settings
 from tests.integration.conftest import closed_port_url
 from tests.support.jwt_issuer import JwtIssuer

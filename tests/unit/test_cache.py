@@ -14,13 +14,13 @@ from typing import Any
 import orjson
 import pytest
 
-from proxy.cache import ResponseCache, request_key
 from proxy.config import CacheConfig
 from proxy.metrics import Metrics
 from proxy.protocol import jsonrpc
 from proxy.protocol.outcome import Outcome
 from proxy.protocol.versions import LATEST_MODERN
-from proxy.sessions import principal_of
+from proxy.state.cache import ResponseCache, request_key
+from proxy.state.sessions import principal_of
 
 JSONDict = dict[str, Any]
 WAIT = 5.0  # upper bound for anything a test waits for

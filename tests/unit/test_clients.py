@@ -1,10 +1,10 @@
-"""The migration report (proxy/clients.py): one bounded row per client, names cut to a safe form."""
+"""The migration report (proxy/downstream/clients.py): one bounded row per client, names cut to a safe form."""
 
 from __future__ import annotations
 
 from prometheus_client import generate_latest
 
-from proxy.clients import ClientReport, Sighting
+from proxy.downstream.clients import ClientReport, Sighting
 from proxy.metrics import Metrics
 
 

@@ -1,4 +1,4 @@
-"""proxy/replicas.py without a network: server-to-client request ids, replay envelopes, which
+"""proxy/cluster/ without a network: server-to-client request ids, replay envelopes, which
 headers a replay carries, and when a token names another replica to forward to."""
 
 from __future__ import annotations
@@ -9,26 +9,16 @@ from typing import Any, cast
 
 import pytest
 
+from proxy.cluster.envelope import ENVELOPE_TTL_S, Envelope, open_envelope, replayed_headers, seal_envelope
+from proxy.cluster.forward import Forwarder
+from proxy.cluster.owners import Owner, OwnerTokens, ServerRequestIds, new_boot_id
+from proxy.cluster.replay import _SERVED_MAX, ReplayEndpoint
 from proxy.config import load_settings
 from proxy.downstream.legacy_sse import LegacySseEndpoint
 from proxy.metrics import Metrics
 from proxy.protocol.request_state import RequestStateCodec
-from proxy.replicas import (
-    _SERVED_MAX,
-    ENVELOPE_TTL_S,
-    Envelope,
-    Forwarder,
-    Owner,
-    OwnerTokens,
-    ReplayEndpoint,
-    ServerRequestIds,
-    new_boot_id,
-    open_envelope,
-    replayed_headers,
-    seal_envelope,
-)
-from proxy.sealing import Sealer
-from proxy.sessions import short_hash
+from proxy.state.sealing import Sealer
+from proxy.state.sessions import short_hash
 
 SECRET = b"replicas-secret-0123456789"
 NOW = 1_800_000_000.0

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from proxy.protocol.request_state import b64url, unb64url
-from proxy.sealing import Sealer
+from proxy.protocol.jsonrpc import b64url, unb64url
+from proxy.state.sealing import Sealer
 
 SECRET = b"s" * 32
 OLD = b"o" * 32

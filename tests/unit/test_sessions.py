@@ -1,11 +1,11 @@
-"""Sealed legacy session ids and the in-memory session store (proxy/sessions.py)."""
+"""Sealed legacy session ids and the in-memory session store (proxy/state/sessions.py)."""
 
 from __future__ import annotations
 
 import pytest
 
-from proxy.sealing import Sealer
-from proxy.sessions import (
+from proxy.state.sealing import Sealer
+from proxy.state.sessions import (
     MAX_CORE_BYTES,
     InMemorySessionStore,
     LegacySession,

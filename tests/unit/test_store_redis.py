@@ -15,9 +15,9 @@ import pytest
 
 from proxy.config import StoreConfig
 from proxy.metrics import Metrics
-from proxy.sealing import Sealer
-from proxy.sessions import LegacySession, SessionCore, SessionIds, StoreUnavailable, principal_of
-from proxy.store_redis import Breaker, RedisSessionStore
+from proxy.state.redis_store import Breaker, RedisSessionStore
+from proxy.state.sealing import Sealer
+from proxy.state.sessions import LegacySession, SessionCore, SessionIds, StoreUnavailable, principal_of
 
 SECRET = b"0123456789abcdef0123456789abcdef"
 ALICE = principal_of("Bearer alice")

@@ -1,9 +1,9 @@
-"""The in-memory task store (proxy/task_records.py): records by caller and id, pages in creation
+"""The in-memory task store (proxy/state/task_records.py): records by caller and id, pages in creation
 order, retention that ends records by itself. The clock is injected: no sleeps."""
 
 from __future__ import annotations
 
-from proxy.task_records import InMemoryTaskStore
+from proxy.state.task_records import InMemoryTaskStore
 
 
 class Clock:

@@ -1,4 +1,4 @@
-"""proxy/tracing.py's interface: the null spans while off, and the OpenTelemetry implementation's
+"""proxy/tracing/__init__.py's interface: the null spans while off, and the OpenTelemetry implementation's
 sampling, propagation and parenting rules."""
 
 from __future__ import annotations
@@ -17,9 +17,10 @@ from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
 from opentelemetry.trace import SpanKind
 
 from proxy import tracing
+from proxy.app import tracing_from_settings
 from proxy.config import ConfigError, TracingConfig
 from proxy.protocol import meta
-from proxy.tracing_otel import OtelTracing
+from proxy.tracing.otel import OtelTracing
 
 TRACE, SPAN = "0af7651916cd43dd8448eb211c80319c", "b7ad6b7169203331"
 SAMPLED = f"00-{TRACE}-{SPAN}-01"
@@ -49,7 +50,7 @@ def request(method: str = "tools/call", **params: object) -> dict[str, object]:
 
 
 def test_without_an_endpoint_the_proxy_gets_the_null_tracing_and_its_shared_null_spans() -> None:
-    off = tracing.from_settings(TracingConfig())
+    off = tracing_from_settings(TracingConfig())
     assert off is tracing.NO_TRACING and not off.enabled
     span = off.downstream("POST", {"traceparent": SAMPLED})
     assert span is tracing.NULL_DOWNSTREAM
@@ -70,7 +71,7 @@ def test_an_endpoint_builds_a_provider_of_its_own_sampling_parent_based_on_the_r
     config = TracingConfig(
         otlp_endpoint="http://127.0.0.1:4318/v1/traces", service_name="edge", sample_ratio=0.25, headers={"A": "b"}
     )
-    on = tracing.from_settings(config)
+    on = tracing_from_settings(config)
     assert isinstance(on, OtelTracing) and on.enabled
     provider = on._provider
     assert provider.resource.attributes["service.name"] == "edge"

@@ -1,4 +1,4 @@
-"""--workers: what each worker listens on and advertises, and the settings refused (proxy/workers.py)."""
+"""--workers: what each worker listens on and advertises, and the settings refused (proxy/cluster/workers.py)."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 import structlog
 
+from proxy.cluster.workers import restart_delay, shifted, worker_settings
 from proxy.config import ConfigError, Settings, load_settings
 from proxy.logs import configure_logging
-from proxy.workers import restart_delay, shifted, worker_settings
 
 SECRET = "0123456789abcdef0123"
 STORE = "redis://127.0.0.1:6379/0"

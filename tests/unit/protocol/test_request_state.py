@@ -11,16 +11,9 @@ import re
 
 import pytest
 
-from proxy.protocol.request_state import (
-    PURPOSE,
-    RequestStateCodec,
-    StateClaims,
-    b64url,
-    new_park_id,
-    params_digest,
-    unb64url,
-)
-from proxy.sealing import Sealer
+from proxy.protocol.jsonrpc import b64url, unb64url
+from proxy.protocol.request_state import PURPOSE, RequestStateCodec, StateClaims, new_park_id, params_digest
+from proxy.state.sealing import Sealer
 
 SECRET = b"s3cret-of-the-proxy"
 NOW = 1_700_000_000.25

@@ -5,7 +5,7 @@ from __future__ import annotations
 from proxy.protocol import jsonrpc
 from proxy.protocol.request_state import PURPOSE as PROXY_STATE_PURPOSE
 from proxy.relay.binding import CallerBinding
-from proxy.sealing import Sealer
+from proxy.state.sealing import Sealer
 
 SECRET = b"s" * 32
 ALICE, BOB = "iss:alice", "iss:bob"

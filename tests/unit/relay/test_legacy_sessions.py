@@ -18,8 +18,8 @@ from proxy.metrics import Metrics
 from proxy.protocol import jsonrpc
 from proxy.relay.legacy_sessions import LegacySessionHost, Opened
 from proxy.relay.runtime import SessionRuntime
-from proxy.sealing import Sealer
-from proxy.sessions import InMemorySessionStore, LegacySession, SessionIds, principal_of
+from proxy.state.sealing import Sealer
+from proxy.state.sessions import InMemorySessionStore, LegacySession, SessionIds, principal_of
 
 ALICE = principal_of("Bearer alice")
 WAIT = 5.0

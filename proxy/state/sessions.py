@@ -15,9 +15,9 @@ from typing import Any, Protocol
 
 import orjson
 
-from .errors import ProxyError
-from .protocol import jsonrpc
-from .protocol.request_state import b64url
+from ..errors import ProxyError
+from ..protocol import jsonrpc
+from ..protocol.jsonrpc import b64url
 from .sealing import Sealer
 
 JSONDict = dict[str, Any]
@@ -89,7 +89,7 @@ def core_fits_in_id(core: SessionCore) -> bool:
 class SessionIds:
     """Mints and opens `Mcp-Session-Id` values: the session's immutable core, sealed.
 
-    The id is AES-GCM-sealed (proxy.sealing, purpose "sid") with the caller's principal as associated
+    The id is AES-GCM-sealed (proxy.state.sealing, purpose "sid") with the caller's principal as associated
     data: an id presented by anyone else fails exactly like an unknown id (404), a forged or altered
     one never reaches the store, and nobody can read what it carries. Besides 128 random bits and the
     issue time it holds the SessionCore, so a replica that never saw the session can serve it. A core

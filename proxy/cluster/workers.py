@@ -39,7 +39,7 @@ from dataclasses import dataclass
 
 import structlog
 
-from .config import ReplicasConfig, Settings, parse_listen
+from ..config import ReplicasConfig, Settings, parse_listen
 
 log = structlog.get_logger(__name__)
 

@@ -28,9 +28,9 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 import orjson
 import structlog
 
-from .config import StoreConfig
-from .metrics import Metrics
-from .protocol.request_state import b64url
+from ..config import StoreConfig
+from ..metrics import Metrics
+from ..protocol.jsonrpc import b64url
 from .sealing import Sealer
 from .sessions import LegacySession, StoreUnavailable, decode_core, encode_core, short_hash
 

@@ -20,8 +20,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .metrics import Metrics
-from .protocol.versions import LEGACY_VERSIONS, MODERN_VERSIONS
+from ..metrics import Metrics
+from ..protocol.versions import LEGACY_VERSIONS, MODERN_VERSIONS
 
 OTHER = "other"
 _NAME_MAX = 64

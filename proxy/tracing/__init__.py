@@ -2,7 +2,7 @@
 
 The proxy calls only what is here. With `tracing.otlp_endpoint` unset this module is all there
 is: nothing from opentelemetry is imported, and every call returns one of the module-level null
-spans below, so a request allocates nothing for tracing. With an endpoint, proxy/tracing_otel.py
+spans below, so a request allocates nothing for tracing. With an endpoint, proxy/tracing/otel.py
 (the `[otel]` extra) implements the same interface on an OpenTelemetry SDK TracerProvider of its
 own (never the process's global one: an embedding application or a test keeps its own).
 
@@ -19,7 +19,7 @@ import importlib.util
 from collections.abc import Mapping
 from typing import Any
 
-from .config import ConfigError, TracingConfig
+from ..config import ConfigError, TracingConfig
 
 JSONDict = dict[str, Any]
 
@@ -140,13 +140,3 @@ def require(config: TracingConfig) -> None:
             raise ConfigError(
                 f"tracing.otlp_endpoint is set but {name} is not installed: pip install 'mcp-era-proxy[otel]'"
             )
-
-
-def from_settings(config: TracingConfig) -> Tracing:
-    """The proxy's tracing for its `tracing` settings: none without an endpoint."""
-    if config.otlp_endpoint is None:
-        return NO_TRACING
-    require(config)
-    from .tracing_otel import OtelTracing
-
-    return OtelTracing.exporting(config)

@@ -1,4 +1,4 @@
-"""proxy/tracing.py's interface on the OpenTelemetry SDK (the `[otel]` extra); imported only when
+"""proxy/tracing/__init__.py's interface on the OpenTelemetry SDK (the `[otel]` extra); imported only when
 `tracing.otlp_endpoint` is set, or by a test or an embedding application handing in its own provider.
 
 Spans follow the OpenTelemetry MCP semantic conventions: named `{mcp.method.name} {target}` (the
@@ -26,10 +26,10 @@ from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
 from opentelemetry.trace import Span, SpanKind, StatusCode, Tracer, set_span_in_context
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-from . import __version__, tracing
-from .config import TracingConfig
-from .metrics import method_label
-from .protocol import meta
+from .. import __version__, tracing
+from ..config import TracingConfig
+from ..metrics import method_label
+from ..protocol import meta
 
 log = structlog.get_logger(__name__)
 JSONDict = dict[str, Any]

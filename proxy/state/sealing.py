@@ -26,7 +26,7 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
-from .protocol.request_state import b64url, unb64url
+from ..protocol.jsonrpc import b64url, unb64url
 
 _HEADER = 2 + 2 + 12
 _TAG = 16

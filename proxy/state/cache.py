@@ -16,11 +16,11 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from .config import CacheConfig
-from .metrics import Metrics
-from .protocol import jsonrpc
-from .protocol.methods import CACHEABLE_METHODS, uri_within
-from .protocol.outcome import Outcome
+from ..config import CacheConfig
+from ..metrics import Metrics
+from ..protocol import jsonrpc
+from ..protocol.methods import CACHEABLE_METHODS, uri_within
+from ..protocol.outcome import Outcome
 
 JSONDict = dict[str, Any]
 # What each notification makes stale (docs/translation.md §5 Invalidation; templates follow the resource list).
