@@ -36,14 +36,14 @@ RUN --mount=type=cache,target=/root/.cache/pip \
 
 # 2. The project itself, without resolving dependencies again: they are all in the layer above. The
 #    import check (-I: the installed package, not ./proxy) makes a dependency missing from
-#    docker/requirements.txt fail the build rather than a pod (proxy.tracing_otel: the [otel]
+#    docker/requirements.txt fail the build rather than a pod (proxy.tracing.otel: the [otel]
 #    extra is in the image, so setting tracing.otlp_endpoint needs no other image).
 WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY proxy/ proxy/
 RUN --mount=type=cache,target=/root/.cache/pip \
     pip --python /opt/venv/bin/python install --no-deps . \
-    && /opt/venv/bin/python -I -c "import proxy.cli, proxy.app, proxy.tracing_otel, uvloop" \
+    && /opt/venv/bin/python -I -c "import proxy.cli, proxy.app, proxy.tracing.otel, uvloop" \
     && /opt/venv/bin/mcp-era-proxy --version
 
 # ---------------------------------------------------------------------------------------------
