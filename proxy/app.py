@@ -37,12 +37,12 @@ from .relay.detect import EraDetector, Probe, probe_http, probe_stdio
 from .relay.failures import UpstreamFailures
 from .relay.legacy_sessions import LegacySessionHost
 from .relay.legacy_stdio import ProcessBackend
-from .relay.legacy_tasks import LegacyTaskHost
 from .relay.legacy_to_modern import TranslatingBackend
 from .relay.modern_to_legacy import ModernToLegacy
 from .relay.modern_to_legacy import probe as probe_legacy
 from .relay.passthrough import ModernPassThrough
 from .relay.routes import routing_table
+from .relay.tasks.host import LegacyTaskHost
 from .state.cache import ResponseCache
 from .state.redis_store import RedisSessionStore, RedisTaskStore, redis_store
 from .state.sealing import Sealer

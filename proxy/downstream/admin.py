@@ -13,7 +13,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from .. import __version__
 from ..config import Settings
 from ..metrics import PREFIX, STREAM_KINDS, Metrics
-from ..relay.tasks import SharedRun
+from ..relay.scopes import SharedRun
 from . import status_page
 from .clients import ClientReport
 from .sse import json_response

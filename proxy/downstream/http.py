@@ -36,8 +36,8 @@ from ..relay.channel import Caller
 from ..relay.detect import EraDetector
 from ..relay.failures import UpstreamFailures
 from ..relay.legacy_sessions import LegacySessionHost
-from ..relay.legacy_tasks import LegacyTaskHost
 from ..relay.routes import Router
+from ..relay.tasks.host import LegacyTaskHost
 from ..state.sealing import Sealer
 from ..state.sessions import LegacySession, short_hash
 from ..tracing import NO_TRACING, NULL_DOWNSTREAM, DownstreamSpan, Tracing

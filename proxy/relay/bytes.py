@@ -33,7 +33,7 @@ from ..upstream.errors import UpstreamError, UpstreamUnavailable
 from ..upstream.http import HttpUpstream
 from .binding import CallerBinding
 from .failures import UpstreamFailures
-from .tasks import Deadline
+from .scopes import Deadline
 
 log = structlog.get_logger(__name__)
 

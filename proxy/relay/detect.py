@@ -13,7 +13,7 @@ from ..protocol.detection import Detected, era_from_reply, legacy_probe_request,
 from ..protocol.legacy_to_modern import upstream_headers
 from ..protocol.versions import LATEST_MODERN, Era
 from ..upstream.errors import UpstreamError, UpstreamHTTPError, UpstreamProtocolError
-from .tasks import SharedRun
+from .scopes import SharedRun
 
 JSONDict = dict[str, Any]
 log = structlog.get_logger(__name__)

@@ -36,7 +36,7 @@ from ..state.sessions import (
 )
 from .channel import ReplyChannel
 from .runtime import GetStream, SessionRuntime
-from .tasks import CancelScope, TaskScope
+from .scopes import CancelScope, TaskScope
 
 JSONDict = dict[str, Any]
 log = structlog.get_logger(__name__)

@@ -63,10 +63,10 @@ from ..upstream.errors import UpstreamError, UpstreamProtocolError
 from .channel import NO_STREAM, ReplyChannel
 from .failures import UpstreamFailures, deliver_notification
 from .legacy_sessions import Opened
-from .legacy_tasks import LegacyTaskHost, TaskChannel
 from .listen import SessionListener, listen_request
 from .runtime import SessionRuntime
-from .tasks import Deadline, TaskScope
+from .scopes import Deadline, TaskScope
+from .tasks.host import LegacyTaskHost, TaskChannel
 
 JSONDict = dict[str, Any]
 log = structlog.get_logger(__name__)

@@ -60,8 +60,8 @@ from ..upstream.errors import UpstreamError, UpstreamSessionGone
 from ..upstream.legacy_session import LegacyUpstreamSession, SessionFactory, SessionPool
 from .channel import NO_STREAM, Caller, ReplyChannel
 from .failures import UpstreamFailures, deliver_notification
-from .legacy_tasks import LegacyTaskHost, TaskChannel, refusals
-from .tasks import Deadline, TaskScope
+from .scopes import Deadline, TaskScope
+from .tasks.host import LegacyTaskHost, TaskChannel, refusals
 
 JSONDict = dict[str, Any]
 log = structlog.get_logger(__name__)

@@ -31,7 +31,7 @@ from ..upstream.errors import UpstreamError, UpstreamProtocolError, UpstreamUnav
 from .binding import CallerBinding
 from .channel import Caller, ReplyChannel
 from .failures import UpstreamFailures, deliver_notification
-from .tasks import Deadline
+from .scopes import Deadline
 
 JSONDict = dict[str, Any]
 log = structlog.get_logger(__name__)

@@ -13,7 +13,7 @@ from typing import Any, Generic, TypeVar
 
 from ..errors import ProxyError
 from ..protocol import jsonrpc
-from .tasks import CancelScope, TaskScope
+from .scopes import CancelScope, TaskScope
 
 JSONDict = dict[str, Any]
 L = TypeVar("L")

@@ -1,4 +1,4 @@
-"""Owned concurrency: task scopes and cancel scopes (proxy/relay/tasks.py)."""
+"""Owned concurrency: task scopes and cancel scopes (proxy/relay/scopes.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import asyncio
 import pytest
 from structlog.testing import capture_logs
 
-from proxy.relay.tasks import CancelScope, TaskScope
+from proxy.relay.scopes import CancelScope, TaskScope
 
 WAIT = 5.0
 

@@ -1,5 +1,5 @@
-"""Tasks with an owner: a scope holds the tasks one object starts (a call, a relay, a stream) until
-they end, logs their failures, and ends them with its owner."""
+"""Scopes of asyncio tasks (MCP tasks live in relay/tasks/): a scope holds the tasks one object
+starts (a call, a relay, a stream) until they end, logs their failures, and ends them with its owner."""
 
 from __future__ import annotations
 

@@ -22,15 +22,15 @@ from typing import Any
 
 import structlog
 
-from ..config import TasksConfig
-from ..errors import ProxyError
-from ..metrics import Metrics
-from ..protocol import jsonrpc
-from ..protocol import legacy_tasks as lt
-from ..state.sessions import StoreUnavailable, short_hash
-from ..state.task_records import TaskStore
-from .channel import ReplyChannel
-from .tasks import TaskScope
+from ...config import TasksConfig
+from ...errors import ProxyError
+from ...metrics import Metrics
+from ...protocol import jsonrpc
+from ...protocol import legacy_tasks as lt
+from ...state.sessions import StoreUnavailable, short_hash
+from ...state.task_records import TaskStore
+from ..channel import ReplyChannel
+from ..scopes import TaskScope
 
 JSONDict = dict[str, Any]
 Notify = Callable[[JSONDict], None]
