@@ -24,6 +24,10 @@ the task's poll interval) or a `tasks/update`; an `input_required` task's new `i
 asked as a round's are (AskClient, client_answered), their answers go back with `tasks/update`;
 the task's inline `result` or `error` finishes the call. `open_task` names a task still running
 upstream, which the driver cancels (`cancel_task`) when the call ends without it.
+
+The actions are defined in forwarded_actions.py (RelayToClient and Fail, shared with
+parked_call.py, in actions.py) and the client's final reply is built in forwarded_reply.py; the
+drivers import them from here.
 """
 
 from __future__ import annotations
@@ -36,6 +40,22 @@ from . import jsonrpc, meta
 from . import legacy_to_modern as l2m
 from . import task_extension as te
 from .detection import recognized_modern_error
+from .forwarded_actions import (
+    Action,
+    Ask,
+    AskClient,
+    Fail,
+    Finish,
+    InputRound,
+    Log,
+    LookupToolHeaders,
+    RelayToClient,
+    Renegotiated,
+    SendUpstream,
+    SuspectEra,
+    WithdrawAsks,
+)
+from .forwarded_reply import final_message, final_reply, outcome_message
 from .headers import ParamHeader
 from .outcome import UpstreamFailure, invalid
 from .versions import pick_modern
@@ -45,113 +65,29 @@ Phase = Literal["new", "headers", "upstream", "asking", "done"]
 TASK_POLL_RETRIES = 3  # polls of an upstream task that may fail in a row before the call fails
 TaskStep = Literal["get", "update"]
 
-# ---------------------------------------------------------------- actions
-
-
-@dataclass(frozen=True, slots=True)
-class SendUpstream:
-    """Send `message` upstream with these headers (credentials are the driver's to add), after
-    `delay_s` (load shedding: the upstream asked to be retried with its state only)."""
-
-    message: JSONDict
-    headers: dict[str, str]
-    delay_s: float = 0.0
-
-
-@dataclass(frozen=True, slots=True)
-class LookupToolHeaders:
-    """Find the `x-mcp-header` annotations of `tool` (from tools/list); `refresh`: the upstream
-    refused the headers sent, so learn them again."""
-
-    tool: str
-    refresh: bool
-
-
-@dataclass(frozen=True, slots=True)
-class RelayToClient:
-    """Put this notification on the client's reply stream now."""
-
-    message: JSONDict
-
-
-@dataclass(frozen=True, slots=True)
-class Ask:
-    key: str
-    method: str
-    params: JSONDict
-
-
-@dataclass(frozen=True, slots=True)
-class AskClient:
-    """Send each as a server-to-client request on the reply stream and report every answer."""
-
-    asks: tuple[Ask, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class WithdrawAsks:
-    """The answers to these keys are no longer awaited: tell the client (notifications/cancelled)."""
-
-    keys: tuple[str, ...]
-    reason: str
-
-
-@dataclass(frozen=True, slots=True)
-class Renegotiated:
-    """The upstream speaks `version` instead: the session uses it from now on."""
-
-    version: str
-
-
-@dataclass(frozen=True, slots=True)
-class SuspectEra:
-    """The upstream's answer does not fit a 2026-07-28 server: detect its era again."""
-
-    reason: str
-
-
-@dataclass(frozen=True, slots=True)
-class InputRound:
-    """The upstream answered input_required (counted)."""
-
-
-@dataclass(frozen=True, slots=True)
-class Log:
-    level: Literal["info", "warning", "error"]
-    event: str
-    fields: Mapping[str, Any]
-
-
-@dataclass(frozen=True, slots=True)
-class Finish:
-    """The call is over: the complete modern `result`, or the `error` as the legacy client must
-    see it. `cacheable`: the result took none of the client's own answers."""
-
-    result: JSONDict | None = None
-    error: JSONDict | None = None
-    cacheable: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class Fail:
-    """The call is over: the upstream failed; relay the failure."""
-
-    failure: UpstreamFailure
-
-
-Action = (
-    SendUpstream
-    | LookupToolHeaders
-    | RelayToClient
-    | AskClient
-    | WithdrawAsks
-    | Renegotiated
-    | SuspectEra
-    | InputRound
-    | Log
-    | Finish
-    | Fail
-)
+__all__ = [
+    "TASK_POLL_RETRIES",
+    "Action",
+    "Ask",
+    "AskClient",
+    "Fail",
+    "Finish",
+    "ForwardedCall",
+    "ForwardedCallState",
+    "InputRound",
+    "Log",
+    "LookupToolHeaders",
+    "Phase",
+    "RelayToClient",
+    "Renegotiated",
+    "SendUpstream",
+    "SuspectEra",
+    "TaskStep",
+    "WithdrawAsks",
+    "final_message",
+    "final_reply",
+    "outcome_message",
+]
 
 # ---------------------------------------------------------------- state
 
@@ -632,30 +568,3 @@ class ForwardedCall:
             return False
         self.state.progress_floor = value
         return True
-
-
-def final_reply(request: JSONDict, finish: Finish, legacy_version: str) -> JSONDict:
-    """The legacy client's reply to `request` for a finished call (final_message, in one step)."""
-    result = finish.result if finish.result is not None else {}
-    return _legacy_reply(request, finish.error, result, legacy_version)
-
-
-def outcome_message(finish: Finish) -> JSONDict:
-    """A finished call as the modern-level reply it stands for (what the response cache keeps)."""
-    if finish.error is not None:
-        return {"jsonrpc": "2.0", "error": finish.error}
-    return {"jsonrpc": "2.0", "result": finish.result if finish.result is not None else {}}
-
-
-def final_message(request: JSONDict, reply: JSONDict, legacy_version: str) -> JSONDict:
-    """The legacy client's reply to `request` from the modern-level `reply` (the result downgraded
-    to the client's revision; an error as it is)."""
-    error = reply.get("error")
-    error = error if isinstance(error, dict) else None
-    return _legacy_reply(request, error, jsonrpc.obj(reply.get("result")), legacy_version)
-
-
-def _legacy_reply(request: JSONDict, error: JSONDict | None, result: JSONDict, legacy_version: str) -> JSONDict:
-    if error is not None:
-        return {"jsonrpc": "2.0", "id": request["id"], "error": error}
-    return jsonrpc.result_response(request["id"], l2m.result_to_downstream(request["method"], result, legacy_version))

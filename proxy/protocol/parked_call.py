@@ -20,6 +20,9 @@ parked nothing is, and what the server sends meanwhile is kept in the state for 
 Phases: running (a downstream request is attached) → collecting (it asked; more may follow) →
 parked (no request attached) → running again on a valid retry; detached (the client has its
 answer, the upstream call runs out on its own, bounded); done.
+
+RelayToClient and Fail are shared with forwarded_call.py (actions.py); the drivers import them from
+here.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from typing import Any, Literal
 
 from . import jsonrpc, meta
 from . import modern_to_legacy as m2l
+from .actions import Fail, RelayToClient
 from .outcome import Outcome, UpstreamFailure, invalid
 from .request_state import StateClaims, params_digest
 from .status import http_status
@@ -39,6 +43,28 @@ Phase = Literal["running", "collecting", "parked", "detached", "done"]
 STATE_INVALID = "requestState is invalid, expired, already used, or belongs to another request"
 _BUFFERED_MAX = 256  # notifications kept for the retry while parked (the oldest go first)
 
+__all__ = [
+    "STATE_INVALID",
+    "Abandon",
+    "Action",
+    "AnswerServer",
+    "Claims",
+    "DeliverAnswers",
+    "Detach",
+    "DownstreamRequest",
+    "Fail",
+    "Park",
+    "ParkedCall",
+    "ParkedCallState",
+    "Phase",
+    "RelayToClient",
+    "Release",
+    "ReplyClient",
+    "StartCollecting",
+    "input_required_result",
+    "invalid_state",
+]
+
 # ---------------------------------------------------------------- actions
 
 
@@ -47,13 +73,6 @@ class AnswerServer:
     """Send this response to one of the server's requests now."""
 
     response: JSONDict
-
-
-@dataclass(frozen=True, slots=True)
-class RelayToClient:
-    """Put this notification on the attached request's reply stream."""
-
-    message: JSONDict
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,13 +125,6 @@ class Abandon:
 @dataclass(frozen=True, slots=True)
 class Release:
     """The upstream call is over: free the session."""
-
-
-@dataclass(frozen=True, slots=True)
-class Fail:
-    """The attached request fails: relay the upstream failure."""
-
-    failure: UpstreamFailure
 
 
 Action = (

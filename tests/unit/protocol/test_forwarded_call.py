@@ -25,9 +25,6 @@ from proxy.protocol.forwarded_call import (
     SendUpstream,
     SuspectEra,
     WithdrawAsks,
-    final_message,
-    final_reply,
-    outcome_message,
 )
 from proxy.protocol.headers import METHOD_HEADER, NAME_HEADER, PARAM_HEADER_PREFIX, PROTOCOL_VERSION_HEADER, ParamHeader
 from proxy.protocol.legacy_to_modern import ClientProfile
@@ -502,24 +499,6 @@ def test_other_failures_are_relayed_without_suspicion(failure):
     ]
 
 
-# ---------------------------------------------------------------- the final reply
-
-
-def test_the_final_reply_is_the_result_downgraded_for_the_client_revision_under_its_id():
-    finish = Finish(result=complete(content=TEXT, ttlMs=5, cacheScope="public"), cacheable=True)
-    reply_ = outcome_message(finish)
-    assert reply_ == {"jsonrpc": "2.0", "result": finish.result}
-    assert final_message(TOOLS_CALL, reply_, LATEST_LEGACY) == jsonrpc.result_response(7, {"content": TEXT})
-
-
-def test_the_final_reply_of_a_failed_call_is_its_error_under_the_clients_id():
-    finish = Finish(error=jsonrpc.error_object(jsonrpc.INTERNAL_ERROR, "boom"))
-    assert final_message(TOOLS_CALL, outcome_message(finish), LATEST_LEGACY) == jsonrpc.error_response(
-        7, jsonrpc.INTERNAL_ERROR, "boom"
-    )
-    assert outcome_message(Finish()) == {"jsonrpc": "2.0", "result": {}}
-
-
 def test_a_header_mismatch_on_a_tool_call_without_a_readable_name_is_retried_without_a_lookup():
     call = new(jsonrpc.request(1, "tools/call", {"name": 5}))
     started(call)
@@ -532,17 +511,3 @@ def test_trace_context_the_client_put_in_meta_also_goes_in_the_headers():
     send = sent(new(traced).start())
     assert send.headers["traceparent"] == "00-aa-bb-01"
     assert send.message["params"]["_meta"]["traceparent"] == "00-aa-bb-01"
-
-
-@pytest.mark.parametrize(
-    "finish",
-    [
-        Finish(result=complete(content=TEXT, ttlMs=5, cacheScope="public"), cacheable=True),
-        Finish(error=jsonrpc.error_object(jsonrpc.INTERNAL_ERROR, "boom")),
-        Finish(),
-    ],
-)
-def test_the_final_reply_in_one_step_is_the_same_as_through_the_outcome(finish):
-    assert final_reply(TOOLS_CALL, finish, LATEST_LEGACY) == final_message(
-        TOOLS_CALL, outcome_message(finish), LATEST_LEGACY
-    )
