@@ -66,7 +66,7 @@ from .legacy_sessions import Opened
 from .listen import SessionListener, listen_request
 from .runtime import SessionRuntime
 from .scopes import Deadline, TaskScope
-from .tasks.host import LegacyTaskHost, TaskChannel
+from .tasks.host import LegacyTaskHost
 
 JSONDict = dict[str, Any]
 log = structlog.get_logger(__name__)
@@ -415,8 +415,7 @@ class TranslatingBackend:
                 case AskClient(asks=asks):
                     assert runtime is not None  # only a call that can stream asks, and such a call has a session
                     actions.extend(await self._ask_client(call, session, runtime, channel, asks))
-                    if isinstance(channel, TaskChannel):
-                        await channel.answered()
+                    await channel.answered()
                 case RelayToClient(message=note):
                     await channel.send(note)
                 case Renegotiated(version=version):
@@ -447,7 +446,7 @@ class TranslatingBackend:
         headers = {**credentials, **send.headers} if credentials else send.headers
         sent_id = call.upstream_id
         # A hosted task's call may take as long as the task is kept; a request's, its own bound.
-        bound_s = channel.time_left() if isinstance(channel, TaskChannel) else self._settings.upstream.request_timeout_s
+        bound_s = channel.exchange_bound_s(self._settings.upstream.request_timeout_s)
         try:
             with Deadline(bound_s):
                 async with self._upstream.exchange(send.message, headers) as messages:
@@ -640,7 +639,7 @@ class TranslatingBackend:
         thinks, the replica its resumed stream reaches carries the round on (`resume`). Sound
         because a 2026-07-28 upstream keeps the round's state in requestState, not in a process.
         A task's round is not kept: it is no request's a client could resume elsewhere."""
-        if not self._store.shared or isinstance(channel, TaskChannel):
+        if not self._store.shared or not channel.resumable:
             return
         record = orjson.dumps(
             {"state": dataclasses.asdict(call.state), "sent": sent, "seq": getattr(channel, "event_seq", 0)}
