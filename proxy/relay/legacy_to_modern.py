@@ -12,9 +12,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import hashlib
 import itertools
-import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
@@ -52,7 +52,6 @@ from ..protocol.forwarded_call import (
     final_reply,
     outcome_message,
 )
-from ..protocol.headers import ParamHeader
 from ..protocol.methods import CORE_CLIENT_NOTIFICATIONS
 from ..protocol.outcome import Outcome, timed_out
 from ..protocol.versions import LATEST_MODERN, pick_modern
@@ -67,22 +66,14 @@ from .listen import SessionListener, listen_request
 from .runtime import SessionRuntime
 from .scopes import Deadline, TaskScope
 from .tasks.host import LegacyTaskHost
+from .tool_headers import ToolHeaders
 
 JSONDict = dict[str, Any]
 log = structlog.get_logger(__name__)
 
 # Answered by the proxy itself; never forwarded (docs/translation.md §3.3).
 _LOCAL_METHODS = frozenset({"ping", "logging/setLevel", "resources/subscribe", "resources/unsubscribe"})
-_TOOLS_REFRESH_S = 5.0
 _TASK_CANCEL_S = 5.0  # how long a tasks/cancel for an abandoned upstream task may take
-
-
-class _ToolHeaders:
-    """Per-caller registry of `x-mcp-header` annotations learnt from tools/list."""
-
-    def __init__(self) -> None:
-        self.tools: dict[str, tuple[ParamHeader, ...]] = {}
-        self.fetched_at: float | None = None
 
 
 class Translated:
@@ -125,7 +116,7 @@ class TranslatingBackend:
         self._cache = cache if cache is not None else ResponseCache(settings.cache, metrics)
         self._failures = failures if failures is not None else UpstreamFailures(metrics)
         self._upstream_ids = itertools.count(1)
-        self._tool_headers: dict[str, _ToolHeaders] = {}
+        self._tool_headers = ToolHeaders(upstream.name)
         self._tasks = tasks
         # Called when an answer says the upstream no longer speaks 2026-07-28 (era re-detection).
         self.on_era_mismatch: Callable[[str], None] = lambda reason: None
@@ -328,7 +319,7 @@ class TranslatingBackend:
 
         reply = (await self._cache.fetch(key, session.principal, load)).message
         if method == "tools/list" and isinstance(reply.get("result"), dict):
-            reply = {**reply, "result": self._learn_tools(session.principal, reply["result"])}
+            reply = {**reply, "result": self._tool_headers.learn(session.principal, reply["result"])}
         return final_message(message, reply, session.legacy_version)
 
     def _new_call(
@@ -407,10 +398,12 @@ class TranslatingBackend:
             match action:
                 case LookupToolHeaders(tool=tool, refresh=refresh):
                     if refresh:
-                        self._tool_headers.pop(session.principal, None)
-                    known = self._known_headers(session.principal, tool)
+                        self._tool_headers.forget(session.principal)
+                    known = self._tool_headers.known(session.principal, tool)
                     if known is None:
-                        known = await self._fetch_param_headers(session, tool, auth_headers)
+                        known = await self._tool_headers.fetch(
+                            session.principal, tool, functools.partial(self._list_tools, session, auth_headers)
+                        )
                     actions.extend(call.tool_headers(known))
                 case AskClient(asks=asks):
                     assert runtime is not None  # only a call that can stream asks, and such a call has a session
@@ -502,52 +495,12 @@ class TranslatingBackend:
 
     # ------------------------------------------------------------ x-mcp-header
 
-    def _learn_tools(self, principal: str, result: JSONDict) -> JSONDict:
-        page = l2m.screen_tools(result)
-        for name, reason in page.rejected:
-            log.warning("tool_withheld", upstream=self._upstream.name, tool=name, reason=reason)
-        registry = self._tool_headers.setdefault(principal, _ToolHeaders())
-        for tool in page.result.get("tools") or ():
-            if isinstance(tool, dict) and isinstance(tool.get("name"), str):
-                registry.tools[tool["name"]] = page.headers.get(tool["name"], ())
-        return page.result
-
-    def _known_headers(self, principal: str, name: str) -> tuple[ParamHeader, ...] | None:
-        """The tool's annotations if they are known already (the usual case), without a fetch."""
-        registry = self._tool_headers.get(principal)
-        return registry.tools.get(name) if registry is not None else None
-
-    async def _fetch_param_headers(
-        self, session: LegacySession, name: str, auth_headers: Mapping[str, str]
-    ) -> tuple[ParamHeader, ...]:
-        """A tool whose annotations are not known yet: learn them from tools/list, at most once
-        per _TOOLS_REFRESH_S (an unknown tool then has none)."""
-        registry = self._tool_headers.get(session.principal)
-        now = time.monotonic()
-        if registry is None or registry.fetched_at is None or now - registry.fetched_at > _TOOLS_REFRESH_S:
-            await self._fetch_tools(session, auth_headers)
-            registry = self._tool_headers.get(session.principal)
-        return registry.tools.get(name, ()) if registry else ()
-
-    async def _fetch_tools(self, session: LegacySession, auth_headers: Mapping[str, str]) -> None:
-        """Walk every tools/list page so tools/call can mirror annotated arguments."""
-        registry = self._tool_headers.setdefault(session.principal, _ToolHeaders())
-        registry.fetched_at = time.monotonic()
-        cursor: Any = None
-        for _ in range(100):
-            params: JSONDict = {"cursor": cursor} if cursor is not None else {}
-            call = self._new_call(session, jsonrpc.request(0, "tools/list", params), False, auth_headers)
-            try:
-                finish = await self._drive(call, session, None, NO_STREAM, auth_headers)
-            except ProxyError as exc:
-                log.warning("tools_prefetch_failed", upstream=self._upstream.name, error=exc.message)
-                return
-            if finish.result is None:
-                return
-            self._learn_tools(session.principal, finish.result)
-            cursor = finish.result.get("nextCursor")
-            if cursor is None:
-                return
+    async def _list_tools(
+        self, session: LegacySession, auth_headers: Mapping[str, str], params: JSONDict
+    ) -> JSONDict | None:
+        """One tools/list page asked for the session's caller, to learn its tools' annotations."""
+        call = self._new_call(session, jsonrpc.request(0, "tools/list", params), False, auth_headers)
+        return (await self._drive(call, session, None, NO_STREAM, auth_headers)).result
 
     # ------------------------------------------------------------ input requests (MRTR)
 
