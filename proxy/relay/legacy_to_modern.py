@@ -13,14 +13,12 @@ import asyncio
 import contextlib
 import dataclasses
 import functools
-import hashlib
 import itertools
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from typing import Any
 
-import orjson
 import structlog
 
 from .. import PROXY_INFO, tracing
@@ -34,12 +32,10 @@ from ..protocol import task_extension as te
 from ..protocol.capabilities import extensions_problem, modern_client_capabilities
 from ..protocol.forwarded_call import (
     Action,
-    Ask,
     AskClient,
     Fail,
     Finish,
     ForwardedCall,
-    ForwardedCallState,
     InputRound,
     Log,
     LookupToolHeaders,
@@ -56,11 +52,12 @@ from ..protocol.methods import CORE_CLIENT_NOTIFICATIONS
 from ..protocol.outcome import Outcome, timed_out
 from ..protocol.versions import LATEST_MODERN, pick_modern
 from ..state.cache import ResponseCache, request_key
-from ..state.sessions import LegacySession, SessionStore, StoreUnavailable, short_hash
+from ..state.sessions import LegacySession, SessionStore, StoreUnavailable
 from ..upstream.base import Upstream
 from ..upstream.errors import UpstreamError, UpstreamProtocolError
 from .channel import NO_STREAM, ReplyChannel
 from .failures import UpstreamFailures, deliver_notification
+from .input_rounds import InputRounds
 from .legacy_sessions import Opened
 from .listen import SessionListener, listen_request
 from .runtime import SessionRuntime
@@ -108,7 +105,7 @@ class TranslatingBackend:
         client (replicas.ServerRequestIds.mint: a sealed id naming this replica); the count itself
         without it. `tasks`: the host of 2025-11-25 clients' tasks (None: tasks are not hosted)."""
         self._settings = settings
-        self._server_ids = server_ids or (lambda session_id, count: count)
+        self._rounds = InputRounds(settings, store, server_ids or (lambda session_id, count: count))
         self.claimant = ""  # how this replica names itself to answers for rounds it takes over
         self._upstream = upstream
         self._store = store
@@ -407,7 +404,7 @@ class TranslatingBackend:
                     actions.extend(call.tool_headers(known))
                 case AskClient(asks=asks):
                     assert runtime is not None  # only a call that can stream asks, and such a call has a session
-                    actions.extend(await self._ask_client(call, session, runtime, channel, asks))
+                    actions.extend(await self._rounds.ask(call, runtime, channel, asks))
                     await channel.answered()
                 case RelayToClient(message=note):
                     await channel.send(note)
@@ -428,7 +425,7 @@ class TranslatingBackend:
                 case Fail(failure=failure):
                     raise self._failures.client_error(failure)
                 case WithdrawAsks():
-                    pass  # withdrawn where the asks are awaited (_ask_client)
+                    pass  # withdrawn where the asks are awaited (InputRounds.ask)
         raise AssertionError("a forwarded call ended without finishing")  # pragma: no cover
 
     async def _exchange(
@@ -502,112 +499,7 @@ class TranslatingBackend:
         call = self._new_call(session, jsonrpc.request(0, "tools/list", params), False, auth_headers)
         return (await self._drive(call, session, None, NO_STREAM, auth_headers)).result
 
-    # ------------------------------------------------------------ input requests (MRTR)
-
-    async def _ask_client(
-        self,
-        call: ForwardedCall,
-        session: LegacySession,
-        runtime: Runtime,
-        channel: ReplyChannel,
-        asks: tuple[Ask, ...],
-    ) -> list[Action]:
-        """Put the input requests to the legacy client on this request's stream, each as a
-        server-to-client request; feed each answer to the call as it arrives."""
-        if len(runtime.pending) + len(asks) > self._settings.sessions.max_pending_inputs:
-            raise ProxyError(jsonrpc.LIMIT_EXCEEDED, "too many unanswered input requests in this session")
-        if not runtime.initialized.is_set():
-            # Servers must not send requests before notifications/initialized
-            # (2025-11-25/basic/lifecycle.mdx §Initialization).
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(self._settings.input.initialized_wait_s):
-                    await runtime.initialized.wait()
-        loop = asyncio.get_running_loop()
-        waiting: dict[asyncio.Future[JSONDict], tuple[str, int | str]] = {}  # answer -> (key, server request id)
-        sent: dict[str, JSONDict] = {}  # key -> the request as the client got it
-        try:
-            for ask in asks:
-                server_id = self._server_ids(runtime.session_id, next(runtime.server_request_ids))
-                future: asyncio.Future[JSONDict] = loop.create_future()
-                runtime.pending[server_id] = future
-                waiting[future] = (ask.key, server_id)
-                sent[ask.key] = jsonrpc.request(server_id, ask.method, ask.params)
-                await channel.send(sent[ask.key])
-        except BaseException:
-            for _, server_id in waiting.values():
-                runtime.pending.pop(server_id, None)
-            raise
-        await self._keep_round(call, runtime, channel, sent)
-        return await self._await_answers(call, runtime, channel, waiting)
-
-    async def _await_answers(
-        self,
-        call: ForwardedCall,
-        runtime: Runtime,
-        channel: ReplyChannel,
-        waiting: dict[asyncio.Future[JSONDict], tuple[str, int | str]],
-    ) -> list[Action]:
-        """Feed each answer to the call as it arrives, until the round ends."""
-        loop = asyncio.get_running_loop()
-        actions: list[Action] = []
-        cancelled = False
-        try:
-            for future in [f for f in waiting if f.done()]:  # answers left for a round taken over
-                actions.extend(call.client_answered(waiting[future][0], future.result()))
-            deadline = loop.time() + self._settings.input.round_timeout_s
-            unanswered = {future for future in waiting if not future.done()}
-            while unanswered and not actions:
-                # asyncio.wait, unlike gather, leaves the futures alone when this task is cancelled,
-                # so the unanswered ones can be withdrawn below.
-                answered, unanswered = await asyncio.wait(
-                    unanswered, timeout=max(0.0, deadline - loop.time()), return_when=asyncio.FIRST_COMPLETED
-                )
-                if not answered:
-                    actions = call.round_timed_out()
-                for future in answered:
-                    actions.extend(call.client_answered(waiting[future][0], future.result()))
-        except asyncio.CancelledError:
-            # The client's stream went (or it cancelled): the round's record stays, so another
-            # replica can take it over when the client resumes the stream there.
-            cancelled = True
-            actions = call.cancelled()
-            raise
-        finally:
-            withdrawn = next((a for a in actions if isinstance(a, WithdrawAsks)), None)
-            if withdrawn is not None:
-                ids = {key: server_id for key, server_id in waiting.values()}
-                await _withdraw(channel, [ids[key] for key in withdrawn.keys if key in ids], withdrawn.reason)
-            for _, server_id in waiting.values():
-                runtime.pending.pop(server_id, None)
-            if not cancelled:
-                await self._drop_round(call, runtime)
-        return actions
-
     # ------------------------------------------------------------ input rounds taken over
-
-    async def _keep_round(
-        self, call: ForwardedCall, runtime: Runtime, channel: ReplyChannel, sent: dict[str, JSONDict]
-    ) -> None:
-        """With a shared store, record the open round: if this replica dies while the client
-        thinks, the replica its resumed stream reaches carries the round on (`resume`). Sound
-        because a 2026-07-28 upstream keeps the round's state in requestState, not in a process.
-        A task's round is not kept: it is no request's a client could resume elsewhere."""
-        if not self._store.shared or not channel.resumable:
-            return
-        record = orjson.dumps(
-            {"state": dataclasses.asdict(call.state), "sent": sent, "seq": getattr(channel, "event_seq", 0)}
-        )
-        try:
-            await self._store.put_round(
-                runtime.session_id, _request_key(call.state.request["id"]), record, self._settings.input.round_timeout_s
-            )
-        except StoreUnavailable:
-            log.warning("input_round_not_shared", session=short_hash(runtime.session_id))
-
-    async def _drop_round(self, call: ForwardedCall, runtime: Runtime) -> None:
-        if self._store.shared:
-            with contextlib.suppress(StoreUnavailable):
-                await self._store.drop_round(runtime.session_id, _request_key(call.state.request["id"]))
 
     async def resume(
         self,
@@ -620,43 +512,13 @@ class TranslatingBackend:
     ) -> JSONDict | None:
         """Carry on the open input round of a request whose stream broke on another replica (its
         client resumed the stream here); None: there is none to carry on."""
-        if not self._store.shared:
+        taken = await self._rounds.claim(session.id, request_id, self.claimant)
+        if taken is None:
             return None
-        try:
-            claimed = await self._store.claim_round(
-                session.id,
-                _request_key(request_id),
-                self.claimant,
-                lambda record: [str(m["id"]) for m in orjson.loads(record)["sent"].values()],
-                self._settings.input.round_timeout_s,
-            )
-        except StoreUnavailable:
-            return None
-        if claimed is None:
-            return None
-        record, left = claimed
-        data = orjson.loads(record)
-        call = ForwardedCall(ForwardedCallState(**data["state"]))
         runtime.live.auth_headers = auth_headers
-        loop = asyncio.get_running_loop()
-        waiting: dict[asyncio.Future[JSONDict], tuple[str, int | str]] = {}
-        for key, message in data["sent"].items():
-            server_id = message["id"]
-            future: asyncio.Future[JSONDict] = loop.create_future()
-            answer = left.get(str(server_id))
-            if answer is not None:
-                future.set_result(orjson.loads(answer))
-            else:
-                runtime.pending[server_id] = future
-            waiting[future] = (key, server_id)
-        log.info("input_round_taken_over", session=short_hash(session.id), asks=len(waiting))
-        if seen_seq < data["seq"]:
-            # The client never got these: ask them here, under the same ids (asked once).
-            for message in data["sent"].values():
-                await channel.send(message)
-        actions = await self._await_answers(call, runtime, channel, waiting)
-        finish = await self._drive(call, session, runtime, channel, auth_headers, actions)
-        return final_reply(call.state.request, finish, session.legacy_version)
+        actions = await self._rounds.carry_on(taken, runtime, seen_seq, channel)
+        finish = await self._drive(taken.call, session, runtime, channel, auth_headers, actions)
+        return final_reply(taken.call.state.request, finish, session.legacy_version)
 
     # ------------------------------------------------------------ GET stream and listen
 
@@ -783,17 +645,3 @@ class TranslatingBackend:
                 self._upstream.name, f"answered server/discover with {str(error or result)[:200]}"
             )
         raise UpstreamProtocolError(self._upstream.name, "supports no protocol version this proxy speaks")
-
-
-def _request_key(request_id: Any) -> str:
-    """A legacy request's id as a store key part: hashed, whatever the client made it."""
-    return hashlib.sha256(jsonrpc.canonical(request_id)).hexdigest()[:22]
-
-
-async def _withdraw(channel: ReplyChannel, server_ids: list[int | str], reason: str) -> None:
-    """Tell a legacy client to drop the requests we no longer wait for (docs/translation.md §3.6 item 8)."""
-    for server_id in server_ids:  # the asks went out on this stream, so it can carry the withdrawal
-        with contextlib.suppress(ConnectionError, RuntimeError):
-            await channel.send(
-                jsonrpc.notification("notifications/cancelled", {"requestId": server_id, "reason": reason})
-            )
