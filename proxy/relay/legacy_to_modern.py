@@ -10,7 +10,6 @@ they arrive and asking the client itself when the upstream needs input (docs/tra
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import functools
 import itertools
@@ -61,8 +60,9 @@ from .input_rounds import InputRounds
 from .legacy_sessions import Opened
 from .listen import SessionListener, listen_request
 from .runtime import SessionRuntime
-from .scopes import Deadline, TaskScope
+from .scopes import Deadline
 from .tasks.host import LegacyTaskHost
+from .tasks.legacy_clients import TASK_CANCEL_S, HostedTasks, UpstreamTaskCancels
 from .tool_headers import ToolHeaders
 
 JSONDict = dict[str, Any]
@@ -70,7 +70,6 @@ log = structlog.get_logger(__name__)
 
 # Answered by the proxy itself; never forwarded (docs/translation.md §3.3).
 _LOCAL_METHODS = frozenset({"ping", "logging/setLevel", "resources/subscribe", "resources/unsubscribe"})
-_TASK_CANCEL_S = 5.0  # how long a tasks/cancel for an abandoned upstream task may take
 
 
 class Translated:
@@ -114,12 +113,11 @@ class TranslatingBackend:
         self._failures = failures if failures is not None else UpstreamFailures(metrics)
         self._upstream_ids = itertools.count(1)
         self._tool_headers = ToolHeaders(upstream.name)
-        self._tasks = tasks
+        self._hosted = HostedTasks(tasks, settings.tasks)
         # Called when an answer says the upstream no longer speaks 2026-07-28 (era re-detection).
         self.on_era_mismatch: Callable[[str], None] = lambda reason: None
         self._modern_version = LATEST_MODERN
-        # tasks/cancel of upstream tasks whose calls ended without them: they outlive the call.
-        self._cancels = TaskScope("upstream task cancels")
+        self._cancels = UpstreamTaskCancels(upstream)
 
     # ------------------------------------------------------------ sessions
 
@@ -139,7 +137,7 @@ class TranslatingBackend:
             legacy, modern, result = l2m.initialize_result(discover, params.get("protocolVersion"), PROXY_INFO)
         except l2m.InitializeRefused as exc:
             raise ProxyError(jsonrpc.INTERNAL_ERROR, str(exc)) from None
-        if self._tasks is not None:
+        if self._hosted.hosting:
             result = {**result, "capabilities": lt.advertise(jsonrpc.obj(result.get("capabilities")), legacy)}
         return Opened(
             result,
@@ -193,56 +191,34 @@ class TranslatingBackend:
         method = message["method"]
         if method in _LOCAL_METHODS:
             return jsonrpc.result_response(message["id"], await self._local(session, runtime, message))
-        tasks = self._tasks if self._tasks is not None and lt.supports_tasks(session.legacy_version) else None
-        if tasks is None:
-            if method in lt.TASK_METHODS:  # no 2026-07-28 method of that name: nothing to ask upstream
-                raise ProxyError(
-                    jsonrpc.METHOD_NOT_FOUND, f"Method not found: {method} (this proxy hosts no tasks here)"
-                )
-            return await self._forward(session, runtime, message, channel, auth_headers)
-        if method in lt.TASK_METHODS:
-            return await self._task_request(tasks, session, message, channel)
-        if lt.is_task_request(message):
-            return await self._create_task(tasks, session, runtime, message, auth_headers)
-        reply = await self._forward(session, runtime, message, channel, auth_headers)
-        if method == "tools/list" and self._settings.tasks.mark_tools and isinstance(reply.get("result"), dict):
-            reply = {**reply, "result": lt.mark_tools(reply["result"], session.legacy_version)}
-        return reply
+        if self._hosted.serves(session.legacy_version):
+            return await self._hosted.request(
+                session,
+                message,
+                channel,
+                runtime.deliver,
+                forward=lambda: self._forward(session, runtime, message, channel, auth_headers),
+                run_call=lambda call_message, task_channel: self._run_task_call(
+                    session, runtime, call_message, task_channel, auth_headers
+                ),
+            )
+        if method in lt.TASK_METHODS:  # no 2026-07-28 method of that name: nothing to ask upstream
+            raise ProxyError(jsonrpc.METHOD_NOT_FOUND, f"Method not found: {method} (this proxy hosts no tasks here)")
+        return await self._forward(session, runtime, message, channel, auth_headers)
 
-    # ------------------------------------------------------------ tasks (2025-11-25 clients)
-
-    async def _create_task(
+    async def _run_task_call(
         self,
-        tasks: LegacyTaskHost,
         session: LegacySession,
         runtime: Runtime,
         message: JSONDict,
+        channel: ReplyChannel,
         auth_headers: dict[str, str],
-    ) -> JSONDict:
-        """The call runs as a task the proxy hosts: answered with the task now, the call made
-        upstream as a plain one (a 2026-07-28 server knows no 2025-11-25 tasks)."""
-        call_message = lt.untasked(message)
-
-        async def run(channel: ReplyChannel) -> JSONDict:
-            call = self._new_call(session, call_message, channel.can_stream, auth_headers)
-            # A task may outlive its token: each exchange goes with the session's latest credentials
-            # (the same caller's refreshed token, from its tasks/result or any other request).
-            finish = await self._drive(call, session, runtime, channel, auth_headers, latest=runtime.live)
-            return final_reply(message, finish, session.legacy_version)
-
-        return await tasks.create(session.principal, message, run, notify=runtime.deliver)
-
-    async def _task_request(
-        self, tasks: LegacyTaskHost, session: LegacySession, message: JSONDict, channel: ReplyChannel
-    ) -> JSONDict:
-        method = message["method"]
-        if method == "tasks/get":
-            return await tasks.get(session.principal, message)
-        if method == "tasks/result":
-            return await tasks.result(session.principal, message, channel)
-        if method == "tasks/cancel":
-            return await tasks.cancel(session.principal, message)
-        return await tasks.list(session.principal, message)
+    ) -> Finish:
+        """The call of a task hosted for a 2025-11-25 client (relay.tasks.legacy_clients)."""
+        call = self._new_call(session, message, channel.can_stream, auth_headers)
+        # A task may outlive its token: each exchange goes with the session's latest credentials
+        # (the same caller's refreshed token, from its tasks/result or any other request).
+        return await self._drive(call, session, runtime, channel, auth_headers, latest=runtime.live)
 
     async def _local(self, session: LegacySession, runtime: Runtime, message: JSONDict) -> JSONDict:
         method = message["method"]
@@ -366,7 +342,7 @@ class TranslatingBackend:
             if cancel is not None:
                 if latest is not None:
                     credentials = meta.without_trace(latest.auth_headers)
-                self._spawn_cancel(cancel, credentials)
+                self._cancels.spawn(cancel, credentials)
 
     async def _run_actions(
         self,
@@ -459,36 +435,9 @@ class TranslatingBackend:
     def _log(self, action: Log) -> None:
         getattr(log, action.level)(action.event, upstream=self._upstream.name, **action.fields)
 
-    def _spawn_cancel(self, send: SendUpstream, credentials: Mapping[str, str]) -> None:
-        if self._cancels.closed:
-            return
-        self._cancels.spawn(self._cancel_upstream_task(send, credentials), name="upstream-task-cancel")
-
-    async def _cancel_upstream_task(self, send: SendUpstream, credentials: Mapping[str, str]) -> None:
-        task = te.short_id(str(jsonrpc.params_of(send.message).get("taskId")))
-        try:
-            with Deadline(_TASK_CANCEL_S):
-                async with self._upstream.exchange(send.message, {**credentials, **send.headers}) as messages:
-                    async for incoming in messages:
-                        if "method" not in incoming:
-                            error = incoming.get("error")
-                            if isinstance(error, dict):
-                                log.warning(
-                                    "upstream_task_cancel_failed", upstream=self._upstream.name, task=task, error=error
-                                )
-                                return
-                            break
-        except (UpstreamError, TimeoutError) as exc:
-            log.warning("upstream_task_cancel_failed", upstream=self._upstream.name, task=task, error=str(exc))
-            return
-        log.info("upstream_task_cancelled", upstream=self._upstream.name, task=task)
-
-    async def settle_cancels(self, timeout_s: float = _TASK_CANCEL_S) -> None:
+    async def settle_cancels(self, timeout_s: float = TASK_CANCEL_S) -> None:
         """Shutdown: the tasks/cancel requests under way get a bounded moment, then end."""
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(timeout_s):
-                await self._cancels.drain()
-        await self._cancels.aclose()
+        await self._cancels.settle(timeout_s)
 
     # ------------------------------------------------------------ x-mcp-header
 
