@@ -14,8 +14,7 @@ import dataclasses
 import functools
 import itertools
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Mapping
-from contextlib import asynccontextmanager
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import structlog
@@ -58,9 +57,8 @@ from .channel import NO_STREAM, ReplyChannel
 from .failures import UpstreamFailures, deliver_notification
 from .input_rounds import InputRounds
 from .legacy_sessions import Opened
-from .listen import SessionListener, listen_request
-from .runtime import SessionRuntime
 from .scopes import Deadline
+from .session_listens import Runtime, SessionListens, Translated
 from .tasks.host import LegacyTaskHost
 from .tasks.legacy_clients import TASK_CANCEL_S, HostedTasks, UpstreamTaskCancels
 from .tool_headers import ToolHeaders
@@ -70,20 +68,6 @@ log = structlog.get_logger(__name__)
 
 # Answered by the proxy itself; never forwarded (docs/translation.md §3.3).
 _LOCAL_METHODS = frozenset({"ping", "logging/setLevel", "resources/subscribe", "resources/unsubscribe"})
-
-
-class Translated:
-    """The backend's live part of one session: its upstream listen and the caller's credentials."""
-
-    __slots__ = ("auth_headers", "list_changes", "listener")
-
-    def __init__(self) -> None:
-        self.listener: SessionListener | None = None  # created on demand
-        self.list_changes = False  # the session wants list_changed (it opened a GET stream)
-        self.auth_headers: dict[str, str] = {}  # the caller's latest credentials, for background calls
-
-
-Runtime = SessionRuntime[Translated]
 
 
 class TranslatingBackend:
@@ -118,6 +102,9 @@ class TranslatingBackend:
         self.on_era_mismatch: Callable[[str], None] = lambda reason: None
         self._modern_version = LATEST_MODERN
         self._cancels = UpstreamTaskCancels(upstream)
+        self._listens = SessionListens(
+            settings, upstream, store, metrics, self._cache, self._upstream_ids, self._profile
+        )
 
     # ------------------------------------------------------------ sessions
 
@@ -236,30 +223,9 @@ class TranslatingBackend:
         if not isinstance(uri, str) or not uri:
             raise ProxyError(jsonrpc.INVALID_PARAMS, f"{method} needs a uri")
         if method == "resources/subscribe":
-            resources = session.server_capabilities.get("resources")
-            if not (isinstance(resources, dict) and resources.get("subscribe")):
-                raise ProxyError(jsonrpc.METHOD_NOT_FOUND, "the upstream does not support resource subscriptions")
-            session.subscriptions = session.subscriptions | {uri}
-            await self._store.save(session, ("subscriptions",))
-            try:
-                try:
-                    ack = await self._listener(session, runtime).refresh()
-                except (UpstreamError, TimeoutError) as exc:
-                    raise ProxyError(jsonrpc.INTERNAL_ERROR, f"could not subscribe upstream: {exc}") from None
-                if uri not in (ack.get("resourceSubscriptions") or ()):
-                    raise ProxyError(
-                        jsonrpc.INTERNAL_ERROR, f"the upstream did not acknowledge a subscription to {uri}"
-                    )
-            except ProxyError:
-                session.subscriptions = session.subscriptions - {uri}
-                await self._store.save(session, ("subscriptions",))
-                raise
-            return {}
-        # resources/unsubscribe: filter locally at once, re-listen in the background.
-        session.subscriptions = session.subscriptions - {uri}
-        await self._store.save(session, ("subscriptions",))
-        if runtime.live.listener is not None:
-            runtime.tasks.spawn(runtime.live.listener.refresh(), name="re-listen")
+            await self._listens.subscribe(session, runtime, uri)
+        else:  # resources/unsubscribe
+            await self._listens.unsubscribe(session, runtime, uri)
         return {}
 
     # ------------------------------------------------------------ forwarding
@@ -474,65 +440,7 @@ class TranslatingBackend:
     def get_stream_opened(
         self, session: LegacySession, runtime: Runtime, moved: bool, auth_headers: dict[str, str] | None
     ) -> asyncio.Future[Any] | None:
-        if auth_headers is not None:
-            # The upstream listen this stream is fed from (re)opens with the GET's credentials:
-            # a stream opened before any request, or after a refresh, has the caller's latest.
-            runtime.live.auth_headers = auth_headers
-        if not runtime.live.list_changes:
-            runtime.live.list_changes = True
-            return runtime.tasks.spawn(self._listen_for_stream(session, runtime, moved), name="listen")
-        if moved:
-            return runtime.tasks.spawn(self._listen_for_stream(session, runtime, moved), name="listen")
-        return None
-
-    async def _listen_for_stream(self, session: LegacySession, runtime: Runtime, moved: bool) -> None:
-        ack = await self._listener(session, runtime).refresh()
-        if moved:
-            # The stream was on another replica: what its listen saw since cannot be replayed,
-            # so the client is told to refetch (docs/design.md §Replicas).
-            for note in l2m.gap_notifications(ack):
-                runtime.deliver(note)
-
-    def _listener(self, session: LegacySession, runtime: Runtime) -> SessionListener:
-        live = runtime.live
-        if live.listener is None:
-
-            def state() -> LegacySession:
-                # The session as last loaded here: with a shared store each request loads it
-                # afresh, and a subscription may have changed through another replica.
-                current = runtime.session
-                return current if isinstance(current, LegacySession) else session
-
-            def current_filter() -> JSONDict:
-                current = state()
-                return l2m.listen_filter(current.server_capabilities, current.subscriptions, live.list_changes)
-
-            def deliver(message: JSONDict) -> None:
-                self._cache.invalidate_for(message)
-                note = l2m.strip_subscription_id(message)
-                if note.get("method") == "notifications/resources/updated":
-                    params = jsonrpc.params_of(note)
-                    if params.get("uri") not in state().subscriptions:
-                        return  # unsubscribed meanwhile: filter locally until the re-listen lands
-                runtime.deliver(note)
-
-            @asynccontextmanager
-            async def open_stream(filter_: JSONDict) -> AsyncIterator[AsyncIterator[JSONDict]]:
-                upstream_id = f"listen-{next(self._upstream_ids)}"
-                current = state()
-                outgoing = listen_request(upstream_id, filter_, l2m.request_meta(self._profile(current)))
-                headers = {**live.auth_headers, **l2m.upstream_headers(outgoing, current.modern_version)}
-                async with self._upstream.exchange(outgoing, headers) as messages:
-                    yield aiter(messages)
-
-            live.listener = SessionListener(
-                open_stream=open_stream,
-                current_filter=current_filter,
-                deliver=deliver,
-                retry_max_s=self._settings.streams.listen_retry_max_s,
-                on_stream_change=lambda d: self._metrics.streams_open.labels("upstream_listen").inc(d),
-            )
-        return live.listener
+        return self._listens.stream_opened(session, runtime, moved, auth_headers)
 
     # ------------------------------------------------------------ discover
 

@@ -61,7 +61,7 @@ async def no_call(message: JSONDict, channel: Any) -> Finish:
 
 
 def test_only_sessions_of_a_revision_with_tasks_come_here_and_only_when_tasks_are_hosted() -> None:
-    hosted = HostedTasks(Host(), CONFIG)  # type: ignore[arg-type]
+    hosted = HostedTasks(Host(), CONFIG)
     assert hosted.hosting and hosted.serves(TASKS) and not hosted.serves("2025-06-18")
     unhosted = HostedTasks(None, CONFIG)
     assert not unhosted.hosting and not unhosted.serves(TASKS)
@@ -69,7 +69,7 @@ def test_only_sessions_of_a_revision_with_tasks_come_here_and_only_when_tasks_ar
 
 async def test_each_tasks_method_goes_to_the_host_for_the_sessions_caller() -> None:
     host = Host()
-    hosted = HostedTasks(host, CONFIG)  # type: ignore[arg-type]
+    hosted = HostedTasks(host, CONFIG)
     for method in ("tasks/get", "tasks/result", "tasks/cancel", "tasks/list"):
         message = jsonrpc.request(1, method, {"taskId": "t1"})
         await hosted.request(SESSION, message, NO_STREAM, lambda note: None, not_forwarded, no_call)
@@ -83,7 +83,7 @@ async def test_a_task_augmented_call_runs_without_its_task_and_ends_with_the_req
         calls.append(message)
         return Finish(result={"content": []})
 
-    hosted = HostedTasks(host, CONFIG)  # type: ignore[arg-type]
+    hosted = HostedTasks(host, CONFIG)
     reply = await hosted.request(SESSION, TASKED_CALL, NO_STREAM, lambda note: None, not_forwarded, run_call)
     assert reply["result"] == {"task": {"taskId": "t1"}}
     assert "task" not in calls[0]["params"] and calls[0]["params"]["name"] == "slow"
@@ -94,11 +94,11 @@ async def test_a_plain_request_is_forwarded_and_a_tools_list_marks_every_tool_as
     async def tools() -> JSONDict:
         return jsonrpc.result_response(1, {"tools": [{"name": "a", "inputSchema": {"type": "object"}}]})
 
-    marked = await HostedTasks(Host(), CONFIG).request(  # type: ignore[arg-type]
+    marked = await HostedTasks(Host(), CONFIG).request(
         SESSION, jsonrpc.request(1, "tools/list", {}), NO_STREAM, lambda note: None, tools, no_call
     )
     assert marked["result"]["tools"][0]["execution"] == {"taskSupport": "optional"}
-    unmarked = await HostedTasks(Host(), SimpleNamespace(mark_tools=False)).request(  # type: ignore[arg-type]
+    unmarked = await HostedTasks(Host(), SimpleNamespace(mark_tools=False)).request(
         SESSION, jsonrpc.request(1, "tools/list", {}), NO_STREAM, lambda note: None, tools, no_call
     )
     assert "execution" not in unmarked["result"]["tools"][0]
@@ -134,7 +134,7 @@ CANCEL = SendUpstream(
 
 async def test_an_abandoned_upstream_task_is_cancelled_with_the_callers_credentials() -> None:
     upstream = Upstream(jsonrpc.result_response("c1.cancel", {}))
-    cancels = UpstreamTaskCancels(upstream)  # type: ignore[arg-type]
+    cancels = UpstreamTaskCancels(upstream)
     with capture_logs() as logs:
         cancels.spawn(CANCEL, {"authorization": "Bearer t"})
         await cancels.settle(WAIT)
@@ -144,8 +144,8 @@ async def test_an_abandoned_upstream_task_is_cancelled_with_the_callers_credenti
 
 
 async def test_a_refused_or_unanswered_cancel_is_reported_not_raised() -> None:
-    refused = UpstreamTaskCancels(Upstream(jsonrpc.error_response("c1.cancel", -32602, "no such task")))  # type: ignore[arg-type]
-    silent = UpstreamTaskCancels(Upstream(None), within_s=0.0)  # type: ignore[arg-type]
+    refused = UpstreamTaskCancels(Upstream(jsonrpc.error_response("c1.cancel", -32602, "no such task")))
+    silent = UpstreamTaskCancels(Upstream(None), within_s=0.0)
     with capture_logs() as logs:
         refused.spawn(CANCEL, {})
         silent.spawn(CANCEL, {})
@@ -156,7 +156,7 @@ async def test_a_refused_or_unanswered_cancel_is_reported_not_raised() -> None:
 
 async def test_after_settling_no_cancel_starts() -> None:
     upstream = Upstream(jsonrpc.result_response("c1.cancel", {}))
-    cancels = UpstreamTaskCancels(upstream)  # type: ignore[arg-type]
+    cancels = UpstreamTaskCancels(upstream)
     await cancels.settle(WAIT)
     cancels.spawn(CANCEL, {})
     await cancels.settle(WAIT)
