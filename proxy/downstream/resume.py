@@ -14,7 +14,8 @@ head is sealed once per stream, on its first event; a reply sent as plain JSON c
 An upstream exchange whose stream broke is not continued (the proxy cancels it upstream when its
 client's connection goes, as 2026-07-28 upstreams do): the resuming client gets the JSON-RPC
 error for its request at once instead of waiting for a response that will never come. A request
-in the middle of an input round is carried on instead (relay/legacy_to_modern.py `resume`).
+in the middle of an input round is carried on instead (relay/legacy_to_modern.py `resume`,
+relay/input_rounds.py).
 """
 
 from __future__ import annotations

@@ -15,6 +15,7 @@ from ..errors import ProxyError
 from ..protocol import jsonrpc
 from ..protocol.sse import KEEPALIVE, encode_event
 from ..relay.bytes import ByteReply
+from ..relay.channel import RequestChannel
 from .resume import EventIds
 
 SSE_HEADERS = {
@@ -196,7 +197,7 @@ class ReplyClosed(ConnectionError):
     like a client that went away."""
 
 
-class RequestReply:
+class RequestReply(RequestChannel):
     """The reply to one downstream request: JSON unless something must precede the result, or the
     result takes longer than `keepalive_s`. Then it becomes an SSE stream with keep-alive comments,
     so that intermediaries with an idle timeout (ingress-nginx: 60 s) do not cut a long call.

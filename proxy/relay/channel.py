@@ -27,13 +27,40 @@ class ReplyChannel(Protocol):
     def can_stream(self) -> bool:
         """Whether interim messages can reach the client at all (it accepts SSE)."""
 
+    @property
+    def resumable(self) -> bool:
+        """Whether an input round asked here is the request's own, which its client may resume on
+        another replica (a hosted task's rounds are the task's)."""
+
+    def exchange_bound_s(self, request_bound_s: float) -> float:
+        """How long one upstream exchange of the call may take: a request's own bound, or as long
+        as the task it runs for is kept."""
+
     async def send(self, message: dict[str, Any]) -> None:
         """Deliver one interim message before the final reply."""
 
+    async def answered(self) -> None:
+        """The client answered every input request of a round (a hosted task works again)."""
 
-class _NoStream:
+
+class RequestChannel:
+    """What the channel of one downstream request answers: its call is the request's, bound by
+    the request's timeout, and its input rounds are resumable."""
+
+    __slots__ = ()
+    resumable = True
+
+    def exchange_bound_s(self, request_bound_s: float) -> float:
+        return request_bound_s
+
+    async def answered(self) -> None:
+        return None
+
+
+class _NoStream(RequestChannel):
     """A channel for a request that takes no interim messages (they go nowhere)."""
 
+    __slots__ = ()
     can_stream = False
 
     async def send(self, message: dict[str, Any]) -> None:

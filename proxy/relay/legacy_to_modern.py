@@ -10,17 +10,13 @@ they arrive and asking the client itself when the upstream needs input (docs/tra
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
-import hashlib
+import functools
 import itertools
-import time
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Mapping
-from contextlib import asynccontextmanager
+from collections.abc import Callable, Mapping
 from typing import Any
 
-import orjson
 import structlog
 
 from .. import PROXY_INFO, tracing
@@ -34,12 +30,10 @@ from ..protocol import task_extension as te
 from ..protocol.capabilities import extensions_problem, modern_client_capabilities
 from ..protocol.forwarded_call import (
     Action,
-    Ask,
     AskClient,
     Fail,
     Finish,
     ForwardedCall,
-    ForwardedCallState,
     InputRound,
     Log,
     LookupToolHeaders,
@@ -52,51 +46,28 @@ from ..protocol.forwarded_call import (
     final_reply,
     outcome_message,
 )
-from ..protocol.headers import ParamHeader
 from ..protocol.methods import CORE_CLIENT_NOTIFICATIONS
 from ..protocol.outcome import Outcome, timed_out
 from ..protocol.versions import LATEST_MODERN, pick_modern
 from ..state.cache import ResponseCache, request_key
-from ..state.sessions import LegacySession, SessionStore, StoreUnavailable, short_hash
+from ..state.sessions import LegacySession, SessionStore, StoreUnavailable
 from ..upstream.base import Upstream
 from ..upstream.errors import UpstreamError, UpstreamProtocolError
 from .channel import NO_STREAM, ReplyChannel
 from .failures import UpstreamFailures, deliver_notification
+from .input_rounds import InputRounds
 from .legacy_sessions import Opened
-from .listen import SessionListener, listen_request
-from .runtime import SessionRuntime
-from .scopes import Deadline, TaskScope
-from .tasks.host import LegacyTaskHost, TaskChannel
+from .scopes import Deadline
+from .session_listens import Runtime, SessionListens, Translated
+from .tasks.host import LegacyTaskHost
+from .tasks.legacy_clients import TASK_CANCEL_S, HostedTasks, UpstreamTaskCancels
+from .tool_headers import ToolHeaders
 
 JSONDict = dict[str, Any]
 log = structlog.get_logger(__name__)
 
 # Answered by the proxy itself; never forwarded (docs/translation.md §3.3).
 _LOCAL_METHODS = frozenset({"ping", "logging/setLevel", "resources/subscribe", "resources/unsubscribe"})
-_TOOLS_REFRESH_S = 5.0
-_TASK_CANCEL_S = 5.0  # how long a tasks/cancel for an abandoned upstream task may take
-
-
-class _ToolHeaders:
-    """Per-caller registry of `x-mcp-header` annotations learnt from tools/list."""
-
-    def __init__(self) -> None:
-        self.tools: dict[str, tuple[ParamHeader, ...]] = {}
-        self.fetched_at: float | None = None
-
-
-class Translated:
-    """The backend's live part of one session: its upstream listen and the caller's credentials."""
-
-    __slots__ = ("auth_headers", "list_changes", "listener")
-
-    def __init__(self) -> None:
-        self.listener: SessionListener | None = None  # created on demand
-        self.list_changes = False  # the session wants list_changed (it opened a GET stream)
-        self.auth_headers: dict[str, str] = {}  # the caller's latest credentials, for background calls
-
-
-Runtime = SessionRuntime[Translated]
 
 
 class TranslatingBackend:
@@ -117,7 +88,7 @@ class TranslatingBackend:
         client (replicas.ServerRequestIds.mint: a sealed id naming this replica); the count itself
         without it. `tasks`: the host of 2025-11-25 clients' tasks (None: tasks are not hosted)."""
         self._settings = settings
-        self._server_ids = server_ids or (lambda session_id, count: count)
+        self._rounds = InputRounds(settings, store, server_ids or (lambda session_id, count: count))
         self.claimant = ""  # how this replica names itself to answers for rounds it takes over
         self._upstream = upstream
         self._store = store
@@ -125,13 +96,15 @@ class TranslatingBackend:
         self._cache = cache if cache is not None else ResponseCache(settings.cache, metrics)
         self._failures = failures if failures is not None else UpstreamFailures(metrics)
         self._upstream_ids = itertools.count(1)
-        self._tool_headers: dict[str, _ToolHeaders] = {}
-        self._tasks = tasks
+        self._tool_headers = ToolHeaders(upstream.name)
+        self._hosted = HostedTasks(tasks, settings.tasks)
         # Called when an answer says the upstream no longer speaks 2026-07-28 (era re-detection).
         self.on_era_mismatch: Callable[[str], None] = lambda reason: None
         self._modern_version = LATEST_MODERN
-        # tasks/cancel of upstream tasks whose calls ended without them: they outlive the call.
-        self._cancels = TaskScope("upstream task cancels")
+        self._cancels = UpstreamTaskCancels(upstream)
+        self._listens = SessionListens(
+            settings, upstream, store, metrics, self._cache, self._upstream_ids, self._profile
+        )
 
     # ------------------------------------------------------------ sessions
 
@@ -151,7 +124,7 @@ class TranslatingBackend:
             legacy, modern, result = l2m.initialize_result(discover, params.get("protocolVersion"), PROXY_INFO)
         except l2m.InitializeRefused as exc:
             raise ProxyError(jsonrpc.INTERNAL_ERROR, str(exc)) from None
-        if self._tasks is not None:
+        if self._hosted.hosting:
             result = {**result, "capabilities": lt.advertise(jsonrpc.obj(result.get("capabilities")), legacy)}
         return Opened(
             result,
@@ -205,56 +178,34 @@ class TranslatingBackend:
         method = message["method"]
         if method in _LOCAL_METHODS:
             return jsonrpc.result_response(message["id"], await self._local(session, runtime, message))
-        tasks = self._tasks if self._tasks is not None and lt.supports_tasks(session.legacy_version) else None
-        if tasks is None:
-            if method in lt.TASK_METHODS:  # no 2026-07-28 method of that name: nothing to ask upstream
-                raise ProxyError(
-                    jsonrpc.METHOD_NOT_FOUND, f"Method not found: {method} (this proxy hosts no tasks here)"
-                )
-            return await self._forward(session, runtime, message, channel, auth_headers)
-        if method in lt.TASK_METHODS:
-            return await self._task_request(tasks, session, message, channel)
-        if lt.is_task_request(message):
-            return await self._create_task(tasks, session, runtime, message, auth_headers)
-        reply = await self._forward(session, runtime, message, channel, auth_headers)
-        if method == "tools/list" and self._settings.tasks.mark_tools and isinstance(reply.get("result"), dict):
-            reply = {**reply, "result": lt.mark_tools(reply["result"], session.legacy_version)}
-        return reply
+        if self._hosted.serves(session.legacy_version):
+            return await self._hosted.request(
+                session,
+                message,
+                channel,
+                runtime.deliver,
+                forward=lambda: self._forward(session, runtime, message, channel, auth_headers),
+                run_call=lambda call_message, task_channel: self._run_task_call(
+                    session, runtime, call_message, task_channel, auth_headers
+                ),
+            )
+        if method in lt.TASK_METHODS:  # no 2026-07-28 method of that name: nothing to ask upstream
+            raise ProxyError(jsonrpc.METHOD_NOT_FOUND, f"Method not found: {method} (this proxy hosts no tasks here)")
+        return await self._forward(session, runtime, message, channel, auth_headers)
 
-    # ------------------------------------------------------------ tasks (2025-11-25 clients)
-
-    async def _create_task(
+    async def _run_task_call(
         self,
-        tasks: LegacyTaskHost,
         session: LegacySession,
         runtime: Runtime,
         message: JSONDict,
+        channel: ReplyChannel,
         auth_headers: dict[str, str],
-    ) -> JSONDict:
-        """The call runs as a task the proxy hosts: answered with the task now, the call made
-        upstream as a plain one (a 2026-07-28 server knows no 2025-11-25 tasks)."""
-        call_message = lt.untasked(message)
-
-        async def run(channel: ReplyChannel) -> JSONDict:
-            call = self._new_call(session, call_message, channel.can_stream, auth_headers)
-            # A task may outlive its token: each exchange goes with the session's latest credentials
-            # (the same caller's refreshed token, from its tasks/result or any other request).
-            finish = await self._drive(call, session, runtime, channel, auth_headers, latest=runtime.live)
-            return final_reply(message, finish, session.legacy_version)
-
-        return await tasks.create(session.principal, message, run, notify=runtime.deliver)
-
-    async def _task_request(
-        self, tasks: LegacyTaskHost, session: LegacySession, message: JSONDict, channel: ReplyChannel
-    ) -> JSONDict:
-        method = message["method"]
-        if method == "tasks/get":
-            return await tasks.get(session.principal, message)
-        if method == "tasks/result":
-            return await tasks.result(session.principal, message, channel)
-        if method == "tasks/cancel":
-            return await tasks.cancel(session.principal, message)
-        return await tasks.list(session.principal, message)
+    ) -> Finish:
+        """The call of a task hosted for a 2025-11-25 client (relay.tasks.legacy_clients)."""
+        call = self._new_call(session, message, channel.can_stream, auth_headers)
+        # A task may outlive its token: each exchange goes with the session's latest credentials
+        # (the same caller's refreshed token, from its tasks/result or any other request).
+        return await self._drive(call, session, runtime, channel, auth_headers, latest=runtime.live)
 
     async def _local(self, session: LegacySession, runtime: Runtime, message: JSONDict) -> JSONDict:
         method = message["method"]
@@ -272,30 +223,9 @@ class TranslatingBackend:
         if not isinstance(uri, str) or not uri:
             raise ProxyError(jsonrpc.INVALID_PARAMS, f"{method} needs a uri")
         if method == "resources/subscribe":
-            resources = session.server_capabilities.get("resources")
-            if not (isinstance(resources, dict) and resources.get("subscribe")):
-                raise ProxyError(jsonrpc.METHOD_NOT_FOUND, "the upstream does not support resource subscriptions")
-            session.subscriptions = session.subscriptions | {uri}
-            await self._store.save(session, ("subscriptions",))
-            try:
-                try:
-                    ack = await self._listener(session, runtime).refresh()
-                except (UpstreamError, TimeoutError) as exc:
-                    raise ProxyError(jsonrpc.INTERNAL_ERROR, f"could not subscribe upstream: {exc}") from None
-                if uri not in (ack.get("resourceSubscriptions") or ()):
-                    raise ProxyError(
-                        jsonrpc.INTERNAL_ERROR, f"the upstream did not acknowledge a subscription to {uri}"
-                    )
-            except ProxyError:
-                session.subscriptions = session.subscriptions - {uri}
-                await self._store.save(session, ("subscriptions",))
-                raise
-            return {}
-        # resources/unsubscribe: filter locally at once, re-listen in the background.
-        session.subscriptions = session.subscriptions - {uri}
-        await self._store.save(session, ("subscriptions",))
-        if runtime.live.listener is not None:
-            runtime.tasks.spawn(runtime.live.listener.refresh(), name="re-listen")
+            await self._listens.subscribe(session, runtime, uri)
+        else:  # resources/unsubscribe
+            await self._listens.unsubscribe(session, runtime, uri)
         return {}
 
     # ------------------------------------------------------------ forwarding
@@ -328,7 +258,7 @@ class TranslatingBackend:
 
         reply = (await self._cache.fetch(key, session.principal, load)).message
         if method == "tools/list" and isinstance(reply.get("result"), dict):
-            reply = {**reply, "result": self._learn_tools(session.principal, reply["result"])}
+            reply = {**reply, "result": self._tool_headers.learn(session.principal, reply["result"])}
         return final_message(message, reply, session.legacy_version)
 
     def _new_call(
@@ -378,7 +308,7 @@ class TranslatingBackend:
             if cancel is not None:
                 if latest is not None:
                     credentials = meta.without_trace(latest.auth_headers)
-                self._spawn_cancel(cancel, credentials)
+                self._cancels.spawn(cancel, credentials)
 
     async def _run_actions(
         self,
@@ -407,16 +337,17 @@ class TranslatingBackend:
             match action:
                 case LookupToolHeaders(tool=tool, refresh=refresh):
                     if refresh:
-                        self._tool_headers.pop(session.principal, None)
-                    known = self._known_headers(session.principal, tool)
+                        self._tool_headers.forget(session.principal)
+                    known = self._tool_headers.known(session.principal, tool)
                     if known is None:
-                        known = await self._fetch_param_headers(session, tool, auth_headers)
+                        known = await self._tool_headers.fetch(
+                            session.principal, tool, functools.partial(self._list_tools, session, auth_headers)
+                        )
                     actions.extend(call.tool_headers(known))
                 case AskClient(asks=asks):
                     assert runtime is not None  # only a call that can stream asks, and such a call has a session
-                    actions.extend(await self._ask_client(call, session, runtime, channel, asks))
-                    if isinstance(channel, TaskChannel):
-                        await channel.answered()
+                    actions.extend(await self._rounds.ask(call, runtime, channel, asks))
+                    await channel.answered()
                 case RelayToClient(message=note):
                     await channel.send(note)
                 case Renegotiated(version=version):
@@ -436,7 +367,7 @@ class TranslatingBackend:
                 case Fail(failure=failure):
                     raise self._failures.client_error(failure)
                 case WithdrawAsks():
-                    pass  # withdrawn where the asks are awaited (_ask_client)
+                    pass  # withdrawn where the asks are awaited (InputRounds.ask)
         raise AssertionError("a forwarded call ended without finishing")  # pragma: no cover
 
     async def _exchange(
@@ -447,7 +378,7 @@ class TranslatingBackend:
         headers = {**credentials, **send.headers} if credentials else send.headers
         sent_id = call.upstream_id
         # A hosted task's call may take as long as the task is kept; a request's, its own bound.
-        bound_s = channel.time_left() if isinstance(channel, TaskChannel) else self._settings.upstream.request_timeout_s
+        bound_s = channel.exchange_bound_s(self._settings.upstream.request_timeout_s)
         try:
             with Deadline(bound_s):
                 async with self._upstream.exchange(send.message, headers) as messages:
@@ -470,192 +401,20 @@ class TranslatingBackend:
     def _log(self, action: Log) -> None:
         getattr(log, action.level)(action.event, upstream=self._upstream.name, **action.fields)
 
-    def _spawn_cancel(self, send: SendUpstream, credentials: Mapping[str, str]) -> None:
-        if self._cancels.closed:
-            return
-        self._cancels.spawn(self._cancel_upstream_task(send, credentials), name="upstream-task-cancel")
-
-    async def _cancel_upstream_task(self, send: SendUpstream, credentials: Mapping[str, str]) -> None:
-        task = te.short_id(str(jsonrpc.params_of(send.message).get("taskId")))
-        try:
-            with Deadline(_TASK_CANCEL_S):
-                async with self._upstream.exchange(send.message, {**credentials, **send.headers}) as messages:
-                    async for incoming in messages:
-                        if "method" not in incoming:
-                            error = incoming.get("error")
-                            if isinstance(error, dict):
-                                log.warning(
-                                    "upstream_task_cancel_failed", upstream=self._upstream.name, task=task, error=error
-                                )
-                                return
-                            break
-        except (UpstreamError, TimeoutError) as exc:
-            log.warning("upstream_task_cancel_failed", upstream=self._upstream.name, task=task, error=str(exc))
-            return
-        log.info("upstream_task_cancelled", upstream=self._upstream.name, task=task)
-
-    async def settle_cancels(self, timeout_s: float = _TASK_CANCEL_S) -> None:
+    async def settle_cancels(self, timeout_s: float = TASK_CANCEL_S) -> None:
         """Shutdown: the tasks/cancel requests under way get a bounded moment, then end."""
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(timeout_s):
-                await self._cancels.drain()
-        await self._cancels.aclose()
+        await self._cancels.settle(timeout_s)
 
     # ------------------------------------------------------------ x-mcp-header
 
-    def _learn_tools(self, principal: str, result: JSONDict) -> JSONDict:
-        page = l2m.screen_tools(result)
-        for name, reason in page.rejected:
-            log.warning("tool_withheld", upstream=self._upstream.name, tool=name, reason=reason)
-        registry = self._tool_headers.setdefault(principal, _ToolHeaders())
-        for tool in page.result.get("tools") or ():
-            if isinstance(tool, dict) and isinstance(tool.get("name"), str):
-                registry.tools[tool["name"]] = page.headers.get(tool["name"], ())
-        return page.result
-
-    def _known_headers(self, principal: str, name: str) -> tuple[ParamHeader, ...] | None:
-        """The tool's annotations if they are known already (the usual case), without a fetch."""
-        registry = self._tool_headers.get(principal)
-        return registry.tools.get(name) if registry is not None else None
-
-    async def _fetch_param_headers(
-        self, session: LegacySession, name: str, auth_headers: Mapping[str, str]
-    ) -> tuple[ParamHeader, ...]:
-        """A tool whose annotations are not known yet: learn them from tools/list, at most once
-        per _TOOLS_REFRESH_S (an unknown tool then has none)."""
-        registry = self._tool_headers.get(session.principal)
-        now = time.monotonic()
-        if registry is None or registry.fetched_at is None or now - registry.fetched_at > _TOOLS_REFRESH_S:
-            await self._fetch_tools(session, auth_headers)
-            registry = self._tool_headers.get(session.principal)
-        return registry.tools.get(name, ()) if registry else ()
-
-    async def _fetch_tools(self, session: LegacySession, auth_headers: Mapping[str, str]) -> None:
-        """Walk every tools/list page so tools/call can mirror annotated arguments."""
-        registry = self._tool_headers.setdefault(session.principal, _ToolHeaders())
-        registry.fetched_at = time.monotonic()
-        cursor: Any = None
-        for _ in range(100):
-            params: JSONDict = {"cursor": cursor} if cursor is not None else {}
-            call = self._new_call(session, jsonrpc.request(0, "tools/list", params), False, auth_headers)
-            try:
-                finish = await self._drive(call, session, None, NO_STREAM, auth_headers)
-            except ProxyError as exc:
-                log.warning("tools_prefetch_failed", upstream=self._upstream.name, error=exc.message)
-                return
-            if finish.result is None:
-                return
-            self._learn_tools(session.principal, finish.result)
-            cursor = finish.result.get("nextCursor")
-            if cursor is None:
-                return
-
-    # ------------------------------------------------------------ input requests (MRTR)
-
-    async def _ask_client(
-        self,
-        call: ForwardedCall,
-        session: LegacySession,
-        runtime: Runtime,
-        channel: ReplyChannel,
-        asks: tuple[Ask, ...],
-    ) -> list[Action]:
-        """Put the input requests to the legacy client on this request's stream, each as a
-        server-to-client request; feed each answer to the call as it arrives."""
-        if len(runtime.pending) + len(asks) > self._settings.sessions.max_pending_inputs:
-            raise ProxyError(jsonrpc.LIMIT_EXCEEDED, "too many unanswered input requests in this session")
-        if not runtime.initialized.is_set():
-            # Servers must not send requests before notifications/initialized
-            # (2025-11-25/basic/lifecycle.mdx §Initialization).
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(self._settings.input.initialized_wait_s):
-                    await runtime.initialized.wait()
-        loop = asyncio.get_running_loop()
-        waiting: dict[asyncio.Future[JSONDict], tuple[str, int | str]] = {}  # answer -> (key, server request id)
-        sent: dict[str, JSONDict] = {}  # key -> the request as the client got it
-        try:
-            for ask in asks:
-                server_id = self._server_ids(runtime.session_id, next(runtime.server_request_ids))
-                future: asyncio.Future[JSONDict] = loop.create_future()
-                runtime.pending[server_id] = future
-                waiting[future] = (ask.key, server_id)
-                sent[ask.key] = jsonrpc.request(server_id, ask.method, ask.params)
-                await channel.send(sent[ask.key])
-        except BaseException:
-            for _, server_id in waiting.values():
-                runtime.pending.pop(server_id, None)
-            raise
-        await self._keep_round(call, runtime, channel, sent)
-        return await self._await_answers(call, runtime, channel, waiting)
-
-    async def _await_answers(
-        self,
-        call: ForwardedCall,
-        runtime: Runtime,
-        channel: ReplyChannel,
-        waiting: dict[asyncio.Future[JSONDict], tuple[str, int | str]],
-    ) -> list[Action]:
-        """Feed each answer to the call as it arrives, until the round ends."""
-        loop = asyncio.get_running_loop()
-        actions: list[Action] = []
-        cancelled = False
-        try:
-            for future in [f for f in waiting if f.done()]:  # answers left for a round taken over
-                actions.extend(call.client_answered(waiting[future][0], future.result()))
-            deadline = loop.time() + self._settings.input.round_timeout_s
-            unanswered = {future for future in waiting if not future.done()}
-            while unanswered and not actions:
-                # asyncio.wait, unlike gather, leaves the futures alone when this task is cancelled,
-                # so the unanswered ones can be withdrawn below.
-                answered, unanswered = await asyncio.wait(
-                    unanswered, timeout=max(0.0, deadline - loop.time()), return_when=asyncio.FIRST_COMPLETED
-                )
-                if not answered:
-                    actions = call.round_timed_out()
-                for future in answered:
-                    actions.extend(call.client_answered(waiting[future][0], future.result()))
-        except asyncio.CancelledError:
-            # The client's stream went (or it cancelled): the round's record stays, so another
-            # replica can take it over when the client resumes the stream there.
-            cancelled = True
-            actions = call.cancelled()
-            raise
-        finally:
-            withdrawn = next((a for a in actions if isinstance(a, WithdrawAsks)), None)
-            if withdrawn is not None:
-                ids = {key: server_id for key, server_id in waiting.values()}
-                await _withdraw(channel, [ids[key] for key in withdrawn.keys if key in ids], withdrawn.reason)
-            for _, server_id in waiting.values():
-                runtime.pending.pop(server_id, None)
-            if not cancelled:
-                await self._drop_round(call, runtime)
-        return actions
+    async def _list_tools(
+        self, session: LegacySession, auth_headers: Mapping[str, str], params: JSONDict
+    ) -> JSONDict | None:
+        """One tools/list page asked for the session's caller, to learn its tools' annotations."""
+        call = self._new_call(session, jsonrpc.request(0, "tools/list", params), False, auth_headers)
+        return (await self._drive(call, session, None, NO_STREAM, auth_headers)).result
 
     # ------------------------------------------------------------ input rounds taken over
-
-    async def _keep_round(
-        self, call: ForwardedCall, runtime: Runtime, channel: ReplyChannel, sent: dict[str, JSONDict]
-    ) -> None:
-        """With a shared store, record the open round: if this replica dies while the client
-        thinks, the replica its resumed stream reaches carries the round on (`resume`). Sound
-        because a 2026-07-28 upstream keeps the round's state in requestState, not in a process.
-        A task's round is not kept: it is no request's a client could resume elsewhere."""
-        if not self._store.shared or isinstance(channel, TaskChannel):
-            return
-        record = orjson.dumps(
-            {"state": dataclasses.asdict(call.state), "sent": sent, "seq": getattr(channel, "event_seq", 0)}
-        )
-        try:
-            await self._store.put_round(
-                runtime.session_id, _request_key(call.state.request["id"]), record, self._settings.input.round_timeout_s
-            )
-        except StoreUnavailable:
-            log.warning("input_round_not_shared", session=short_hash(runtime.session_id))
-
-    async def _drop_round(self, call: ForwardedCall, runtime: Runtime) -> None:
-        if self._store.shared:
-            with contextlib.suppress(StoreUnavailable):
-                await self._store.drop_round(runtime.session_id, _request_key(call.state.request["id"]))
 
     async def resume(
         self,
@@ -668,108 +427,20 @@ class TranslatingBackend:
     ) -> JSONDict | None:
         """Carry on the open input round of a request whose stream broke on another replica (its
         client resumed the stream here); None: there is none to carry on."""
-        if not self._store.shared:
+        taken = await self._rounds.claim(session.id, request_id, self.claimant)
+        if taken is None:
             return None
-        try:
-            claimed = await self._store.claim_round(
-                session.id,
-                _request_key(request_id),
-                self.claimant,
-                lambda record: [str(m["id"]) for m in orjson.loads(record)["sent"].values()],
-                self._settings.input.round_timeout_s,
-            )
-        except StoreUnavailable:
-            return None
-        if claimed is None:
-            return None
-        record, left = claimed
-        data = orjson.loads(record)
-        call = ForwardedCall(ForwardedCallState(**data["state"]))
         runtime.live.auth_headers = auth_headers
-        loop = asyncio.get_running_loop()
-        waiting: dict[asyncio.Future[JSONDict], tuple[str, int | str]] = {}
-        for key, message in data["sent"].items():
-            server_id = message["id"]
-            future: asyncio.Future[JSONDict] = loop.create_future()
-            answer = left.get(str(server_id))
-            if answer is not None:
-                future.set_result(orjson.loads(answer))
-            else:
-                runtime.pending[server_id] = future
-            waiting[future] = (key, server_id)
-        log.info("input_round_taken_over", session=short_hash(session.id), asks=len(waiting))
-        if seen_seq < data["seq"]:
-            # The client never got these: ask them here, under the same ids (asked once).
-            for message in data["sent"].values():
-                await channel.send(message)
-        actions = await self._await_answers(call, runtime, channel, waiting)
-        finish = await self._drive(call, session, runtime, channel, auth_headers, actions)
-        return final_reply(call.state.request, finish, session.legacy_version)
+        actions = await self._rounds.carry_on(taken, runtime, seen_seq, channel)
+        finish = await self._drive(taken.call, session, runtime, channel, auth_headers, actions)
+        return final_reply(taken.call.state.request, finish, session.legacy_version)
 
     # ------------------------------------------------------------ GET stream and listen
 
     def get_stream_opened(
         self, session: LegacySession, runtime: Runtime, moved: bool, auth_headers: dict[str, str] | None
     ) -> asyncio.Future[Any] | None:
-        if auth_headers is not None:
-            # The upstream listen this stream is fed from (re)opens with the GET's credentials:
-            # a stream opened before any request, or after a refresh, has the caller's latest.
-            runtime.live.auth_headers = auth_headers
-        if not runtime.live.list_changes:
-            runtime.live.list_changes = True
-            return runtime.tasks.spawn(self._listen_for_stream(session, runtime, moved), name="listen")
-        if moved:
-            return runtime.tasks.spawn(self._listen_for_stream(session, runtime, moved), name="listen")
-        return None
-
-    async def _listen_for_stream(self, session: LegacySession, runtime: Runtime, moved: bool) -> None:
-        ack = await self._listener(session, runtime).refresh()
-        if moved:
-            # The stream was on another replica: what its listen saw since cannot be replayed,
-            # so the client is told to refetch (docs/design.md §Replicas).
-            for note in l2m.gap_notifications(ack):
-                runtime.deliver(note)
-
-    def _listener(self, session: LegacySession, runtime: Runtime) -> SessionListener:
-        live = runtime.live
-        if live.listener is None:
-
-            def state() -> LegacySession:
-                # The session as last loaded here: with a shared store each request loads it
-                # afresh, and a subscription may have changed through another replica.
-                current = runtime.session
-                return current if isinstance(current, LegacySession) else session
-
-            def current_filter() -> JSONDict:
-                current = state()
-                return l2m.listen_filter(current.server_capabilities, current.subscriptions, live.list_changes)
-
-            def deliver(message: JSONDict) -> None:
-                self._cache.invalidate_for(message)
-                note = l2m.strip_subscription_id(message)
-                if note.get("method") == "notifications/resources/updated":
-                    params = jsonrpc.params_of(note)
-                    if params.get("uri") not in state().subscriptions:
-                        return  # unsubscribed meanwhile: filter locally until the re-listen lands
-                runtime.deliver(note)
-
-            @asynccontextmanager
-            async def open_stream(filter_: JSONDict) -> AsyncIterator[AsyncIterator[JSONDict]]:
-                upstream_id = f"listen-{next(self._upstream_ids)}"
-                current = state()
-                outgoing = listen_request(upstream_id, filter_, l2m.request_meta(self._profile(current)))
-                headers = {**live.auth_headers, **l2m.upstream_headers(outgoing, current.modern_version)}
-                async with self._upstream.exchange(outgoing, headers) as messages:
-                    yield aiter(messages)
-
-            live.listener = SessionListener(
-                open_stream=open_stream,
-                current_filter=current_filter,
-                deliver=deliver,
-                retry_max_s=self._settings.streams.listen_retry_max_s,
-                on_stream_change=lambda d: self._metrics.streams_open.labels("upstream_listen").inc(d),
-            )
-        return live.listener
+        return self._listens.stream_opened(session, runtime, moved, auth_headers)
 
     # ------------------------------------------------------------ discover
 
@@ -831,17 +502,3 @@ class TranslatingBackend:
                 self._upstream.name, f"answered server/discover with {str(error or result)[:200]}"
             )
         raise UpstreamProtocolError(self._upstream.name, "supports no protocol version this proxy speaks")
-
-
-def _request_key(request_id: Any) -> str:
-    """A legacy request's id as a store key part: hashed, whatever the client made it."""
-    return hashlib.sha256(jsonrpc.canonical(request_id)).hexdigest()[:22]
-
-
-async def _withdraw(channel: ReplyChannel, server_ids: list[int | str], reason: str) -> None:
-    """Tell a legacy client to drop the requests we no longer wait for (docs/translation.md §3.6 item 8)."""
-    for server_id in server_ids:  # the asks went out on this stream, so it can carry the withdrawal
-        with contextlib.suppress(ConnectionError, RuntimeError):
-            await channel.send(
-                jsonrpc.notification("notifications/cancelled", {"requestId": server_id, "reason": reason})
-            )

@@ -29,7 +29,7 @@ from ...protocol import jsonrpc
 from ...protocol import legacy_tasks as lt
 from ...state.sessions import StoreUnavailable, short_hash
 from ...state.task_records import TaskStore
-from ..channel import ReplyChannel
+from ..channel import Caller, ReplyChannel
 from ..scopes import TaskScope
 
 JSONDict = dict[str, Any]
@@ -58,7 +58,7 @@ class _Live:
         self.asking: JSONDict | None = None
         self.answers: JSONDict = {}
         self.answered = asyncio.Event()
-        self.latest: object = None  # the caller of the latest request about the task (seen_from)
+        self.latest: Caller | None = None  # the caller of the latest request about the task (seen_from)
 
 
 class TaskChannel:
@@ -94,13 +94,16 @@ class TaskChannel:
         return self._live.record.task_id
 
     @property
-    def latest(self) -> object:
+    def latest(self) -> Caller | None:
         """The caller of the latest request about the task (None: none since it was made)."""
         return self._live.latest
 
     def time_left(self) -> float:
         """Seconds the task is kept yet (its call may take as long)."""
         return max(self._live.record.expires_at - self._host.now(), 0.001)
+
+    def exchange_bound_s(self, request_bound_s: float) -> float:
+        return self.time_left()
 
     async def ask(self, requests: JSONDict) -> JSONDict:
         """A 2026-07-28 client's input round: the requests shown in tasks/get until tasks/update
@@ -431,7 +434,7 @@ class LegacyTaskHost:
             return lt.visible(live.record, principal, self.now())
         return lt.visible(await self._read(principal, task_id), principal, self.now())
 
-    def seen_from(self, record: lt.TaskRecord, caller: object) -> None:
+    def seen_from(self, record: lt.TaskRecord, caller: Caller) -> None:
         """The task's caller asked of it again: its call, if it runs here, goes on with what that
         request carried (a refreshed token), from its next round."""
         live = self._live.get((record.principal, record.task_id))

@@ -1,0 +1,93 @@
+"""A legacy session's resource subscriptions through its upstream listen
+(proxy/relay/session_listens.py; docs/translation.md §3.7)."""
+
+from __future__ import annotations
+
+import itertools
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from proxy.errors import ProxyError
+from proxy.protocol import jsonrpc
+from proxy.relay.session_listens import SessionListens, Translated
+from proxy.upstream.errors import UpstreamProtocolError
+
+JSONDict = dict[str, Any]
+
+
+class Store:
+    def __init__(self) -> None:
+        self.saved: list[tuple[frozenset[str], tuple[str, ...]]] = []
+
+    async def save(self, session: Any, fields: tuple[str, ...]) -> None:
+        self.saved.append((frozenset(session.subscriptions), fields))
+
+
+class Listener:
+    """The session's upstream listen: each refresh acknowledges `ack`, or fails."""
+
+    def __init__(self, ack: JSONDict | None) -> None:
+        self.ack = ack
+        self.refreshes = 0
+
+    async def refresh(self) -> JSONDict:
+        self.refreshes += 1
+        if self.ack is None:
+            raise UpstreamProtocolError("up", "the listen broke")
+        return self.ack
+
+
+def session(subscribe: bool = True) -> Any:
+    return SimpleNamespace(server_capabilities={"resources": {"subscribe": subscribe}}, subscriptions=frozenset())
+
+
+def runtime(listener: Listener) -> Any:
+    live = Translated()
+    live.listener = listener
+    spawned: list[Any] = []
+
+    def spawn(work: Any, name: str) -> None:
+        spawned.append(name)
+        work.close()  # not run: only that it was started
+
+    return SimpleNamespace(live=live, tasks=SimpleNamespace(spawn=spawn, spawned=spawned))
+
+
+def listens(store: Store) -> SessionListens:
+    unused: Any = SimpleNamespace()
+    return SessionListens(unused, unused, store, unused, unused, itertools.count(1), lambda session: None)
+
+
+async def test_a_subscription_is_kept_once_the_listen_acknowledges_it() -> None:
+    store, listener, current = Store(), Listener({"resourceSubscriptions": ["file:///a"]}), session()
+    await listens(store).subscribe(current, runtime(listener), "file:///a")
+    assert current.subscriptions == {"file:///a"} and listener.refreshes == 1
+    assert store.saved == [(frozenset({"file:///a"}), ("subscriptions",))]
+
+
+@pytest.mark.parametrize("ack", [{"resourceSubscriptions": []}, None])
+async def test_a_subscription_not_acknowledged_is_refused_and_dropped_again(ack: JSONDict | None) -> None:
+    store, current = Store(), session()
+    with pytest.raises(ProxyError) as refused:
+        await listens(store).subscribe(current, runtime(Listener(ack)), "file:///a")
+    assert refused.value.code == jsonrpc.INTERNAL_ERROR
+    assert current.subscriptions == frozenset()
+    assert [subscriptions for subscriptions, _ in store.saved] == [frozenset({"file:///a"}), frozenset()]
+
+
+async def test_an_upstream_without_subscriptions_refuses_them_at_once() -> None:
+    store, listener = Store(), Listener({})
+    with pytest.raises(ProxyError) as refused:
+        await listens(store).subscribe(session(subscribe=False), runtime(listener), "file:///a")
+    assert refused.value.code == jsonrpc.METHOD_NOT_FOUND
+    assert store.saved == [] and listener.refreshes == 0
+
+
+async def test_unsubscribing_filters_at_once_and_re_listens_in_the_background() -> None:
+    store, current = Store(), session()
+    current.subscriptions = frozenset({"file:///a", "file:///b"})
+    run = runtime(Listener({}))
+    await listens(store).unsubscribe(current, run, "file:///a")
+    assert current.subscriptions == {"file:///b"} and run.tasks.spawned == ["re-listen"]
