@@ -270,6 +270,31 @@ class LegacyCall:
         self.relay.forget(self)
 
 
+def call_taking(session: LegacyUpstreamSession, request: JSONDict) -> LegacyCall | None:
+    """The call a server request that came outside any call's stream (the GET stream, stdio) is
+    for: the one holding the session, if it takes it (LegacyCall.takes)."""
+    call = session.exclusive
+    return call if isinstance(call, LegacyCall) and not call.finished and call.takes(request) else None
+
+
+def call_of_notification(session: LegacyUpstreamSession, note: JSONDict) -> LegacyCall | None:
+    """The call a notification that came outside any call's stream is for, if one (the routes
+    LegacyCall.bind set on the session)."""
+    method = note.get("method")
+    params = jsonrpc.params_of(note)
+    call: Any = None
+    if method == "notifications/progress":
+        token = params.get("progressToken")
+        call = session.progress_routes.get(token) if isinstance(token, str) else None
+    elif method == "notifications/cancelled":
+        call = session.exclusive
+    elif method == "notifications/message" and len(session.active) == 1:
+        # Without a per-request stream (stdio), a log belongs to the one call running, if one.
+        call = next(iter(session.active))
+    # Other logs and list changes outside a call's stream have no modern request to go to.
+    return call if isinstance(call, LegacyCall) and not call.finished else None
+
+
 def _reader_failed(upstream: str) -> UpstreamFailure:
     """A reader that failed for a reason of the proxy's own: the client gets -32603; it counts as
     an upstream exchange that ended unexpectedly."""

@@ -51,7 +51,7 @@ from ..upstream.errors import UpstreamError
 from ..upstream.legacy_session import LegacyUpstreamSession, SessionFactory, SessionPool
 from .channel import NO_STREAM, Caller, ReplyChannel
 from .failures import UpstreamFailures, deliver_notification
-from .legacy_call import Held, LegacyCall, close_after
+from .legacy_call import Held, LegacyCall, call_of_notification, call_taking, close_after
 from .listen_bridge import ListenBridge
 from .scopes import Deadline, TaskScope
 from .tasks.host import LegacyTaskHost
@@ -101,8 +101,8 @@ class ModernToLegacy:
     # ------------------------------------------------------------ what sessions receive unasked
 
     def on_server_request(self, session: LegacyUpstreamSession, request: JSONDict) -> None:
-        call = session.exclusive
-        if isinstance(call, LegacyCall) and not call.finished and call.takes(request):
+        call = call_taking(session, request)
+        if call is not None:
             call.feed(call.machine.upstream_message(request))
             return
         if request.get("method") == "ping":
@@ -118,19 +118,8 @@ class ModernToLegacy:
 
     def on_notification(self, session: LegacyUpstreamSession, note: JSONDict) -> None:
         self._cache.invalidate_for(note)
-        method = note.get("method")
-        params = jsonrpc.params_of(note)
-        call: Any = None
-        if method == "notifications/progress":
-            token = params.get("progressToken")
-            call = session.progress_routes.get(token) if isinstance(token, str) else None
-        elif method == "notifications/cancelled":
-            call = session.exclusive
-        elif method == "notifications/message" and len(session.active) == 1:
-            # Without a per-request stream (stdio), a log belongs to the one call running, if one.
-            call = next(iter(session.active))
-        # Other logs and list changes outside a call's stream have no modern request to go to.
-        if isinstance(call, LegacyCall) and not call.finished:
+        call = call_of_notification(session, note)
+        if call is not None:
             call.feed(call.machine.upstream_message(note))
 
     # ------------------------------------------------------------ requests
