@@ -6,9 +6,10 @@ get an `input_required` result and retry. So the upstream call stays open ("park
 requests become `inputRequests`, and the retry (with `inputResponses` and a signed `requestState`)
 resumes the very same call (docs/translation.md §4.5; 2026-07-28/basic/patterns/mrtr.mdx).
 
-The driver (relay.modern_to_legacy) reports each event by calling a method and executes the actions
-returned, in order. The downstream request the call answers now is "attached" (`downstream`); while
-parked nothing is, and what the server sends meanwhile is kept in the state for the retry.
+The driver (relay.modern_to_legacy, with relay.legacy_call) reports each event by calling a method
+and executes the actions returned, in order. The downstream request the call answers now is
+"attached" (`downstream`); while parked nothing is, and what the server sends meanwhile is kept in
+the state for the retry.
 
     upstream_message(message)   the call's reply, a server request, or a notification
     upstream_failed(failure) / upstream_ended()
