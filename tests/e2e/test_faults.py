@@ -28,7 +28,7 @@ from tests.support import fault_upstream, peers, stdio_server, tally
 from tests.support.answers import assert_holds
 from tests.support.mcp_http import Endpoint, answer_to, metric
 from tests.support.procs import PortTaken, Process, reserved_port
-from tests.support.rawhttp import Reply
+from tests.support.raw_http_client import Reply
 
 SCRIPT = Path(fault_upstream.__file__)
 STDIO_SERVER = Path(stdio_server.__file__)
