@@ -238,3 +238,13 @@ def test_a_unit_test_sits_under_the_package_of_the_module_it_tests(path: Path) -
 def test_the_unit_test_layout_check_sees_every_directory() -> None:
     directories = {p.parent.relative_to(UNIT).as_posix() for p in unit_tests()}
     assert {".", "protocol", "relay", "state", "auth", "cluster", "downstream", "upstream", "tracing"} <= directories
+
+
+SUPPORT = Path(__file__).parent / "support"
+
+
+@pytest.mark.parametrize("path", sorted(SUPPORT.glob("*.py")), ids=lambda p: p.name)
+def test_every_support_module_says_what_it_is_for_and_the_tests_readme_lists_it(path: Path) -> None:
+    assert ast.get_docstring(ast.parse(path.read_text())), f"{path.name} has no docstring"
+    if path.name != "__init__.py":
+        assert f"`{path.name}`" in (SUPPORT.parent / "README.md").read_text(), f"tests/README.md omits {path.name}"
