@@ -210,12 +210,17 @@ def unit_tests() -> list[Path]:
 
 
 def proxy_imports_of_test(path: Path) -> set[str]:
-    """The project's modules a test file imports (`from proxy import tracing` counts as proxy.tracing)."""
+    """The project's modules a test file imports (`from proxy import tracing` counts as proxy.tracing),
+    itself or through the helpers of a sibling test it imports (tests.unit.state.test_cache)."""
     names: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "proxy":
             names.update(f"{node.module}.{alias.name}" for alias in node.names)
             names.add(node.module)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("tests.unit."):
+            sibling = UNIT.joinpath(*node.module.split(".")[2:]).with_suffix(".py")
+            if sibling.parent == path.parent and sibling != path:
+                names |= proxy_imports_of_test(sibling)
         elif isinstance(node, ast.Import):
             names.update(alias.name for alias in node.names if alias.name.split(".")[0] == "proxy")
     return names
