@@ -198,3 +198,58 @@ def test_no_import_circle() -> None:
         if module not in index:
             visit(module)
     assert not circles, circles
+
+
+# ---------------------------------------------------------------- the unit tests mirror the packages
+
+UNIT = Path(__file__).parent / "unit"
+
+
+def unit_tests() -> list[Path]:
+    return sorted(UNIT.rglob("test_*.py"))
+
+
+def proxy_imports_of_test(path: Path) -> set[str]:
+    """The project's modules a test file imports (`from proxy import tracing` counts as proxy.tracing),
+    itself or through the helpers of a sibling test it imports (tests.unit.state.test_cache)."""
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "proxy":
+            names.update(f"{node.module}.{alias.name}" for alias in node.names)
+            names.add(node.module)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("tests.unit."):
+            sibling = UNIT.joinpath(*node.module.split(".")[2:]).with_suffix(".py")
+            if sibling.parent == path.parent and sibling != path:
+                names |= proxy_imports_of_test(sibling)
+        elif isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names if alias.name.split(".")[0] == "proxy")
+    return names
+
+
+@pytest.mark.parametrize("path", unit_tests(), ids=lambda p: p.relative_to(UNIT).as_posix())
+def test_a_unit_test_sits_under_the_package_of_the_module_it_tests(path: Path) -> None:
+    """tests/unit/<package>/test_x.py tests a module of proxy/<package>/ (so it imports one), and
+    tests/unit/test_x.py one of the root's modules, proxy/x.py."""
+    package = path.parent.relative_to(UNIT).parts
+    if not package:
+        assert (PROXY / f"{path.stem.removeprefix('test_')}.py").is_file(), f"no root module proxy/{path.name[5:]}"
+        return
+    assert (PROXY.joinpath(*package) / "__init__.py").is_file(), f"tests/unit/{'/'.join(package)} names no package"
+    dotted = ".".join(("proxy", *package))
+    imported = proxy_imports_of_test(path)
+    assert any(name == dotted or name.startswith(f"{dotted}.") for name in imported), f"imports nothing of {dotted}"
+
+
+def test_the_unit_test_layout_check_sees_every_directory() -> None:
+    directories = {p.parent.relative_to(UNIT).as_posix() for p in unit_tests()}
+    assert {".", "protocol", "relay", "state", "auth", "cluster", "downstream", "upstream", "tracing"} <= directories
+
+
+SUPPORT = Path(__file__).parent / "support"
+
+
+@pytest.mark.parametrize("path", sorted(SUPPORT.glob("*.py")), ids=lambda p: p.name)
+def test_every_support_module_says_what_it_is_for_and_the_tests_readme_lists_it(path: Path) -> None:
+    assert ast.get_docstring(ast.parse(path.read_text())), f"{path.name} has no docstring"
+    if path.name != "__init__.py":
+        assert f"`{path.name}`" in (SUPPORT.parent / "README.md").read_text(), f"tests/README.md omits {path.name}"

@@ -28,9 +28,9 @@ from tests.support import fault_upstream, peers, stdio_server, tally
 from tests.support.answers import assert_holds
 from tests.support.mcp_http import Endpoint, answer_to, metric
 from tests.support.procs import PortTaken, Process, reserved_port
-from tests.support.rawhttp import Reply
+from tests.support.raw_http_client import Reply
 
-SCRIPT = Path(fault_upstream.__file__)
+REPO = Path(__file__).resolve().parents[2]  # fault_upstream runs as a module of the repository
 STDIO_SERVER = Path(stdio_server.__file__)
 TIMEOUT_S = 4.0  # upstream.request_timeout_s of the proxies here
 BOUND_S = TIMEOUT_S + 10.0  # what any faulty call may take, end to end
@@ -74,7 +74,7 @@ class Faulty:
         return f"http://127.0.0.1:{self.port}/mcp"
 
     def argv(self) -> list[str]:
-        return [sys.executable, str(SCRIPT), "--era", self.era, "--port", str(self.port)]
+        return [sys.executable, "-m", "tests.support.fault_upstream", "--era", self.era, "--port", str(self.port)]
 
     def start(self) -> None:
         """Start it on its port; the first time on another if that one turned out taken (later,
@@ -82,7 +82,7 @@ class Faulty:
         for attempt in range(5):
             self._runs += 1
             self._process = Process(
-                self.argv(), self.logs / f"{type(self).__name__}-{self.era}-{self.port}-{self._runs}.log"
+                self.argv(), self.logs / f"{type(self).__name__}-{self.era}-{self.port}-{self._runs}.log", cwd=REPO
             )
             try:
                 self._process.wait_listening(self.START_S, port=self.port)

@@ -26,7 +26,7 @@ from tests.hostile import strategies as hs
 from tests.support import peers, tally
 from tests.support.answers import assert_holds
 from tests.support.mcp_http import Endpoint, modern_headers
-from tests.support.rawhttp import Reply, build, exchange
+from tests.support.raw_http_client import Reply, build, exchange
 
 EXAMPLES = int(os.environ.get("HOSTILE_PROXY_EXAMPLES", "500"))
 # Short bounds, so that a request the proxy rightly holds (an input round nobody answers) ends soon.

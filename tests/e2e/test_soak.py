@@ -27,7 +27,7 @@ from proxy.protocol import jsonrpc
 from tests.support import stdio_server, tally
 from tests.support.mcp_http import Endpoint, answer_to, metric
 from tests.support.procs import serving
-from tests.support.rawhttp import build
+from tests.support.raw_http_client import build
 
 SESSIONS = int(os.environ.get("SOAK_SESSIONS", "2000"))
 # What a soak may leave behind, measured against the process after its warm-up.

@@ -2,8 +2,9 @@
 paths that relay them byte for byte (modern client and modern upstream; legacy client and legacy
 upstream, in the upstream's own session) and on the translated ones.
 
-The upstream here is `tests/support/raw_http.RawUpstream`, which writes exactly the bytes a test
-scripts; a keep-alive client that records every byte (`raw_exchange`) tells one reply from two.
+The upstream here is `tests/support/raw_upstream.RawUpstream`, which writes exactly the bytes a test
+scripts; the raw HTTP client's keep-alive `raw_exchange` (tests/support/raw_http_client.py) records
+every byte and tells one reply from two.
 docs/design.md §Errors: once a reply has started, the only honest ending is to end it.
 """
 
@@ -23,16 +24,9 @@ from tests.integration.conftest import MakeProxy, Proxy, closed_port_url
 from tests.support.fake_modern import Call, FakeModern, Outcome, Reply, complete
 from tests.support.legacy_peer import ACCEPT, initialize_message
 from tests.support.modern_peer import ModernPeer, read_reply
-from tests.support.raw_http import (
-    RawReply,
-    RawRequest,
-    RawUpstream,
-    chunk,
-    head,
-    raw_exchange,
-    sse,
-    whole,
-)
+from tests.support.raw_http_client import Reply as RawReply
+from tests.support.raw_http_client import raw_exchange
+from tests.support.raw_upstream import RawRequest, RawUpstream, chunk, head, sse, whole
 
 WAIT = 5.0  # upper bound for anything a test waits for
 SESSION = "upstream-session-1"

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tests.support.mcp_http import Endpoint, answer_to
-from tests.support.rawhttp import Hung, Reply
+from tests.support.raw_http_client import Hung, Reply
 
 ELICIT = {"name": "elicit", "arguments": {"message": "who?"}}  # both SDK servers have this tool
 ASKING = {"elicitation": {"form": {}}}  # a modern client's capabilities: it can answer elicitations

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from tests.support import tally
-from tests.support.rawhttp import build, exchange
+from tests.support.raw_http_client import build, exchange
 from tests.support.replicas import Cluster
 
 from .flows import answer, ask, flipped, legacy_call

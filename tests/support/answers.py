@@ -9,7 +9,7 @@ from typing import Any
 
 from proxy.protocol import jsonrpc
 from proxy.protocol.sse import Decoder
-from tests.support.rawhttp import Reply
+from tests.support.raw_http_client import Reply
 
 # Statuses the proxy answers with. 202: an accepted notification or response (no body).
 ALLOWED_STATUSES = frozenset(

@@ -1,4 +1,6 @@
-"""A scripted MCP server that misbehaves on request, for fault injection: run it as a process.
+"""A scripted MCP server of either era that misbehaves on request, for fault injection, run as a
+process: the scripted upstream of its era (tests/support/fake_legacy.py, tests/support/fake_modern.py)
+with the faults as its tools. From the repository's root:
 
     python -m tests.support.fault_upstream --era modern --port 9000
 
@@ -13,14 +15,18 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import uuid
 from typing import Any
 
 from aiohttp import web
 
+from tests.support.fake_legacy import Call as LegacyCall
+from tests.support.fake_legacy import FakeLegacy
+from tests.support.fake_modern import Call as ModernCall
+from tests.support.fake_modern import FakeModern, Outcome, Reply
+
 MODERN = "2026-07-28"
 LEGACY = "2025-11-25"
-PROTOCOL_META = "io.modelcontextprotocol/protocolVersion"
+SERVER_INFO = {"name": "fault-upstream", "version": "1"}
 
 # Faults a tools/call can ask for, over HTTP, with what the client should be told.
 FAULTS = {
@@ -55,125 +61,119 @@ def result_of(era: str, text: str) -> dict[str, Any]:
     return {"resultType": "complete", **content} if era == "modern" else content
 
 
-class Server:
-    def __init__(self, era: str) -> None:
-        self.era = era
-        self.sessions: set[str] = set()
+Call = LegacyCall | ModernCall
 
-    def app(self) -> web.Application:
-        app = web.Application()
-        app.router.add_post("/mcp", self.post)
-        app.router.add_delete("/mcp", self.delete)
-        app.router.add_get("/mcp", self.get)
-        app.router.add_post("/control/forget", self.forget)
-        app.router.add_post("/control/health", self.health)
-        return app
 
-    async def health(self, request: web.Request) -> web.Response:
-        return web.json_response({"sessions": len(self.sessions)})
+def web_request(call: Call) -> web.Request:
+    return call.web_request if isinstance(call, LegacyCall) else call.request
 
-    async def forget(self, request: web.Request) -> web.Response:
-        self.sessions.clear()
+
+def fake_of(era: str) -> FakeLegacy | FakeModern:
+    """The scripted upstream of `era`, with only the tools, ping and capabilities of this server."""
+    fake: FakeLegacy | FakeModern
+    if era == "legacy":
+        fake = FakeLegacy()
+        fake.initialize_result = {"protocolVersion": LEGACY, "capabilities": {"tools": {}}, "serverInfo": SERVER_INFO}
+        fake.get_status = 405
+        for method in ("logging/setLevel", "resources/subscribe", "resources/unsubscribe"):
+            fake.handlers.pop(method, None)  # not declared, so not served
+    else:
+        fake = FakeModern()
+        fake.discover = {
+            "resultType": "complete",
+            "supportedVersions": [MODERN],
+            "capabilities": {"tools": {}},
+            "_meta": {"io.modelcontextprotocol/serverInfo": SERVER_INFO},
+        }
+        fake.handlers.pop("subscriptions/listen")
+        fake.handlers["ping"] = pong
+    fake.tools = TOOLS
+    fake.handlers["tools/call"] = lambda call: call_tool(call, era)
+    return fake
+
+
+async def pong(call: Call) -> Outcome:
+    return {}
+
+
+async def call_tool(call: Call, era: str) -> Outcome:
+    name = str(call.params.get("name"))
+    if name == "echo":
+        return result_of(era, str((call.params.get("arguments") or {}).get("text", "")))
+    return await fault(call, era, name.removeprefix("fault_"))
+
+
+async def fault(call: Call, era: str, mode: str) -> Outcome:
+    reply = {"jsonrpc": "2.0", "id": call.id, "result": result_of(era, "ok")}
+    request = web_request(call)
+    if mode == "html":
+        return Reply(502, "<html><body><h1>502 Bad Gateway</h1>" + "x" * 5000, "text/html; charset=utf-8")
+    if mode == "invalid_json":
+        return Reply(200, b'{"jsonrpc": "2.0", "id": oops')
+    if mode == "not_jsonrpc":
+        return Reply(200, {"hello": "world"})
+    if mode == "empty":
+        return Reply(200, b"")
+    if mode == "wrong_id":
+        return {**reply, "id": "somebody-else"}
+    if mode == "huge":
+        return {**reply, "result": result_of(era, "h" * (3 * 1024 * 1024))}
+    if mode == "hang":
+        await asyncio.Event().wait()  # until the client goes away
+    if mode in ("split", "truncated_json"):
+        raw = json.dumps({**reply, "result": result_of(era, "s" * 1600)}).encode()
+        response = web.StreamResponse(headers={"Content-Type": "application/json"})
+        response.content_length = len(raw)
+        await response.prepare(request)
+        call.response = response
+        await response.write(raw[:700])
+        await asyncio.sleep(0.2)
+        if mode == "truncated_json":
+            cut(call, abort=False)
+            return None
+        await response.write(raw[700:])
+        return None  # the fake ends the response
+    if mode not in ("kill", "truncated_sse", "endless_sse"):
+        return Reply(400, f"unknown fault {mode}", "text/plain")
+    progress = {"jsonrpc": "2.0", "method": "notifications/message", "params": {"level": "info", "data": "working"}}
+    await call.send(progress)  # opens the SSE reply
+    assert call.response is not None
+    if mode == "kill":
+        cut(call, abort=True)
+        return None
+    if mode == "truncated_sse":
+        await call.response.write(b'data: {"jsonrpc": "2.0", "id": ')
+        return None  # the fake ends the stream there
+    while True:  # endless_sse
+        await call.response.write(b": keep-alive\n\n")
+        await asyncio.sleep(0.2)
+
+
+def cut(call: Call, *, abort: bool) -> None:
+    """Close the connection under the reply (`abort`: reset it, as a killed server would)."""
+    if isinstance(call, LegacyCall):
+        call.dropped = True  # the fake then leaves the reply as it is
+    transport = web_request(call).transport
+    assert transport is not None
+    transport.abort() if abort else transport.close()
+
+
+def app_of(era: str) -> web.Application:
+    fake = fake_of(era)
+
+    async def health(request: web.Request) -> web.Response:
+        sessions = len(fake.live_sessions) if isinstance(fake, FakeLegacy) else 0
+        return web.json_response({"sessions": sessions})
+
+    async def forget(request: web.Request) -> web.Response:
+        if isinstance(fake, FakeLegacy):
+            for session in fake.live_sessions:
+                fake.forget(session.id)
         return web.json_response({"forgotten": True})
 
-    async def get(self, request: web.Request) -> web.Response:
-        return web.Response(status=405)
-
-    async def delete(self, request: web.Request) -> web.Response:
-        self.sessions.discard(request.headers.get("Mcp-Session-Id", ""))
-        return web.Response(status=200)
-
-    async def post(self, request: web.Request) -> web.StreamResponse:
-        body = await request.json()
-        method, request_id = body.get("method"), body.get("id")
-        headers: dict[str, str] = {}
-        if self.era == "legacy":
-            if method == "initialize":
-                session = uuid.uuid4().hex
-                self.sessions.add(session)
-                headers["Mcp-Session-Id"] = session
-                result = {
-                    "protocolVersion": LEGACY,
-                    "capabilities": {"tools": {}},
-                    "serverInfo": {"name": "fault-upstream", "version": "1"},
-                }
-                return web.json_response({"jsonrpc": "2.0", "id": request_id, "result": result}, headers=headers)
-            if request.headers.get("Mcp-Session-Id") not in self.sessions:
-                error = {"jsonrpc": "2.0", "id": request_id, "error": {"code": -32001, "message": "Session not found"}}
-                return web.json_response(error, status=404)
-        if request_id is None:
-            return web.Response(status=202)
-        if method == "server/discover" and self.era == "modern":
-            result = {
-                "resultType": "complete",
-                "supportedVersions": [MODERN],
-                "capabilities": {"tools": {}},
-                "_meta": {"io.modelcontextprotocol/serverInfo": {"name": "fault-upstream", "version": "1"}},
-            }
-            return web.json_response({"jsonrpc": "2.0", "id": request_id, "result": result})
-        if method == "ping":
-            return web.json_response({"jsonrpc": "2.0", "id": request_id, "result": {}})
-        if method == "tools/list":
-            result = {"tools": TOOLS, **({"resultType": "complete"} if self.era == "modern" else {})}
-            return web.json_response({"jsonrpc": "2.0", "id": request_id, "result": result})
-        if method != "tools/call":
-            error = {"jsonrpc": "2.0", "id": request_id, "error": {"code": -32601, "message": f"no {method}"}}
-            return web.json_response(error, status=404 if self.era == "modern" else 200)
-        name = str((body.get("params") or {}).get("name"))
-        if name == "echo":
-            text = str(((body.get("params") or {}).get("arguments") or {}).get("text", ""))
-            return web.json_response({"jsonrpc": "2.0", "id": request_id, "result": result_of(self.era, text)})
-        return await self.fault(request, name.removeprefix("fault_"), request_id)
-
-    async def fault(self, request: web.Request, mode: str, request_id: Any) -> web.StreamResponse:
-        reply = {"jsonrpc": "2.0", "id": request_id, "result": result_of(self.era, "ok")}
-        if mode == "html":
-            return web.Response(
-                status=502, text="<html><body><h1>502 Bad Gateway</h1>" + "x" * 5000, content_type="text/html"
-            )
-        if mode == "invalid_json":
-            return web.Response(status=200, body=b'{"jsonrpc": "2.0", "id": oops', content_type="application/json")
-        if mode == "not_jsonrpc":
-            return web.json_response({"hello": "world"})
-        if mode == "empty":
-            return web.Response(status=200, body=b"", content_type="application/json")
-        if mode == "wrong_id":
-            return web.json_response({**reply, "id": "somebody-else"})
-        if mode == "huge":
-            return web.json_response({**reply, "result": result_of(self.era, "h" * (3 * 1024 * 1024))})
-        if mode == "hang":
-            await asyncio.Event().wait()  # until the client goes away
-        if mode in ("split", "truncated_json"):
-            raw = json.dumps({**reply, "result": result_of(self.era, "s" * 1600)}).encode()
-            response = web.StreamResponse(headers={"Content-Type": "application/json"})
-            response.content_length = len(raw)
-            await response.prepare(request)
-            await response.write(raw[:700])
-            await asyncio.sleep(0.2)
-            if mode == "truncated_json":
-                assert request.transport is not None
-                request.transport.close()
-                return response
-            await response.write(raw[700:])
-            await response.write_eof()
-            return response
-        stream = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
-        await stream.prepare(request)
-        progress = {"jsonrpc": "2.0", "method": "notifications/message", "params": {"level": "info", "data": "working"}}
-        await stream.write(b"data: " + json.dumps(progress).encode() + b"\n\n")
-        if mode == "kill":
-            assert request.transport is not None
-            request.transport.abort()
-            return stream
-        if mode == "truncated_sse":
-            await stream.write(b'data: {"jsonrpc": "2.0", "id": ')
-            await stream.write_eof()
-            return stream
-        if mode == "endless_sse":
-            while True:
-                await stream.write(b": keep-alive\n\n")
-                await asyncio.sleep(0.2)
-        raise web.HTTPBadRequest(text=f"unknown fault {mode}")
+    fake.app.router.add_post("/control/forget", forget)
+    fake.app.router.add_post("/control/health", health)
+    return fake.app
 
 
 def main() -> None:
@@ -181,7 +181,7 @@ def main() -> None:
     parser.add_argument("--era", choices=["modern", "legacy"], required=True)
     parser.add_argument("--port", type=int, required=True)
     args = parser.parse_args()
-    web.run_app(Server(args.era).app(), host="127.0.0.1", port=args.port, print=None, access_log=None)
+    web.run_app(app_of(args.era), host="127.0.0.1", port=args.port, print=None, access_log=None)
 
 
 if __name__ == "__main__":

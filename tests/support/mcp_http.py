@@ -1,4 +1,4 @@
-"""Minimal MCP clients of both eras over raw HTTP (tests/support/rawhttp.py), for suites that need
+"""Minimal MCP clients of both eras over raw HTTP (tests/support/raw_http_client.py), for suites that need
 to see exactly what came back: status, headers, framing, whether the connection closed."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from proxy.protocol import meta
 from proxy.protocol.sse import Decoder
 from proxy.protocol.versions import LATEST_LEGACY, LATEST_MODERN
 from tests.support.answers import assert_holds
-from tests.support.rawhttp import Reply, build, exchange
+from tests.support.raw_http_client import Reply, build, exchange
 
 ACCEPT = "application/json, text/event-stream"
 

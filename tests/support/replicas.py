@@ -26,7 +26,7 @@ from pathlib import Path
 from tests.support import peers
 from tests.support.mcp_http import Endpoint, metric
 from tests.support.procs import PortTaken, Process, reserved_port
-from tests.support.rawhttp import build, exchange
+from tests.support.raw_http_client import build, exchange
 from tests.support.redis_server import RedisServer
 
 SECRET = "replica-suite-shared-secret-0123456789"  # one secret for every replica (>= 32 characters)
