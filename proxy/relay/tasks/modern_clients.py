@@ -197,7 +197,7 @@ class ModernClientTasks:
             while True:
                 # Each round goes with the caller's latest credentials (a refreshed token sent with
                 # its tasks/get or tasks/update), as a client's own retry would.
-                latest = channel.latest if isinstance(channel.latest, Caller) else caller
+                latest = channel.latest or caller
                 reply = await self._relay.serve_hosted(
                     current, latest, hosted_for_s=channel.time_left(), hosted_task=channel.task_id
                 )
