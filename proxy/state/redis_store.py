@@ -491,9 +491,9 @@ def redis_store(
     try:
         from redis import __version__ as redis_version
         from redis.asyncio import Redis
+        from redis.asyncio.retry import Retry  # the asyncio one: redis-py 8.2 warns at the sync one
         from redis.backoff import NoBackoff
         from redis.driver_info import DriverInfo
-        from redis.retry import Retry
     except ImportError:  # pragma: no cover - depends on the installation
         raise RuntimeError("store.url needs redis-py: pip install 'mcp-era-proxy[redis]'") from None
     assert config.url is not None
