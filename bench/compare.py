@@ -275,7 +275,12 @@ def render(
         f"after a {args.warmup} s warm-up each; {args.repeat} wrk run(s) of {args.duration} s per side, alternating "
         "before, after, before, after. CPU µs/req: utime + stime of the proxy process over the requests wrk "
         "completed in each run, median (min..max) of the runs; after/before of the medians and of the minima. "
-        "rps: median of the runs. (b) is the same bare hop on both sides: its ratio is the noise of the machine.",
+        "rps: median of the runs."
+        + (
+            " (b) is the same bare hop on both sides: its ratio is the noise of the machine."
+            if "b" in args.rows
+            else ""
+        ),
         "",
         "| row | conns | CPU µs/req before | CPU µs/req after | after/before (median) | after/before (min) "
         "| rps before | rps after | rps after/before | wrk errors |",
