@@ -69,10 +69,12 @@ class Processes:
         *,
         port: int = 0,
         announced: Announcement | None = None,
+        cwd: Path | None = None,
     ) -> Iterator[Process]:
-        """`argv` until the block ends, once it listens: on `port` if it was told one, else on the
-        port it chose (`announced`, or its one port: tests.support.procs); that is `.port`."""
-        process = Process(argv, self.logs / f"{name}.log", env)
+        """`argv` (started in `cwd`, if given) until the block ends, once it listens: on `port` if it
+        was told one, else on the port it chose (`announced`, or its one port: tests.support.procs);
+        that is `.port`."""
+        process = Process(argv, self.logs / f"{name}.log", env, cwd)
         self.live.append(process)
         self._write()
         try:

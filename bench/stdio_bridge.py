@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.harness import BENCH, Processes, begin, machine, say
-from bench.run import CLK_TCK, _descendants, _stat
+from bench.load import CLK_TCK, _descendants, _stat
 from proxy import __version__ as proxy_version
 from tests.support import peers
 

@@ -24,9 +24,12 @@ from typing import Any
 
 from aiohttp import web
 
+from bench import servers
+from bench.calls import expect_echo, legacy_call, legacy_session, modern_call
 from bench.harness import BENCH, REPO, Processes, machine, say
-from bench.run import Bench, Row, cpu_text, expect_echo, legacy_call, legacy_session, modern_call
-from tests.support.procs import Process, reserved_port
+from bench.report import Row, cpu_text
+from bench.run import Bench
+from tests.support.procs import reserved_port
 
 
 def sink(port: int) -> None:
@@ -52,25 +55,6 @@ def exported(rev: str) -> Iterator[Path]:
         yield Path(work)
 
 
-@contextlib.contextmanager
-def proxy_from(
-    procs: Processes, name: str, upstream: str, era: str, cwd: Path | None, env: dict[str, str] | None = None
-) -> Iterator[tuple[str, int]]:
-    """bench.run's proxy, started from `cwd` (another tree's code) when given; told its port (an
-    older tree may not take port 0)."""
-    port = reserved_port()
-    argv = [sys.executable, "-m", "proxy", "--upstream", upstream, "--upstream-era", era]
-    argv += ["--listen", f"127.0.0.1:{port}", "--log-level", "warning"]
-    process = Process(argv, procs.logs / f"proxy-{name}.log", env, cwd)
-    procs.live.append(process)
-    try:
-        process.wait_listening(60.0, port=port)
-        yield f"http://127.0.0.1:{port}/mcp", process.proc.pid
-    finally:
-        process.stop()
-        procs.live.remove(process)
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--before", default="main", help="the revision measured as 'before' (default main)")
@@ -91,7 +75,7 @@ def main() -> int:
     results: dict[tuple[str, str], Row] = {}
     try:
         with (
-            bench.upstream("modern") as (modern, _),
+            servers.upstream(procs, "modern") as (modern, _),
             procs.listening("otlp-sink", [sys.executable, "-m", "bench.tracing", "--sink", "0"]) as receiver,
             exported(args.before) as before,
         ):
@@ -102,13 +86,17 @@ def main() -> int:
             ]
             for variant, cwd, env in variants:
                 say(f"tracing {variant}: (c) modern pass-through")
-                with proxy_from(procs, f"c-{variant}", modern, "modern", cwd, env) as (url, pid):
+                with servers.proxy(
+                    procs, f"c-{variant}", url=modern, era="modern", env=env, tree=cwd, port=reserved_port()
+                ) as (url, pid):
                     expect_echo(f"(c {variant})", *modern_call(url))
                     results["c", variant] = bench.measure(
                         Row(f"c-{variant}", f"(c) {variant}"), url, "modern_tools_call.lua", cpu_pid=pid
                     )
                 say(f"tracing {variant}: (d) legacy client, translated")
-                with proxy_from(procs, f"d-{variant}", modern, "modern", cwd, env) as (url, pid):
+                with servers.proxy(
+                    procs, f"d-{variant}", url=modern, era="modern", env=env, tree=cwd, port=reserved_port()
+                ) as (url, pid):
                     session = legacy_session(url)
                     expect_echo(f"(d {variant})", *legacy_call(url, session))
                     results["d", variant] = bench.measure(

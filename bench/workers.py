@@ -18,8 +18,11 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
+from bench import servers
+from bench.calls import expect_echo, modern_call
 from bench.harness import BENCH, Processes, machine, say
-from bench.run import Bench, Load, cpu_text, expect_echo, median, median_value, modern_call, wrk
+from bench.load import Load, median, median_value, wrk
+from bench.report import cpu_text
 from tests.support.procs import reserved_port, reserved_ports
 
 SECRET = "bench-workers-secret-0123456789"
@@ -84,7 +87,7 @@ def main() -> int:
     facts = machine()
     rows: list[tuple[int, int, Load, float | None]] = []
     try:
-        with redis(procs) as store, Bench(args, procs).upstream("modern") as (upstream, _):
+        with redis(procs) as store, servers.upstream(procs, "modern") as (upstream, _):
             for workers in (1, 2):
                 say(f"proxy with --workers {workers}")
                 with proxy(procs, upstream, store, workers) as (url, pid):
