@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.legacy_peer import ACCEPT
+from tests.support.mcp_client import ACCEPT
 from tests.support.procs import proxy_listener, serving
 from tests.support.sdk_drivers import run_legacy_client, run_modern_client, run_node_host
 

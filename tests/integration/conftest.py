@@ -18,7 +18,7 @@ from proxy.app import LEGACY_TO_MODERN, create_app
 from proxy.config import ENV_PREFIX, Settings, load_settings
 from proxy.relay.legacy_sessions import LegacySessionHost
 from tests.support.fake_modern import PATH, FakeModern
-from tests.support.legacy_peer import LegacyPeer
+from tests.support.legacy_client import LegacyClient
 from tests.support.redis_server import RedisServer
 
 UPSTREAM_NAME = "fake-modern-upstream"
@@ -48,10 +48,10 @@ class Proxy:
         """The host of the legacy sessions it translates."""
         return self.app[LEGACY_TO_MODERN]
 
-    async def connect(self, version: str | None = None, **kwargs: Any) -> LegacyPeer:
+    async def connect(self, version: str | None = None, **kwargs: Any) -> LegacyClient:
         if version is not None:
             kwargs["version"] = version
-        return await LegacyPeer.connect(self.client, **kwargs)
+        return await LegacyClient.connect(self.client, **kwargs)
 
 
 async def serve(aiohttp_server: Any, app: web.Application) -> TestServer:
@@ -133,7 +133,7 @@ async def proxy(make_proxy: MakeProxy) -> Proxy:
 
 
 @pytest.fixture
-async def peer(proxy: Proxy) -> LegacyPeer:
+async def peer(proxy: Proxy) -> LegacyClient:
     """An initialized 2025-11-25 session declaring roots, sampling and form elicitation."""
     return await proxy.connect()
 

@@ -6,8 +6,9 @@ import structlog
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.support.fake_modern import Call, FakeModern, Outcome, error
-from tests.support.legacy_peer import ACCEPT, initialize_message
-from tests.support.modern_peer import ModernPeer
+from tests.support.legacy_client import initialize_message
+from tests.support.mcp_client import ACCEPT
+from tests.support.modern_client import ModernClient
 
 from .conftest import MakeProxy, Proxy, closed_port_url
 
@@ -101,7 +102,7 @@ async def test_without_a_store_the_store_up_series_is_absent_not_zero(proxy: Pro
 async def test_clients_names_each_client_with_its_version_protocol_version_era_and_counts(proxy: Proxy) -> None:
     legacy = await proxy.connect()  # initialize (a session opened) + notifications/initialized
     await legacy.request("tools/list")
-    await ModernPeer(proxy.client).request("server/discover")
+    await ModernClient(proxy.client).request("server/discover")
     response = await proxy.client.get("/clients")
     assert response.status == 200
     rows = {row["name"]: row for row in (await response.json())["clients"]}

@@ -32,9 +32,10 @@ from tests.support import fake_legacy, fake_modern
 from tests.support.fake_legacy import FakeLegacy
 from tests.support.fake_modern import FakeModern
 from tests.support.jwt_issuer import JwtIssuer
-from tests.support.legacy_peer import ACCEPT, LegacyPeer, SseReader, error_body, initialize_message
+from tests.support.legacy_client import LegacyClient, error_body, initialize_message
 from tests.support.legacy_sse_client import sse_client as legacy_sse_client
-from tests.support.modern_peer import FULL_CAPABILITIES, ModernPeer
+from tests.support.mcp_client import ACCEPT, SseReader
+from tests.support.modern_client import FULL_CAPABILITIES, ModernClient
 
 JSONDict = dict[str, Any]
 WAIT = 5.0
@@ -140,7 +141,7 @@ async def test_a_refreshed_token_keeps_the_legacy_session_and_another_subject_is
     client = await make_proxy(modern_upstream)
     first, refreshed = issuer.mint(aud=PUBLIC), issuer.mint(aud=PUBLIC, kid="ec-1")
     async with asyncio.timeout(WAIT):
-        peer = await LegacyPeer.connect(client, headers=bearer(first))
+        peer = await LegacyClient.connect(client, headers=bearer(first))
         before = len(modern_upstream.calls)
         reply = await peer.request("tools/list", headers=bearer(refreshed))
         assert reply.status == 200 and reply.result == {"tools": []}
@@ -161,7 +162,7 @@ async def test_a_get_stream_opened_with_a_refreshed_token_listens_upstream_with_
     client = await make_proxy(modern_upstream)
     first, refreshed = issuer.mint(aud=PUBLIC), issuer.mint(aud=PUBLIC)
     async with asyncio.timeout(WAIT):
-        peer = await LegacyPeer.connect(client, headers=bearer(first))
+        peer = await LegacyClient.connect(client, headers=bearer(first))
         stream = await peer.get_stream(headers=bearer(refreshed))  # no request in between
         assert stream.status == 200
         listen = await modern_upstream.wait_listen()
@@ -174,7 +175,7 @@ async def test_an_opaque_token_keeps_the_header_hash_and_reaches_the_upstream(
 ) -> None:
     client = await make_proxy(modern_upstream)
     async with asyncio.timeout(WAIT):
-        peer = await LegacyPeer.connect(client, headers={"Authorization": "Bearer opaque-1"})
+        peer = await LegacyClient.connect(client, headers={"Authorization": "Bearer opaque-1"})
         assert authorization_seen(modern_upstream.calls) == {"Bearer opaque-1"}
         assert (await peer.request("tools/list")).status == 200
         # Nothing says an opaque token's successor is the same caller: the session is not its.
@@ -196,7 +197,7 @@ async def test_a_bad_token_of_a_configured_issuer_gets_401_with_a_challenge(
             )
             header, error = await challenged(initialize)
             assert header == expected and description in error["message"]
-            modern = ModernPeer(await make_proxy(legacy_upstream, mode), headers=bearer(token))
+            modern = ModernClient(await make_proxy(legacy_upstream, mode), headers=bearer(token))
             header, _ = await challenged((await modern.send("tools/list"))[1])
             assert header == expected
     assert modern_upstream.calls == [] and legacy_upstream.calls == []  # refused before the upstream
@@ -212,7 +213,7 @@ async def test_the_audience_defaults_to_the_url_the_request_names(
     client = await make_proxy(modern_upstream, **{"auth.public_url": None})
     resource = str(client.make_url("/mcp"))
     async with asyncio.timeout(WAIT):
-        await LegacyPeer.connect(client, headers=bearer(issuer.mint(aud=resource)))
+        await LegacyClient.connect(client, headers=bearer(issuer.mint(aud=resource)))
         refused = await client.post(
             "/mcp", json=fake_legacy_initialize(), headers={"Accept": ACCEPT, **bearer(issuer.mint(aud=PUBLIC))}
         )
@@ -236,18 +237,18 @@ async def test_a_refreshed_token_keeps_the_pooled_session_and_a_parked_call(
     first, refreshed, third = (issuer.mint(aud=PUBLIC, jti=str(i)) for i in range(3))
     params = {"name": "deploy", "arguments": {}}
     async with asyncio.timeout(WAIT):
-        reply = await ModernPeer(client, headers=bearer(first)).request("tools/call", params)
+        reply = await ModernClient(client, headers=bearer(first)).request("tools/call", params)
         result = reply.result
         assert result["resultType"] == "input_required", result
         [asked] = legacy_upstream.calls_of("tools/call")[-1].asked
         retry = {**params, "inputResponses": {f"s{asked.id}": {"action": "accept", "content": {"ok": True}}}}
         retry["requestState"] = result["requestState"]
-        resumed = await ModernPeer(client, headers=bearer(refreshed)).request("tools/call", retry)
+        resumed = await ModernClient(client, headers=bearer(refreshed)).request("tools/call", retry)
         assert resumed.result["content"] == [{"type": "text", "text": "deployed: accept"}], resumed.final
         # The answer went upstream with the refreshed token, not the one the call was parked with.
         [answer] = legacy_upstream.responses
         assert answer.headers.get("Authorization") == f"Bearer {refreshed}"
-        listed = await ModernPeer(client, headers=bearer(third)).request("tools/list")
+        listed = await ModernClient(client, headers=bearer(third)).request("tools/list")
         assert listed.status == 200
     assert len(legacy_upstream.sessions) == 1  # one pooled session served all three tokens
     assert legacy_upstream.calls_of("tools/list")[-1].headers.get("Authorization") == f"Bearer {third}"
@@ -264,16 +265,18 @@ async def test_a_parked_call_is_not_resumed_by_another_subject(
     client = await make_proxy(legacy_upstream)
     params = {"name": "deploy", "arguments": {}}
     async with asyncio.timeout(WAIT):
-        alice = ModernPeer(client, headers=bearer(issuer.mint(aud=PUBLIC)))
+        alice = ModernClient(client, headers=bearer(issuer.mint(aud=PUBLIC)))
         result = (await alice.request("tools/call", params)).result
         [asked] = legacy_upstream.calls_of("tools/call")[-1].asked
         retry = {**params, "inputResponses": {f"s{asked.id}": {"action": "accept", "content": {"ok": True}}}}
         retry["requestState"] = result["requestState"]
-        bob = await ModernPeer(client, headers=bearer(issuer.mint(aud=PUBLIC, sub="bob"))).request("tools/call", retry)
+        bob = await ModernClient(client, headers=bearer(issuer.mint(aud=PUBLIC, sub="bob"))).request(
+            "tools/call", retry
+        )
         assert bob.status == 400 and bob.error["code"] == -32602, bob.final
         assert legacy_upstream.responses == [] and not asked.response.done()
         # Its own caller, with a fresh token, still can (and so the call ends before shutdown).
-        alice = await ModernPeer(client, headers=bearer(issuer.mint(aud=PUBLIC))).request("tools/call", retry)
+        alice = await ModernClient(client, headers=bearer(issuer.mint(aud=PUBLIC))).request("tools/call", retry)
         assert alice.status == 200 and alice.result["resultType"] == "complete", alice.final
 
 
@@ -287,18 +290,18 @@ async def test_resource_server_never_forwards_the_client_token(
     async with asyncio.timeout(WAIT):
         # A legacy client, translated for a modern upstream: its session, its GET stream.
         client = await make_proxy(modern_upstream, "resource_server")
-        peer = await LegacyPeer.connect(client, headers=bearer(token))
+        peer = await LegacyClient.connect(client, headers=bearer(token))
         assert (await peer.request("tools/list")).status == 200
         stream = await peer.get_stream()
         assert stream.status == 200
         stream.close()
         # A modern client of the same modern upstream (same era: its headers relayed).
-        assert (await ModernPeer(client, headers=bearer(token)).request("tools/list")).status == 200
+        assert (await ModernClient(client, headers=bearer(token)).request("tools/list")).status == 200
         # A modern client, translated for a legacy upstream (the pool).
         pooled = await make_proxy(legacy_upstream, "resource_server")
-        assert (await ModernPeer(pooled, headers=bearer(token)).request("tools/list")).status == 200
+        assert (await ModernClient(pooled, headers=bearer(token)).request("tools/list")).status == 200
         # A legacy client of a legacy upstream: relayed byte for byte.
-        relayed = await LegacyPeer.connect(pooled, headers=bearer(token))
+        relayed = await LegacyClient.connect(pooled, headers=bearer(token))
         assert (await relayed.request("tools/list")).status == 200
         assert (await relayed.delete()).status == 200
     assert authorization_seen(modern_upstream.calls) == {PROXY_OWN}
@@ -311,22 +314,22 @@ async def test_resource_server_refuses_every_endpoint_without_a_token(
 ) -> None:
     client = await make_proxy(modern_upstream, "resource_server")
     async with asyncio.timeout(WAIT):
-        peer = await LegacyPeer.connect(client, headers=bearer(issuer.mint(aud=PUBLIC)))
+        peer = await LegacyClient.connect(client, headers=bearer(issuer.mint(aud=PUBLIC)))
         before = len(modern_upstream.calls)
-        anonymous = LegacyPeer(client, peer.version, peer.session_id, {}, peer.initialize_result)
+        anonymous = LegacyClient(client, peer.version, peer.session_id, {}, peer.initialize_result)
         responses = [
             await client.post("/mcp", json=fake_legacy_initialize(), headers={"Accept": ACCEPT}),
             (await anonymous.send("tools/list"))[1],
             await anonymous.get_stream(),
             await anonymous.delete(),
-            (await ModernPeer(client).send("tools/list"))[1],
-            (await ModernPeer(client, headers={"Authorization": "Basic dXNlcjpwdw=="}).send("tools/list"))[1],
+            (await ModernClient(client).send("tools/list"))[1],
+            (await ModernClient(client, headers={"Authorization": "Basic dXNlcjpwdw=="}).send("tools/list"))[1],
         ]
         for response in responses:
             header, error = await challenged(response)
             assert header == f'Bearer resource_metadata="{METADATA}"'  # RFC 6750 §3.1: no error code
             assert error["message"] == "authorization required: send a Bearer access token"
-        opaque, _ = await challenged((await ModernPeer(client, headers=bearer("opaque")).send("tools/list"))[1])
+        opaque, _ = await challenged((await ModernClient(client, headers=bearer("opaque")).send("tools/list"))[1])
         assert opaque.startswith('Bearer error="invalid_token"')
     assert len(modern_upstream.calls) == before
     assert SESSION_HEADER in peer.headers()
@@ -337,7 +340,7 @@ async def test_resource_server_wants_the_required_scopes(
 ) -> None:
     client = await make_proxy(modern_upstream, "resource_server", **{"auth.required_scopes": ["mcp:tools"]})
     async with asyncio.timeout(WAIT):
-        reader = ModernPeer(client, headers=bearer(issuer.mint(aud=PUBLIC, scope="mcp:read")))
+        reader = ModernClient(client, headers=bearer(issuer.mint(aud=PUBLIC, scope="mcp:read")))
         response = (await reader.send("tools/list"))[1]
         header, error = await challenged(response, 403)
         assert header == (
@@ -345,7 +348,9 @@ async def test_resource_server_wants_the_required_scopes(
             f'scope="mcp:tools", resource_metadata="{METADATA}"'
         )
         assert error["message"].startswith("insufficient_scope")
-        ok = await ModernPeer(client, headers=bearer(issuer.mint(aud=PUBLIC, scope="mcp:tools"))).request("tools/list")
+        ok = await ModernClient(client, headers=bearer(issuer.mint(aud=PUBLIC, scope="mcp:tools"))).request(
+            "tools/list"
+        )
         assert ok.status == 200
     assert len(modern_upstream.calls_of("tools/list")) == 1
 
@@ -357,13 +362,13 @@ async def test_keys_unavailable_is_503_never_401_nor_500(
     issuer.down = True
     client = await make_proxy(modern_upstream, mode)
     async with asyncio.timeout(WAIT):
-        response = (await ModernPeer(client, headers=bearer(issuer.mint(aud=PUBLIC))).send("tools/list"))[1]
+        response = (await ModernClient(client, headers=bearer(issuer.mint(aud=PUBLIC))).send("tools/list"))[1]
         assert response.status == 503, await response.text()
         body = json.loads(await response.read())
         assert body["error"]["code"] == -32603 and "cannot be verified now" in body["error"]["message"]
         assert "WWW-Authenticate" not in response.headers
         issuer.down = False  # the keys come back: so does service (the failed fetch was not cached)
-        assert (await ModernPeer(client, headers=bearer(issuer.mint(aud=PUBLIC))).request("tools/list")).status == 200
+        assert (await ModernClient(client, headers=bearer(issuer.mint(aud=PUBLIC))).request("tools/list")).status == 200
     assert modern_upstream.calls_of("tools/list") and issuer.jwks_fetches == 2
 
 
@@ -393,9 +398,9 @@ async def test_resource_server_turns_the_upstreams_refusal_of_its_own_credential
     client = await make_proxy(modern_upstream, "resource_server")
     async with asyncio.timeout(WAIT):
         # Same era, byte for byte (tools/call), and translated for a legacy client (tools/list).
-        modern = ModernPeer(client, headers=bearer(token))
+        modern = ModernClient(client, headers=bearer(token))
         relayed = (await modern.send("tools/call", {"name": "x", "arguments": {}}))[1]
-        peer = await LegacyPeer.connect(client, headers=bearer(token))
+        peer = await LegacyClient.connect(client, headers=bearer(token))
         translated = (await peer.send("tools/list"))[1]
         for response in (relayed, translated):
             assert response.status == 502, await response.text()
@@ -414,7 +419,7 @@ async def test_in_passthrough_the_upstreams_401_still_reaches_the_client(
     modern_upstream.handlers["tools/call"] = refuse
     client = await make_proxy(modern_upstream)
     async with asyncio.timeout(WAIT):
-        modern = ModernPeer(client, headers=bearer(issuer.mint(aud=PUBLIC)))
+        modern = ModernClient(client, headers=bearer(issuer.mint(aud=PUBLIC)))
         response = (await modern.send("tools/call", {"name": "x", "arguments": {}}))[1]
         assert response.status == 401 and response.headers["WWW-Authenticate"].startswith("Bearer")
 
@@ -426,7 +431,7 @@ async def test_the_jwks_is_found_through_the_issuers_metadata(
     async with asyncio.timeout(WAIT):
         for subject in ("alice", "bob"):
             token = issuer.mint(aud=PUBLIC, sub=subject)
-            assert (await ModernPeer(client, headers=bearer(token)).request("tools/list")).status == 200
+            assert (await ModernClient(client, headers=bearer(token)).request("tools/list")).status == 200
     # Asked once: while the JWKS is fresh the metadata is not asked again (it says no-store).
     assert issuer.metadata_fetches == ["/.well-known/oauth-authorization-server"]
     assert issuer.jwks_fetches == 1
@@ -442,9 +447,9 @@ async def test_a_refreshed_token_keeps_the_callers_private_cache_entries(
     client = await make_proxy(modern_upstream, **{"cache.watch": False})
     async with asyncio.timeout(WAIT):
         for token in (issuer.mint(aud=PUBLIC), issuer.mint(aud=PUBLIC)):  # the second: a refresh
-            assert (await ModernPeer(client, headers=bearer(token)).request("tools/list")).status == 200
+            assert (await ModernClient(client, headers=bearer(token)).request("tools/list")).status == 200
         assert len(modern_upstream.calls_of("tools/list")) == 1  # the refreshed token hit alice's entry
-        bob = ModernPeer(client, headers=bearer(issuer.mint(aud=PUBLIC, sub="bob")))
+        bob = ModernClient(client, headers=bearer(issuer.mint(aud=PUBLIC, sub="bob")))
         assert (await bob.request("tools/list")).status == 200
     assert len(modern_upstream.calls_of("tools/list")) == 2  # never alice's entry for bob
 
@@ -461,7 +466,7 @@ async def test_a_relayed_legacy_session_is_its_callers_alone(
     client = await make_proxy(legacy_upstream, mode)
     bob = bearer(issuer.mint(aud=PUBLIC, sub="bob"))
     async with asyncio.timeout(WAIT):
-        peer = await LegacyPeer.connect(client, headers=bearer(issuer.mint(aud=PUBLIC)))
+        peer = await LegacyClient.connect(client, headers=bearer(issuer.mint(aud=PUBLIC)))
         [upstream_id] = [session.id for session in legacy_upstream.sessions]
         if mode == "resource_server":
             assert peer.session_id != upstream_id  # sealed for its caller around the upstream's own
@@ -515,7 +520,7 @@ async def test_a_modern_upstreams_request_state_is_its_callers_alone(
     client = await make_proxy(modern_upstream, mode)
     params: JSONDict = {"name": "deploy", "arguments": {}} if method == "tools/call" else {"uri": "file:///a"}
     async with asyncio.timeout(WAIT):
-        first = await ModernPeer(client, headers=bearer(issuer.mint(aud=PUBLIC))).request(method, params)
+        first = await ModernClient(client, headers=bearer(issuer.mint(aud=PUBLIC))).request(method, params)
         result = first.result
         assert result["resultType"] == "input_required", first.final
         if mode == "resource_server":
@@ -526,17 +531,17 @@ async def test_a_modern_upstreams_request_state_is_its_callers_alone(
         retry["requestState"] = result["requestState"]
         if mode == "resource_server":
             seen = len(modern_upstream.calls)
-            bob = ModernPeer(client, headers=bearer(issuer.mint(aud=PUBLIC, sub="bob")))
+            bob = ModernClient(client, headers=bearer(issuer.mint(aud=PUBLIC, sub="bob")))
             refused = await bob.request(method, retry)
             assert refused.status == 400 and refused.error["code"] == -32602, refused.final
             assert "requestState is invalid" in refused.error["message"]
-            forged = await ModernPeer(client, headers=bearer(issuer.mint(aud=PUBLIC))).request(
+            forged = await ModernClient(client, headers=bearer(issuer.mint(aud=PUBLIC))).request(
                 method, {**retry, "requestState": upstream_state}
             )
             assert forged.status == 400 and forged.error["code"] == -32602, forged.final
             assert len(modern_upstream.calls) == seen  # neither reached the upstream
         # Its own caller, with a refreshed token: the upstream gets its own requestState back.
-        done = await ModernPeer(client, headers=bearer(issuer.mint(aud=PUBLIC))).request(method, retry)
+        done = await ModernClient(client, headers=bearer(issuer.mint(aud=PUBLIC))).request(method, retry)
         assert done.status == 200 and done.result["resultType"] == "complete", done.final
     assert modern_upstream.calls_of(method)[-1].params["requestState"] == upstream_state
     assert modern_upstream.schema_problems() == []
@@ -586,7 +591,7 @@ async def test_a_hosted_task_goes_on_upstream_with_the_callers_refreshed_token(
     modern_upstream.handlers["tools/call"] = deploy
     client = await make_proxy(modern_upstream)
     async with asyncio.timeout(WAIT):
-        peer = await LegacyPeer.connect(client, headers=bearer(first))
+        peer = await LegacyClient.connect(client, headers=bearer(first))
         task = (await peer.request("tools/call", {"name": "deploy", "arguments": {}, "task": {}})).result["task"]
         await modern_upstream.next_call("tools/call")  # the first round went with the first token
         _, response = await peer.send("tasks/result", {"taskId": task["taskId"]}, headers=bearer(refreshed))
@@ -614,13 +619,13 @@ async def test_a_2026_task_hosted_for_a_modern_client_goes_on_with_its_refreshed
     task_server(legacy_upstream, result)
     client = await make_proxy(legacy_upstream)
     tasks_declared = {**FULL_CAPABILITIES, "extensions": {EXTENSION: {}}}
-    alice = ModernPeer(client, capabilities=tasks_declared, headers=bearer(first))
+    alice = ModernClient(client, capabilities=tasks_declared, headers=bearer(first))
     async with asyncio.timeout(WAIT):
         handle = (await alice.request("tools/call", RESEARCH)).result
         asking = await until(alice, handle["taskId"], lambda t: t["status"] == "input_required")
         [key] = asking["inputRequests"]
         update = {"taskId": handle["taskId"], "inputResponses": {key: {"action": "accept", "content": {"ok": True}}}}
-        bob = ModernPeer(client, capabilities=tasks_declared, headers=bearer(issuer.mint(aud=PUBLIC, sub="bob")))
+        bob = ModernClient(client, capabilities=tasks_declared, headers=bearer(issuer.mint(aud=PUBLIC, sub="bob")))
         refused = await bob.request("tasks/update", update)
         alice.base_headers = bearer(refreshed)
         await alice.request("tasks/update", update)

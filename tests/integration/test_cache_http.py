@@ -23,8 +23,8 @@ from tests.support.fake_legacy import PATH as LEGACY_PATH
 from tests.support.fake_legacy import FakeLegacy
 from tests.support.fake_legacy import Session as LegacySession
 from tests.support.fake_modern import Call, FakeModern, Outcome, complete, error, input_required
-from tests.support.legacy_peer import SseReader
-from tests.support.modern_peer import ModernPeer, ModernReply
+from tests.support.mcp_client import McpReply, SseReader
+from tests.support.modern_client import ModernClient
 
 JSONDict = dict[str, Any]
 WAIT = 5.0  # upper bound for anything a test waits for
@@ -124,11 +124,11 @@ def names(result: JSONDict) -> list[str]:
     return [tool["name"] for tool in result["tools"]]
 
 
-def modern(proxy: Proxy, headers: dict[str, str] | None = None, **kwargs: Any) -> ModernPeer:
-    return ModernPeer(proxy.client, headers=headers, **kwargs)
+def modern(proxy: Proxy, headers: dict[str, str] | None = None, **kwargs: Any) -> ModernClient:
+    return ModernClient(proxy.client, headers=headers, **kwargs)
 
 
-async def requests(peer: ModernPeer, method: str, params: JSONDict | None = None, times: int = 1) -> list[ModernReply]:
+async def requests(peer: ModernClient, method: str, params: JSONDict | None = None, times: int = 1) -> list[McpReply]:
     async with asyncio.timeout(WAIT):
         return [await peer.request(method, params) for _ in range(times)]
 

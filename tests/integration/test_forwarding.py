@@ -45,9 +45,10 @@ from tests.support import fake_legacy, fake_modern
 from tests.support.fake_legacy import Call, FakeLegacy
 from tests.support.fake_modern import FakeModern, complete, input_required
 from tests.support.jwt_issuer import JwtIssuer
-from tests.support.legacy_peer import LegacyPeer, SseReader
+from tests.support.legacy_client import LegacyClient
 from tests.support.legacy_sse_client import sse_client as legacy_sse_client
-from tests.support.modern_peer import ModernPeer, ModernReply
+from tests.support.mcp_client import McpReply, SseReader
+from tests.support.modern_client import ModernClient
 
 JSONDict = dict[str, Any]
 WAIT = 5.0  # upper bound for anything a test waits for
@@ -80,8 +81,8 @@ class Replica:
     def boot(self) -> str:
         return self.app[FORWARDER].owner.boot
 
-    def modern(self, authorization: str = "Bearer alice") -> ModernPeer:
-        return ModernPeer(self.http, headers={"Authorization": authorization})
+    def modern(self, authorization: str = "Bearer alice") -> ModernClient:
+        return ModernClient(self.http, headers={"Authorization": authorization})
 
     def forwards(self, kind: str, outcome: str) -> float:
         value = self.app[METRICS].registry.get_sample_value(
@@ -191,7 +192,7 @@ def retry(state: str, responses: JSONDict, params: JSONDict = DEPLOY) -> JSONDic
     return {**copy.deepcopy(params), "inputResponses": responses, "requestState": state}
 
 
-def parked_state(reply: ModernReply) -> tuple[str, str]:
+def parked_state(reply: McpReply) -> tuple[str, str]:
     """The requestState of an input_required result, and the key of its one input request."""
     assert reply.status == 200, reply.messages
     result = reply.result
@@ -240,7 +241,7 @@ async def test_a_forwarded_retry_is_a_hop_of_the_clients_trace(
     async with asyncio.timeout(WAIT):
         state, key, _ = await park_on(a, legacy_upstream)
         exporter.clear()
-        peer = ModernPeer(b.http, headers={"Authorization": "Bearer alice", "traceparent": traceparent})
+        peer = ModernClient(b.http, headers={"Authorization": "Bearer alice", "traceparent": traceparent})
         final = await peer.request("tools/call", retry(state, {key: ACCEPTED}))
     assert final.result["resultType"] == "complete"
     spans = exporter.get_finished_spans()
@@ -390,14 +391,14 @@ async def test_a_retry_of_another_caller_is_not_forwarded_and_is_refused_as_an_i
     assert not upstream.asked[0].response.done()  # still parked for its caller
 
 
-async def _lost(b: Replica, state: str, key: str) -> ModernReply:
+async def _lost(b: Replica, state: str, key: str) -> McpReply:
     started = time.monotonic()
     reply = await b.modern().request("tools/call", retry(state, {key: ACCEPTED}))
     assert time.monotonic() - started < LOST_WITHIN_S
     return reply
 
 
-def assert_call_lost(reply: ModernReply) -> None:
+def assert_call_lost(reply: McpReply) -> None:
     assert reply.status == 200 and reply.content_type == "application/json"
     assert reply.error == LOST
 
@@ -504,9 +505,9 @@ async def _legacy_pair(make_replica: MakeReplica, modern_upstream: FakeModern) -
     return a, b
 
 
-def on(replica: Replica, peer: LegacyPeer) -> LegacyPeer:
+def on(replica: Replica, peer: LegacyClient) -> LegacyClient:
     """The same legacy session, its next requests sent to `replica` (what a balancer does)."""
-    return LegacyPeer(replica.http, peer.version, peer.session_id, peer.base_headers, peer.initialize_result)
+    return LegacyClient(replica.http, peer.version, peer.session_id, peer.base_headers, peer.initialize_result)
 
 
 ELICIT = {"method": "elicitation/create", "params": ELICIT_PARAMS}
@@ -523,7 +524,7 @@ async def test_a_legacy_clients_answer_landing_on_another_replica_resolves_the_r
 
     modern_upstream.handlers["tools/call"] = handler
     async with asyncio.timeout(WAIT):
-        peer = await LegacyPeer.connect(a.http, headers={"Authorization": "Bearer alice"})
+        peer = await LegacyClient.connect(a.http, headers={"Authorization": "Bearer alice"})
         request_id, response = await peer.send("tools/call", DEPLOY)
         reader = SseReader(response)
         asked = await reader.message()
@@ -550,7 +551,7 @@ async def test_an_answer_inside_a_batch_landing_on_another_replica_is_delivered_
 
     modern_upstream.handlers["tools/call"] = handler
     async with asyncio.timeout(WAIT):
-        peer = await LegacyPeer.connect(a.http, "2025-03-26", capabilities={"sampling": {}})
+        peer = await LegacyClient.connect(a.http, "2025-03-26", capabilities={"sampling": {}})
         request_id, response = await peer.send("tools/call", DEPLOY)
         reader = SseReader(response)
         asked = await reader.message()
@@ -576,7 +577,7 @@ async def test_a_legacy_clients_answer_for_a_replica_that_is_gone_is_accepted_an
 
     modern_upstream.handlers["tools/call"] = ask
     async with asyncio.timeout(WAIT):
-        peer = await LegacyPeer.connect(a.http)
+        peer = await LegacyClient.connect(a.http)
         _, response = await peer.send("tools/call", DEPLOY)
         asked = await SseReader(response).message()
         assert asked is not None and isinstance(asked["id"], str)
@@ -593,7 +594,7 @@ async def test_an_answer_whose_id_the_proxy_did_not_seal_is_accepted_and_not_for
 ) -> None:
     _, b = await _legacy_pair(make_replica, modern_upstream)
     async with asyncio.timeout(WAIT):
-        peer = await LegacyPeer.connect(b.http)
+        peer = await LegacyClient.connect(b.http)
         for forged in ("not-a-token", 7, "A" * 200):
             assert await peer.respond(forged, ACCEPTED) == 202
     assert b.forwards("deliver", "ok") == b.forwards("deliver", "owner_gone") == 0
@@ -693,7 +694,7 @@ async def test_a_subscription_made_through_another_replica_changes_the_listen_of
     a = await make_replica(modern_upstream.url, "modern", **{"store.url": redis.url})
     b = await make_replica(modern_upstream.url, "modern", **{"store.url": redis.url})
     async with asyncio.timeout(WAIT):
-        peer = await LegacyPeer.connect(a.http)
+        peer = await LegacyClient.connect(a.http)
         stream = await peer.get_stream()  # held by a
         await modern_upstream.wait_listen()
         reply = await on(b, peer).request("resources/subscribe", {"uri": "file:///watched"})
@@ -714,7 +715,7 @@ async def test_a_subscription_for_a_stream_holder_that_is_gone_is_made_where_it_
     a = await make_replica(modern_upstream.url, "modern", **{"store.url": redis.url})
     b = await make_replica(modern_upstream.url, "modern", **{"store.url": redis.url})
     async with asyncio.timeout(WAIT):
-        peer = await LegacyPeer.connect(a.http)
+        peer = await LegacyClient.connect(a.http)
         stream = await peer.get_stream()
         await modern_upstream.wait_listen()
         stream.close()
@@ -732,7 +733,7 @@ async def test_a_subscription_for_a_stream_holder_that_is_gone_is_made_where_it_
 # ---------------------------------------------------------------------------- an input round taken over
 
 
-async def _asked_on(a: Replica, modern_upstream: FakeModern) -> tuple[LegacyPeer, Any, str, str]:
+async def _asked_on(a: Replica, modern_upstream: FakeModern) -> tuple[LegacyClient, Any, str, str]:
     """A legacy client's tools/call on `a`, stopped at the elicitation it is asked: the peer, the
     broken stream's request id, the elicitation's id and the last event id the client saw."""
     scripted = [input_required({"confirm": ELICIT}, "state-1"), complete(content=[{"type": "text", "text": "done"}])]
@@ -741,7 +742,7 @@ async def _asked_on(a: Replica, modern_upstream: FakeModern) -> tuple[LegacyPeer
         return scripted.pop(0)
 
     modern_upstream.handlers["tools/call"] = handler
-    peer = await LegacyPeer.connect(a.http)
+    peer = await LegacyClient.connect(a.http)
     request_id, response = await peer.send("tools/call", DEPLOY)
     reader = SseReader(response)
     asked = await reader.message()

@@ -31,8 +31,8 @@ from proxy.protocol.versions import LATEST_LEGACY
 from tests.integration.conftest import serve
 from tests.support.fake_legacy import FakeLegacy
 from tests.support.fake_modern import PATH, FakeModern
-from tests.support.legacy_peer import LegacyPeer
-from tests.support.modern_peer import ModernPeer
+from tests.support.legacy_client import LegacyClient
+from tests.support.modern_client import ModernClient
 
 JSONDict = dict[str, Any]
 WAIT = 5.0  # upper bound for anything a test waits for
@@ -103,7 +103,7 @@ class Edge:
     route: str
     port: int
     fake: FakeModern | FakeLegacy
-    modern: ModernPeer | None = None
+    modern: ModernClient | None = None
     session: list[tuple[bytes, bytes]] = field(default_factory=list)  # a legacy client's session headers
 
     @property
@@ -169,13 +169,13 @@ async def edge(request: pytest.FixtureRequest, aiohttp_server: Any, aiohttp_clie
     assert server.port is not None
     edge = Edge(route, server.port, fake)
     if route.startswith("legacy"):
-        peer = await LegacyPeer.connect(client)
+        peer = await LegacyClient.connect(client)
         edge.session = [
             (SESSION_HEADER.encode(), peer.session_id.encode()),
             (PROTOCOL_VERSION_HEADER.encode(), LATEST_LEGACY.encode()),
         ]
     else:
-        edge.modern = ModernPeer(client)
+        edge.modern = ModernClient(client)
     yield edge
     problems = fake.schema_problems() if isinstance(fake, FakeModern) else fake.protocol_problems()
     assert not problems, f"the proxy sent the upstream what it must refuse: {problems}"

@@ -13,7 +13,8 @@ from proxy.protocol import jsonrpc, meta
 from tests.integration.conftest import FakeClock, MakeProxy, Proxy
 from tests.integration.test_legacy_to_modern_http import ANSWERS, ELICIT, drive, scripted
 from tests.support.fake_modern import Call, FakeModern, complete, error, input_required, notification
-from tests.support.legacy_peer import LegacyPeer, SseReader, read_reply
+from tests.support.legacy_client import LegacyClient, read_reply
+from tests.support.mcp_client import SseReader
 
 JSONDict = dict[str, Any]
 WAIT = 5.0
@@ -31,18 +32,18 @@ def gated(gate: asyncio.Event, outcome: Any) -> Any:
     return handler
 
 
-async def create(peer: LegacyPeer, name: str = "research", task: JSONDict | None = None) -> JSONDict:
+async def create(peer: LegacyClient, name: str = "research", task: JSONDict | None = None) -> JSONDict:
     reply = await peer.request("tools/call", {"name": name, "arguments": {"q": "x"}, "task": task or {}})
     assert reply.status == 200, reply.messages
     return reply.result["task"]
 
 
-async def status_of(peer: LegacyPeer, task_id: str) -> str:
+async def status_of(peer: LegacyClient, task_id: str) -> str:
     reply = await peer.request("tasks/get", {"taskId": task_id})
     return reply.result["status"]
 
 
-async def until_status(peer: LegacyPeer, task_id: str, wanted: str) -> None:
+async def until_status(peer: LegacyClient, task_id: str, wanted: str) -> None:
     while (status := await status_of(peer, task_id)) != wanted:
         assert status not in ("completed", "failed", "cancelled"), status
         await asyncio.sleep(0.02)
@@ -60,7 +61,7 @@ async def test_a_2025_11_25_client_is_told_the_proxy_hosts_tasks_an_older_one_is
     assert "tasks" not in older.initialize_result["capabilities"]
 
 
-async def test_every_tool_is_listed_as_one_that_may_run_as_a_task(peer: LegacyPeer, fake: FakeModern) -> None:
+async def test_every_tool_is_listed_as_one_that_may_run_as_a_task(peer: LegacyClient, fake: FakeModern) -> None:
     fake.tools = [{"name": "research", "inputSchema": {"type": "object"}}]
     async with asyncio.timeout(WAIT):
         reply = await peer.request("tools/list")
@@ -85,7 +86,7 @@ async def test_with_mark_tools_off_tool_lists_are_the_upstreams_and_a_task_asked
 
 
 async def test_a_task_is_answered_at_once_and_its_result_is_the_calls_tagged_with_the_task(
-    peer: LegacyPeer, fake: FakeModern
+    peer: LegacyClient, fake: FakeModern
 ) -> None:
     gate = asyncio.Event()
     fake.handlers["tools/call"] = gated(gate, complete(content=TEXT))
@@ -103,7 +104,7 @@ async def test_a_task_is_answered_at_once_and_its_result_is_the_calls_tagged_wit
 
 
 async def test_progress_of_a_task_that_ended_before_any_tasks_result_comes_on_the_first_one(
-    peer: LegacyPeer, fake: FakeModern
+    peer: LegacyClient, fake: FakeModern
 ) -> None:
     """The TypeScript SDK's callToolStream polls tasks/get until the task ended, and only then
     opens tasks/result: the progress the call made meanwhile is held for it, not dropped."""
@@ -137,7 +138,7 @@ async def test_progress_of_a_task_that_ended_before_any_tasks_result_comes_on_th
 
 
 async def test_input_the_call_needs_is_asked_on_the_tasks_result_stream_tagged_and_answered_upstream(
-    peer: LegacyPeer, fake: FakeModern
+    peer: LegacyClient, fake: FakeModern
 ) -> None:
     fake.handlers["tools/call"] = scripted(
         input_required({"confirm": ELICIT}, request_state="round-1"), complete(content=TEXT)
@@ -158,7 +159,7 @@ async def test_input_the_call_needs_is_asked_on_the_tasks_result_stream_tagged_a
 
 
 async def test_a_cancelled_task_ends_its_upstream_call_and_cannot_be_cancelled_again(
-    peer: LegacyPeer, fake: FakeModern
+    peer: LegacyClient, fake: FakeModern
 ) -> None:
     fake.handlers["tools/call"] = gated(asyncio.Event(), complete(content=TEXT))  # never answers
     async with asyncio.timeout(WAIT):
@@ -177,7 +178,7 @@ async def test_a_cancelled_task_ends_its_upstream_call_and_cannot_be_cancelled_a
 
 
 async def test_a_failing_call_fails_its_task_and_tasks_result_is_the_calls_error(
-    peer: LegacyPeer, fake: FakeModern
+    peer: LegacyClient, fake: FakeModern
 ) -> None:
     fake.handlers["tools/call"] = scripted(error(jsonrpc.INVALID_PARAMS, "Unknown tool: nope"))
     async with asyncio.timeout(WAIT):
@@ -272,7 +273,7 @@ async def test_tasks_past_the_callers_bound_are_refused(make_proxy: MakeProxy, f
     ],
 )
 async def test_a_request_naming_no_task_of_the_callers_is_invalid_params(
-    peer: LegacyPeer, fake: FakeModern, method: str, params: JSONDict
+    peer: LegacyClient, fake: FakeModern, method: str, params: JSONDict
 ) -> None:
     async with asyncio.timeout(WAIT):
         reply = await peer.request(method, params)
@@ -281,7 +282,9 @@ async def test_a_request_naming_no_task_of_the_callers_is_invalid_params(
     assert fake.calls_of(method) == []
 
 
-async def test_a_task_that_is_not_task_metadata_is_refused_before_any_call(peer: LegacyPeer, fake: FakeModern) -> None:
+async def test_a_task_that_is_not_task_metadata_is_refused_before_any_call(
+    peer: LegacyClient, fake: FakeModern
+) -> None:
     async with asyncio.timeout(WAIT):
         reply = await peer.request("tools/call", {"name": "research", "arguments": {}, "task": {"ttl": "soon"}})
     assert reply.error["code"] == jsonrpc.INVALID_PARAMS
@@ -300,7 +303,7 @@ async def test_with_tasks_off_nothing_is_advertised_and_task_methods_are_not_fou
     assert fake.calls_of("tasks/list") == []  # 2026-07-28 has no such method
 
 
-async def test_status_changes_are_told_on_the_sessions_get_stream(peer: LegacyPeer, fake: FakeModern) -> None:
+async def test_status_changes_are_told_on_the_sessions_get_stream(peer: LegacyClient, fake: FakeModern) -> None:
     gate = asyncio.Event()
     fake.handlers["tools/call"] = gated(gate, complete(content=TEXT))
     async with asyncio.timeout(WAIT):

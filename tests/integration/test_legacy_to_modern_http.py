@@ -40,20 +40,17 @@ from tests.support.fake_modern import (
     input_required,
     notification,
 )
-from tests.support.legacy_peer import (
-    ACCEPT,
+from tests.support.legacy_client import (
     CLIENT_INFO,
-    PATH,
     VISIBLE_ASCII,
-    LegacyPeer,
-    SseReader,
+    LegacyClient,
     check,
-    content_type,
     error_body,
     initialize_message,
     read_reply,
 )
-from tests.support.modern_peer import ModernPeer
+from tests.support.mcp_client import ACCEPT, PATH, SseReader, content_type
+from tests.support.modern_client import ModernClient
 
 JSONDict = dict[str, Any]
 WAIT = 5.0  # upper bound for anything a test waits for
@@ -121,7 +118,7 @@ def ping(request_id: Any = 1) -> JSONDict:
 
 
 async def drive(
-    peer: LegacyPeer, reader: SseReader, request_id: Any, answers: dict[str, JSONDict]
+    peer: LegacyClient, reader: SseReader, request_id: Any, answers: dict[str, JSONDict]
 ) -> tuple[list[JSONDict], JSONDict]:
     """Answer every server request on a POST stream until the final response; return both.
 
@@ -251,7 +248,7 @@ APP_RESOURCE: JSONDict = {
 
 
 async def test_an_mcp_apps_tool_and_its_ui_resource_reach_the_legacy_client_untouched(
-    peer: LegacyPeer, fake: FakeModern
+    peer: LegacyClient, fake: FakeModern
 ) -> None:
     fake.tools = [APP_TOOL]
     fake.handlers["resources/read"] = respond_with(complete(contents=[APP_RESOURCE]))
@@ -309,7 +306,7 @@ async def test_a_modern_clients_notification_reaches_a_modern_server_byte_for_by
     proxy: Proxy, fake: FakeModern
 ) -> None:
     method = "notifications/com.example/trace/flushed"
-    client = ModernPeer(proxy.client)
+    client = ModernClient(proxy.client)
     note = {"jsonrpc": "2.0", "method": method, "params": {"spans": 2, "_meta": client.envelope()}}
     async with asyncio.timeout(WAIT):
         response = await client.post(note)
@@ -359,7 +356,7 @@ async def test_ping_is_answered_locally_even_before_initialized(proxy: Proxy, fa
 
 
 async def test_set_level_is_stored_and_sent_upstream_as_the_log_level_meta_key(
-    peer: LegacyPeer, fake: FakeModern
+    peer: LegacyClient, fake: FakeModern
 ) -> None:
     async with asyncio.timeout(WAIT):
         await peer.request("tools/list")
@@ -372,7 +369,7 @@ async def test_set_level_is_stored_and_sent_upstream_as_the_log_level_meta_key(
     assert fake.calls_of("logging/setLevel") == []
 
 
-async def test_set_level_with_an_unknown_level_is_invalid_params(peer: LegacyPeer, fake: FakeModern) -> None:
+async def test_set_level_with_an_unknown_level_is_invalid_params(peer: LegacyClient, fake: FakeModern) -> None:
     async with asyncio.timeout(WAIT):
         reply = await peer.request("logging/setLevel", {"level": "verbose"})
         await peer.request("tools/list")
@@ -477,7 +474,7 @@ async def test_two_sessions_reusing_a_request_id_reach_the_upstream_under_distin
     ],
 )
 async def test_name_bearing_requests_mirror_the_name_into_mcp_name_base64_when_not_plain_ascii(
-    peer: LegacyPeer, fake: FakeModern, method: str, params: JSONDict, name: str, answer: JSONDict
+    peer: LegacyClient, fake: FakeModern, method: str, params: JSONDict, name: str, answer: JSONDict
 ) -> None:
     fake.handlers[method] = respond_with(answer)
     async with asyncio.timeout(WAIT):
@@ -489,7 +486,7 @@ async def test_name_bearing_requests_mirror_the_name_into_mcp_name_base64_when_n
     assert call.headers[NAME_HEADER] == expected
 
 
-async def test_x_mcp_header_arguments_are_mirrored_as_mcp_param_headers(peer: LegacyPeer, fake: FakeModern) -> None:
+async def test_x_mcp_header_arguments_are_mirrored_as_mcp_param_headers(peer: LegacyClient, fake: FakeModern) -> None:
     fake.tools = [
         {
             "name": "deploy",
@@ -519,7 +516,7 @@ async def test_x_mcp_header_arguments_are_mirrored_as_mcp_param_headers(peer: Le
 
 
 async def test_tools_with_an_invalid_x_mcp_header_are_withheld_from_tools_list(
-    peer: LegacyPeer, fake: FakeModern
+    peer: LegacyClient, fake: FakeModern
 ) -> None:
     good = {"name": "good", "inputSchema": {"type": "object", "properties": {"q": {"type": "string"}}}}
     bad = {
@@ -532,7 +529,7 @@ async def test_tools_with_an_invalid_x_mcp_header_are_withheld_from_tools_list(
     assert reply.result == {"tools": [listed_as_task_capable(good)]}
 
 
-async def test_unknown_params_and_foreign_meta_keys_survive_forwarding(peer: LegacyPeer, fake: FakeModern) -> None:
+async def test_unknown_params_and_foreign_meta_keys_survive_forwarding(peer: LegacyClient, fake: FakeModern) -> None:
     fake.handlers["tools/call"] = respond_with(complete(content=text("ok")))
     params = {
         "name": "echo",
@@ -555,7 +552,7 @@ async def test_unknown_params_and_foreign_meta_keys_survive_forwarding(peer: Leg
 
 
 async def test_modern_result_fields_and_server_info_are_stripped_for_the_legacy_client(
-    peer: LegacyPeer, fake: FakeModern
+    peer: LegacyClient, fake: FakeModern
 ) -> None:
     tool = {"name": "t", "inputSchema": {"type": "object"}}
     fake.handlers["tools/list"] = respond_with(
@@ -572,7 +569,7 @@ async def test_modern_result_fields_and_server_info_are_stripped_for_the_legacy_
 
 
 async def test_progress_and_log_notifications_stream_on_the_post_before_the_result(
-    peer: LegacyPeer, fake: FakeModern
+    peer: LegacyClient, fake: FakeModern
 ) -> None:
     async def slow_tool(call: Call) -> Outcome:
         token = call.meta["progressToken"]
@@ -600,7 +597,7 @@ async def test_progress_and_log_notifications_stream_on_the_post_before_the_resu
 
 @pytest.mark.parametrize("upstream_framing", ["json", "sse"])
 async def test_a_result_that_comes_first_is_relayed_as_plain_json(
-    peer: LegacyPeer, fake: FakeModern, upstream_framing: str
+    peer: LegacyClient, fake: FakeModern, upstream_framing: str
 ) -> None:
     async def tool(call: Call) -> Outcome:
         result = complete(content=text("quick"))
@@ -619,7 +616,7 @@ async def test_a_result_that_comes_first_is_relayed_as_plain_json(
 
 @pytest.mark.parametrize("status", [200, 400])
 async def test_resource_not_found_from_the_upstream_reaches_the_legacy_client_as_32002(
-    peer: LegacyPeer, fake: FakeModern, status: int
+    peer: LegacyClient, fake: FakeModern, status: int
 ) -> None:
     uri = "file:///missing.txt"
     fake.handlers["resources/read"] = respond_with(
@@ -633,7 +630,7 @@ async def test_resource_not_found_from_the_upstream_reaches_the_legacy_client_as
 
 
 async def test_upstream_method_not_found_with_http_404_becomes_32601_in_an_http_200(
-    peer: LegacyPeer, fake: FakeModern
+    peer: LegacyClient, fake: FakeModern
 ) -> None:
     params = {"ref": {"type": "ref/prompt", "name": "p"}, "argument": {"name": "a", "value": "b"}}
     async with asyncio.timeout(WAIT):
@@ -644,7 +641,7 @@ async def test_upstream_method_not_found_with_http_404_becomes_32601_in_an_http_
 
 
 async def test_an_unknown_result_type_from_the_upstream_is_an_internal_error(
-    peer: LegacyPeer, fake: FakeModern
+    peer: LegacyClient, fake: FakeModern
 ) -> None:
     fake.handlers["tools/call"] = respond_with({"resultType": "bogus", "content": text("?")})
     async with asyncio.timeout(WAIT):
@@ -654,7 +651,7 @@ async def test_an_unknown_result_type_from_the_upstream_is_an_internal_error(
 
 
 async def test_input_required_on_a_list_request_is_an_internal_error_and_asks_nothing(
-    peer: LegacyPeer, fake: FakeModern
+    peer: LegacyClient, fake: FakeModern
 ) -> None:
     fake.handlers["prompts/list"] = respond_with(input_required({"where": ROOTS}, "s"))
     async with asyncio.timeout(WAIT):
@@ -667,7 +664,7 @@ async def test_input_required_on_a_list_request_is_an_internal_error_and_asks_no
 
 
 async def test_input_requests_are_asked_on_the_post_stream_and_the_answers_retried_upstream(
-    peer: LegacyPeer, fake: FakeModern
+    peer: LegacyClient, fake: FakeModern
 ) -> None:
     state = 'opaque-☃-"state"\\n-1'
     fake.handlers["tools/call"] = scripted(
@@ -711,7 +708,7 @@ async def test_input_requests_are_asked_on_the_post_stream_and_the_answers_retri
 
 
 async def test_two_rounds_of_input_send_only_the_latest_answers_with_the_latest_state(
-    peer: LegacyPeer, fake: FakeModern
+    peer: LegacyClient, fake: FakeModern
 ) -> None:
     fake.handlers["tools/call"] = scripted(
         input_required({"confirm": ELICIT}, "state-1"),
@@ -748,7 +745,7 @@ async def test_an_input_request_for_an_undeclared_capability_fails_the_call_with
 
 
 async def test_a_client_error_to_a_sampling_request_fails_the_call_with_that_error(
-    peer: LegacyPeer, fake: FakeModern
+    peer: LegacyClient, fake: FakeModern
 ) -> None:
     fake.handlers["tools/call"] = scripted(input_required({"draft": SAMPLE}, "s"))
     answers = {"sampling/createMessage": {"error": {"code": USER_REJECTED, "message": "User rejected sampling"}}}
@@ -762,7 +759,7 @@ async def test_a_client_error_to_a_sampling_request_fails_the_call_with_that_err
 
 
 async def test_a_client_error_to_an_elicitation_is_retried_as_a_cancelled_elicitation(
-    peer: LegacyPeer, fake: FakeModern
+    peer: LegacyClient, fake: FakeModern
 ) -> None:
     fake.handlers["tools/call"] = scripted(input_required({"confirm": ELICIT}, "s"), complete(content=text("skipped")))
     answers = {"elicitation/create": {"error": {"code": USER_REJECTED, "message": "no UI available"}}}
@@ -798,7 +795,7 @@ async def test_a_url_elicitation_reaches_a_2025_11_25_client_with_a_minted_elici
 # ---------------------------------------------------------------------------- 5. bad input
 
 
-async def test_malformed_json_is_http_400_with_a_parse_error(peer: LegacyPeer, fake: FakeModern) -> None:
+async def test_malformed_json_is_http_400_with_a_parse_error(peer: LegacyClient, fake: FakeModern) -> None:
     async with asyncio.timeout(WAIT):
         response = await peer.post(b'{"jsonrpc": "2.0", "id": 1, "method": ')
         assert response.status == 400
@@ -819,7 +816,7 @@ async def test_malformed_json_is_http_400_with_a_parse_error(peer: LegacyPeer, f
     ],
 )
 async def test_json_that_is_not_a_valid_json_rpc_message_is_http_400_invalid_request(
-    peer: LegacyPeer, fake: FakeModern, body: Any
+    peer: LegacyClient, fake: FakeModern, body: Any
 ) -> None:
     async with asyncio.timeout(WAIT):
         response = await peer.post(body)
@@ -856,7 +853,7 @@ def _forged(real: str, how: str) -> str:
 
 
 @pytest.mark.parametrize("how", ["random", "tampered", "garbage"])
-async def test_an_unknown_or_forged_session_id_is_http_404(peer: LegacyPeer, fake: FakeModern, how: str) -> None:
+async def test_an_unknown_or_forged_session_id_is_http_404(peer: LegacyClient, fake: FakeModern, how: str) -> None:
     forged = _forged(peer.session_id, how)
     assert forged != peer.session_id
     async with asyncio.timeout(WAIT):
@@ -908,7 +905,7 @@ async def test_an_unknown_path_or_method_answers_a_json_error_not_html(proxy: Pr
 
 
 @pytest.mark.parametrize("method", ["initialize", "POST", "GET", "DELETE"])
-async def test_a_foreign_origin_is_refused_with_http_403(peer: LegacyPeer, method: str) -> None:
+async def test_a_foreign_origin_is_refused_with_http_403(peer: LegacyClient, method: str) -> None:
     evil = {"Origin": "https://evil.example"}
     async with asyncio.timeout(WAIT):
         if method == "initialize":
@@ -948,7 +945,7 @@ async def test_initialize_against_an_unreachable_upstream_is_a_json_rpc_error_no
 
 
 async def test_a_request_after_the_upstream_went_away_is_upstream_unavailable(
-    peer: LegacyPeer, fake_server: tuple[FakeModern, Any]
+    peer: LegacyClient, fake_server: tuple[FakeModern, Any]
 ) -> None:
     async with asyncio.timeout(WAIT):
         await fake_server[1].close()
@@ -982,7 +979,7 @@ async def test_an_upstream_that_never_answers_times_out_with_upstream_timeout(
     ],
 )
 async def test_an_upstream_reply_that_is_not_json_rpc_is_upstream_invalid_and_logged_with_the_upstream_name(
-    peer: LegacyPeer, fake: FakeModern, upstream_reply: Reply
+    peer: LegacyClient, fake: FakeModern, upstream_reply: Reply
 ) -> None:
     fake.handlers["resources/read"] = respond_with(upstream_reply)
     async with asyncio.timeout(WAIT):
@@ -1051,7 +1048,7 @@ async def test_an_upstream_401_is_relayed_with_its_www_authenticate_header(
 # ---------------------------------------------------------------------------- 6. sessions
 
 
-async def test_delete_ends_the_session_and_its_id_then_answers_404(peer: LegacyPeer) -> None:
+async def test_delete_ends_the_session_and_its_id_then_answers_404(peer: LegacyClient) -> None:
     async with asyncio.timeout(WAIT):
         deleted = await peer.delete()
         assert deleted.status == 200
@@ -1118,7 +1115,7 @@ async def test_a_get_stream_beyond_the_per_session_limit_is_http_409(make_proxy:
 
 
 async def test_a_cancelled_notification_closes_the_upstream_request_and_no_result_is_sent(
-    peer: LegacyPeer, fake: FakeModern
+    peer: LegacyClient, fake: FakeModern
 ) -> None:
     fake.handlers["resources/read"] = hang
     async with asyncio.timeout(WAIT):
@@ -1133,7 +1130,7 @@ async def test_a_cancelled_notification_closes_the_upstream_request_and_no_resul
 
 
 async def test_a_client_disconnecting_mid_stream_closes_the_upstream_request(
-    peer: LegacyPeer, fake: FakeModern
+    peer: LegacyClient, fake: FakeModern
 ) -> None:
     async def tool(call: Call) -> Outcome:
         await call.send(notification("notifications/progress", {"progressToken": 1, "progress": 1}))
@@ -1152,7 +1149,7 @@ async def test_a_client_disconnecting_mid_stream_closes_the_upstream_request(
 
 
 async def test_cancelling_a_call_that_waits_for_input_withdraws_the_client_request(
-    peer: LegacyPeer, fake: FakeModern
+    peer: LegacyClient, fake: FakeModern
 ) -> None:
     fake.handlers["tools/call"] = scripted(input_required({"confirm": ELICIT}, "s"))
     async with asyncio.timeout(WAIT):
@@ -1178,7 +1175,7 @@ ALL_LIST_CHANGES = {"toolsListChanged": True, "promptsListChanged": True, "resou
 
 
 async def test_a_get_stream_listens_upstream_and_relays_list_changes_without_the_subscription_id(
-    peer: LegacyPeer, fake: FakeModern
+    peer: LegacyClient, fake: FakeModern
 ) -> None:
     async with asyncio.timeout(WAIT):
         response = await peer.get_stream()
@@ -1206,7 +1203,7 @@ async def test_a_get_stream_listens_upstream_and_relays_list_changes_without_the
 
 
 async def test_a_get_stream_is_answered_once_the_upstream_listen_feeding_it_is_acknowledged(
-    peer: LegacyPeer, fake: FakeModern
+    peer: LegacyClient, fake: FakeModern
 ) -> None:
     """A client (the stdio bridge does) that waits for its GET stream before changing anything
     must not miss the list_changed of its change: the stream is answered after the upstream listen
@@ -1224,7 +1221,7 @@ async def test_a_get_stream_is_answered_once_the_upstream_listen_feeding_it_is_a
 
 
 async def test_resources_subscribe_replies_only_after_the_upstream_acknowledges_the_uri(
-    peer: LegacyPeer, fake: FakeModern
+    peer: LegacyClient, fake: FakeModern
 ) -> None:
     uri = "file:///notes.md"
     fake.ack_gate = asyncio.Event()
@@ -1246,7 +1243,7 @@ async def test_resources_subscribe_replies_only_after_the_upstream_acknowledges_
 
 
 async def test_resources_subscribe_fails_when_the_acknowledgement_omits_the_uri(
-    peer: LegacyPeer, fake: FakeModern
+    peer: LegacyClient, fake: FakeModern
 ) -> None:
     fake.listen_ack = lambda requested: {k: v for k, v in requested.items() if k != "resourceSubscriptions"}
     async with asyncio.timeout(WAIT):
@@ -1255,7 +1252,7 @@ async def test_resources_subscribe_fails_when_the_acknowledgement_omits_the_uri(
 
 
 async def test_resource_updates_reach_the_get_stream_without_the_subscription_id(
-    peer: LegacyPeer, fake: FakeModern
+    peer: LegacyClient, fake: FakeModern
 ) -> None:
     uri = "file:///notes.md"
     async with asyncio.timeout(WAIT):
@@ -1274,7 +1271,7 @@ async def test_resource_updates_reach_the_get_stream_without_the_subscription_id
     assert message == notification("notifications/resources/updated", {"uri": uri})
 
 
-async def test_after_unsubscribe_updates_for_that_uri_no_longer_arrive(peer: LegacyPeer, fake: FakeModern) -> None:
+async def test_after_unsubscribe_updates_for_that_uri_no_longer_arrive(peer: LegacyClient, fake: FakeModern) -> None:
     a, b = "file:///a.txt", "file:///b.txt"
     async with asyncio.timeout(WAIT):
         response = await peer.get_stream()
@@ -1299,7 +1296,7 @@ async def test_after_unsubscribe_updates_for_that_uri_no_longer_arrive(peer: Leg
 
 
 async def test_delete_closes_the_upstream_listen_stream_and_ends_the_get_stream(
-    peer: LegacyPeer, fake: FakeModern
+    peer: LegacyClient, fake: FakeModern
 ) -> None:
     async with asyncio.timeout(WAIT):
         response = await peer.get_stream()
@@ -1423,7 +1420,7 @@ async def test_a_quiet_get_stream_receives_keepalive_comments(make_proxy: MakePr
 
 
 async def test_a_load_shedding_answer_is_retried_with_its_state_on_a_new_request(
-    peer: LegacyPeer, fake: FakeModern
+    peer: LegacyClient, fake: FakeModern
 ) -> None:
     """input_required with a requestState only (2026-07-28/basic/patterns/mrtr.mdx): the retry is
     a new upstream request, not a second reply awaited on the first one's stream."""

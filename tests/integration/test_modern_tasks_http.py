@@ -29,7 +29,8 @@ from tests.integration.test_modern_to_legacy_http import (  # the fixtures of th
 )
 from tests.integration.test_modern_to_legacy_tasks import RELATED, RESEARCH, TASK, task_server
 from tests.support.fake_legacy import Call, FakeLegacy, Outcome, error
-from tests.support.modern_peer import FULL_CAPABILITIES, ModernPeer, ModernReply
+from tests.support.mcp_client import McpReply
+from tests.support.modern_client import FULL_CAPABILITIES, ModernClient
 from tests.support.schema import errors
 
 JSONDict = dict[str, Any]
@@ -38,7 +39,7 @@ TASKS = {"extensions": {EXTENSION: {}}}
 ASKING = {**FULL_CAPABILITIES, **TASKS}  # can answer input, and holds tasks
 
 
-def declaring(proxy: Proxy, who: str = "Bearer alice", capabilities: JSONDict = ASKING) -> ModernPeer:
+def declaring(proxy: Proxy, who: str = "Bearer alice", capabilities: JSONDict = ASKING) -> ModernClient:
     return proxy.modern(who, capabilities=capabilities)
 
 
@@ -46,7 +47,7 @@ def schema_problems(definition: str, value: JSONDict) -> list[str]:
     return errors("ext-tasks", definition, value)
 
 
-async def created(client: ModernPeer, params: JSONDict = RESEARCH) -> JSONDict:
+async def created(client: ModernClient, params: JSONDict = RESEARCH) -> JSONDict:
     reply = await client.request("tools/call", params)
     assert reply.status == 200, reply.messages
     handle = reply.result
@@ -55,11 +56,11 @@ async def created(client: ModernPeer, params: JSONDict = RESEARCH) -> JSONDict:
     return handle
 
 
-async def get(client: ModernPeer, task_id: str) -> ModernReply:
+async def get(client: ModernClient, task_id: str) -> McpReply:
     return await client.request("tasks/get", {"taskId": task_id})
 
 
-async def until(client: ModernPeer, task_id: str, done: Callable[[JSONDict], bool]) -> JSONDict:
+async def until(client: ModernClient, task_id: str, done: Callable[[JSONDict], bool]) -> JSONDict:
     """Poll tasks/get (bounded by the caller's timeout) until `done(task)`."""
     while True:
         reply = await get(client, task_id)
@@ -70,7 +71,7 @@ async def until(client: ModernPeer, task_id: str, done: Callable[[JSONDict], boo
         await asyncio.sleep(0.02)
 
 
-async def listened(client: ModernPeer, task_ids: list[str], change: asyncio.Event) -> tuple[Any, Any]:
+async def listened(client: ModernClient, task_ids: list[str], change: asyncio.Event) -> tuple[Any, Any]:
     """A listen (id "l-1") for `task_ids`: its acknowledgement, then, once `change` is set, the next
     notification."""
     message, response = await client.send("subscriptions/listen", {"notifications": {"taskIds": task_ids}}, id="l-1")

@@ -1,7 +1,7 @@
 """Modern (2026-07-28) clients through the real proxy app to a scripted legacy (2025-11-25) upstream.
 
 Design: docs/translation.md §4 (with §1.1, §6 and §7). Every message the
-proxy sends the modern client is checked against the 2026-07-28 schema (tests/support/modern_peer),
+proxy sends the modern client is checked against the 2026-07-28 schema (tests/support/modern_client),
 and everything it sends the legacy upstream against 2025-11-25 (`fake.protocol_problems()`).
 """
 
@@ -27,7 +27,7 @@ from proxy.protocol.headers import METHOD_HEADER, NAME_HEADER, PROTOCOL_VERSION_
 from proxy.protocol.parked_call import ParkedCall
 from proxy.protocol.versions import LATEST_LEGACY, LATEST_MODERN
 from tests.integration.conftest import FakeClock, closed_port_url, serve
-from tests.support import legacy_peer
+from tests.support import legacy_client
 from tests.support.fake_legacy import (
     INSTRUCTIONS,
     PATH,
@@ -42,8 +42,9 @@ from tests.support.fake_legacy import (
     hang,
     notification,
 )
-from tests.support.legacy_peer import LegacyPeer, SseReader
-from tests.support.modern_peer import ModernPeer, ModernReply, ModernStream, check, content_type, read_reply
+from tests.support.legacy_client import LegacyClient
+from tests.support.mcp_client import McpReply, SseReader, content_type
+from tests.support.modern_client import ModernClient, ModernStream, check, read_reply
 
 JSONDict = dict[str, Any]
 WAIT = 5.0  # upper bound for anything a test waits for
@@ -87,9 +88,9 @@ class Proxy:
 
     def modern(
         self, authorization: str | None = None, *, capabilities: JSONDict | None = None, **kwargs: Any
-    ) -> ModernPeer:
+    ) -> ModernClient:
         headers = {"Authorization": authorization} if authorization else {}
-        return ModernPeer(self.http, capabilities=capabilities, headers=headers, **kwargs)
+        return ModernClient(self.http, capabilities=capabilities, headers=headers, **kwargs)
 
 
 MakeProxy = Callable[..., Awaitable[Proxy]]
@@ -134,7 +135,7 @@ async def proxy(make_proxy: MakeProxy) -> Proxy:
 
 
 @pytest.fixture
-def client(proxy: Proxy) -> ModernPeer:
+def client(proxy: Proxy) -> ModernClient:
     """A modern client declaring roots, sampling (context, tools) and elicitation (form, url)."""
     return proxy.modern("Bearer alice")
 
@@ -187,7 +188,7 @@ def retry(params: JSONDict, state: str, responses: JSONDict) -> JSONDict:
     return {**copy.deepcopy(params), "inputResponses": responses, "requestState": state}
 
 
-def input_required(reply: ModernReply) -> JSONDict:
+def input_required(reply: McpReply) -> JSONDict:
     assert reply.status == 200
     result = reply.result
     assert result["resultType"] == "input_required", result
@@ -201,7 +202,7 @@ async def confirm_then_deploy(call: Call) -> Outcome:
     return tool_result(f"deployed: {answer['result']['action']}")
 
 
-async def parked(client: ModernPeer, fake: FakeLegacy, params: JSONDict = DEPLOY) -> tuple[JSONDict, Call, Pending]:
+async def parked(client: ModernClient, fake: FakeLegacy, params: JSONDict = DEPLOY) -> tuple[JSONDict, Call, Pending]:
     """Start a tools/call the fake parks on one elicitation; the input_required result, the call, the ask."""
     result = input_required(await client.request("tools/call", params))
     upstream = fake.calls_of("tools/call")[-1]
@@ -222,7 +223,7 @@ def untouched(upstream: Call, asked: Pending, fake: FakeLegacy) -> None:
     "defect", ["no-params", "no-meta", "no-protocol-version", "no-capabilities", "caps-not-object"]
 )
 async def test_a_request_without_the_meta_envelope_is_http_400_invalid_params_with_its_id(
-    client: ModernPeer, fake: FakeLegacy, defect: str
+    client: ModernClient, fake: FakeLegacy, defect: str
 ) -> None:
     message = client.message("tools/list", id="req-1")
     envelope = message["params"]["_meta"]
@@ -272,7 +273,7 @@ PROMPT = {"name": "greet", "arguments": {"who": "Ada"}}
     ],
 )
 async def test_missing_or_mismatched_routing_headers_are_http_400_header_mismatch(
-    client: ModernPeer, fake: FakeLegacy, method: str, params: JSONDict, overrides: dict[str, str | None]
+    client: ModernClient, fake: FakeLegacy, method: str, params: JSONDict, overrides: dict[str, str | None]
 ) -> None:
     message = client.message(method, params, id=11)
     async with asyncio.timeout(WAIT):
@@ -308,7 +309,7 @@ async def test_json_nested_deeper_than_security_max_json_depth_is_refused_before
 
 @pytest.mark.parametrize("name", ["weather", "météo", " padded "])
 async def test_a_correct_base64_sentinel_in_mcp_name_is_accepted(
-    client: ModernPeer, fake: FakeLegacy, name: str
+    client: ModernClient, fake: FakeLegacy, name: str
 ) -> None:
     fake.handlers["tools/call"] = respond_with(tool_result("sunny"))
     sentinel = f"=?base64?{b64(name.encode())}?="
@@ -325,7 +326,7 @@ async def test_a_correct_base64_sentinel_in_mcp_name_is_accepted(
 
 @pytest.mark.parametrize("version", ["2099-01-01", LATEST_LEGACY])
 async def test_an_unsupported_version_in_header_and_body_is_http_400_with_the_supported_versions(
-    client: ModernPeer, fake: FakeLegacy, version: str
+    client: ModernClient, fake: FakeLegacy, version: str
 ) -> None:
     message = client.message("tools/list", id="v-1", version=version)
     async with asyncio.timeout(WAIT):
@@ -351,7 +352,7 @@ async def test_an_unsupported_version_in_header_and_body_is_http_400_with_the_su
     ],
 )
 async def test_methods_removed_in_2026_are_http_404_method_not_found_and_never_forwarded(
-    client: ModernPeer, fake: FakeLegacy, method: str, params: JSONDict | None
+    client: ModernClient, fake: FakeLegacy, method: str, params: JSONDict | None
 ) -> None:
     async with asyncio.timeout(WAIT):
         reply = await client.request(method, params, id="removed-1")
@@ -364,7 +365,7 @@ async def test_methods_removed_in_2026_are_http_404_method_not_found_and_never_f
 
 
 async def test_a_method_whose_server_capability_the_upstream_lacks_is_http_404_and_not_forwarded(
-    client: ModernPeer, fake: FakeLegacy
+    client: ModernClient, fake: FakeLegacy
 ) -> None:
     del fake.initialize_result["capabilities"]["prompts"]
     async with asyncio.timeout(WAIT):
@@ -375,7 +376,7 @@ async def test_a_method_whose_server_capability_the_upstream_lacks_is_http_404_a
 
 
 async def test_a_method_the_upstream_does_not_know_is_http_404_method_not_found(
-    client: ModernPeer, fake: FakeLegacy
+    client: ModernClient, fake: FakeLegacy
 ) -> None:
     async with asyncio.timeout(WAIT):
         reply = await client.request("com.example/unknown", {"x": 1})
@@ -385,7 +386,7 @@ async def test_a_method_the_upstream_does_not_know_is_http_404_method_not_found(
 
 
 async def test_a_json_rpc_response_posted_by_a_modern_client_is_http_400_invalid_request(
-    client: ModernPeer, fake: FakeLegacy
+    client: ModernClient, fake: FakeLegacy
 ) -> None:
     async with asyncio.timeout(WAIT):
         response = await client.post({"jsonrpc": "2.0", "id": 5, "result": {}})
@@ -398,7 +399,7 @@ async def test_a_json_rpc_response_posted_by_a_modern_client_is_http_400_invalid
 
 @pytest.mark.parametrize("with_envelope", [False, True], ids=["plain", "with-envelope"])
 async def test_a_notification_from_a_modern_client_is_accepted_with_202_and_not_forwarded(
-    client: ModernPeer, fake: FakeLegacy, with_envelope: bool
+    client: ModernClient, fake: FakeLegacy, with_envelope: bool
 ) -> None:
     params: JSONDict = {"requestId": 3, "reason": "user"}
     if with_envelope:
@@ -421,7 +422,7 @@ async def test_get_or_delete_without_a_session_is_http_405(proxy: Proxy, fake: F
     assert fake.calls == []
 
 
-async def test_an_unknown_log_level_is_http_400_invalid_params(client: ModernPeer, fake: FakeLegacy) -> None:
+async def test_an_unknown_log_level_is_http_400_invalid_params(client: ModernClient, fake: FakeLegacy) -> None:
     message = client.message("tools/list", id=4, log_level="verbose")
     async with asyncio.timeout(WAIT):
         response = await client.post(message)
@@ -435,7 +436,7 @@ async def test_an_unknown_log_level_is_http_400_invalid_params(client: ModernPee
 
 
 async def test_server_discover_is_answered_from_the_legacy_initialize_result(
-    client: ModernPeer, fake: FakeLegacy
+    client: ModernClient, fake: FakeLegacy
 ) -> None:
     fake.initialize_result["capabilities"].update(
         {
@@ -497,7 +498,7 @@ async def test_cache_hints_can_be_configured_per_method(make_proxy: MakeProxy, f
     ],
 )
 async def test_cacheable_results_carry_result_type_cache_hints_and_server_info(
-    client: ModernPeer, fake: FakeLegacy, method: str, params: JSONDict | None, legacy_result: JSONDict
+    client: ModernClient, fake: FakeLegacy, method: str, params: JSONDict | None, legacy_result: JSONDict
 ) -> None:
     fake.handlers[method] = respond_with(legacy_result)
     async with asyncio.timeout(WAIT):
@@ -513,7 +514,7 @@ async def test_cacheable_results_carry_result_type_cache_hints_and_server_info(
 
 
 async def test_an_mcp_apps_tool_and_its_ui_resource_reach_the_modern_client_untouched(
-    client: ModernPeer, fake: FakeLegacy
+    client: ModernClient, fake: FakeLegacy
 ) -> None:
     app_tool = {
         "name": "show-chart",
@@ -538,7 +539,7 @@ async def test_an_mcp_apps_tool_and_its_ui_resource_reach_the_modern_client_unto
     assert read.result["contents"] == [html]
 
 
-async def test_tools_list_strips_execution_and_keeps_everything_else(client: ModernPeer, fake: FakeLegacy) -> None:
+async def test_tools_list_strips_execution_and_keeps_everything_else(client: ModernClient, fake: FakeLegacy) -> None:
     tool = {
         "name": "deploy",
         "title": "Deploy",
@@ -559,7 +560,7 @@ async def test_tools_list_strips_execution_and_keeps_everything_else(client: Mod
 
 
 async def test_a_tool_result_carries_result_type_and_server_info_but_no_cache_hints(
-    client: ModernPeer, fake: FakeLegacy
+    client: ModernClient, fake: FakeLegacy
 ) -> None:
     fake.handlers["tools/call"] = respond_with({**tool_result("ok"), "_meta": {"com.example/cost": 3}})
     async with asyncio.timeout(WAIT):
@@ -591,7 +592,9 @@ async def test_a_tool_result_slower_than_the_keepalive_interval_comes_on_a_kept_
     assert final["result"] == {**tool_result("late"), "resultType": "complete", "_meta": SINFO}
 
 
-async def test_resource_not_found_becomes_invalid_params_keeping_the_uri(client: ModernPeer, fake: FakeLegacy) -> None:
+async def test_resource_not_found_becomes_invalid_params_keeping_the_uri(
+    client: ModernClient, fake: FakeLegacy
+) -> None:
     fake.handlers["resources/read"] = respond_with(
         error(jsonrpc.RESOURCE_NOT_FOUND, "Resource not found", {"uri": READ["uri"]})
     )
@@ -603,7 +606,7 @@ async def test_resource_not_found_becomes_invalid_params_keeping_the_uri(client:
 
 
 async def test_method_not_found_from_the_upstream_is_relayed_with_http_404(
-    client: ModernPeer, fake: FakeLegacy
+    client: ModernClient, fake: FakeLegacy
 ) -> None:
     params = {"ref": {"type": "ref/prompt", "name": "greet"}, "argument": {"name": "who", "value": "A"}}
     async with asyncio.timeout(WAIT):
@@ -616,7 +619,7 @@ async def test_method_not_found_from_the_upstream_is_relayed_with_http_404(
 # ---------------------------------------------------------------------------- 3. the session pool
 
 
-async def test_requests_from_one_caller_share_one_upstream_session(client: ModernPeer, fake: FakeLegacy) -> None:
+async def test_requests_from_one_caller_share_one_upstream_session(client: ModernClient, fake: FakeLegacy) -> None:
     fake.handlers["tools/call"] = respond_with(tool_result("ok"))
     async with asyncio.timeout(WAIT):
         await client.request("server/discover")
@@ -710,7 +713,7 @@ async def test_the_tasks_extension_is_the_proxys_and_never_reaches_a_legacy_serv
 
 
 async def test_a_legacy_servers_extensions_reach_the_modern_client_in_discover(
-    client: ModernPeer, fake: FakeLegacy
+    client: ModernClient, fake: FakeLegacy
 ) -> None:
     declared = {UI: {}, "io.modelcontextprotocol/skills": {"directoryRead": True}, "com.example/x": {"a": [1]}}
     fake.initialize_result["capabilities"]["extensions"] = declared
@@ -843,7 +846,7 @@ async def test_progress_tokens_are_rewritten_upstream_and_restored_for_each_call
 
 @pytest.mark.parametrize("method", ["tools/list", "tools/call"])
 async def test_a_session_the_upstream_forgot_is_reinitialized_and_the_request_retried_once(
-    client: ModernPeer, fake: FakeLegacy, method: str
+    client: ModernClient, fake: FakeLegacy, method: str
 ) -> None:
     fake.handlers["tools/call"] = respond_with(tool_result("ok"))
     params = CALL if method == "tools/call" else None
@@ -862,7 +865,7 @@ async def test_a_session_the_upstream_forgot_is_reinitialized_and_the_request_re
 
 @pytest.mark.parametrize("method", ["tools/list", "tools/call"])  # read in the handler; by the call's reader
 async def test_a_forgotten_session_that_cannot_be_opened_again_fails_the_request_as_session_gone(
-    proxy: Proxy, client: ModernPeer, fake: FakeLegacy, method: str
+    proxy: Proxy, client: ModernClient, fake: FakeLegacy, method: str
 ) -> None:
     fake.handlers["tools/call"] = respond_with(tool_result("ok"))
     params = CALL if method == "tools/call" else None
@@ -883,7 +886,7 @@ async def test_a_forgotten_session_that_cannot_be_opened_again_fails_the_request
 
 
 async def test_an_upstream_that_answers_404_again_after_reinitializing_is_not_retried_a_second_time(
-    client: ModernPeer, fake: FakeLegacy
+    client: ModernClient, fake: FakeLegacy
 ) -> None:
     async def amnesiac(call: Call) -> Outcome:
         assert call.session is not None
@@ -948,7 +951,7 @@ async def test_listen_sessions_count_toward_max_sessions(make_proxy: MakeProxy, 
 
 
 async def test_a_server_elicitation_becomes_input_required_and_the_retry_resumes_the_same_call(
-    client: ModernPeer, fake: FakeLegacy
+    client: ModernClient, fake: FakeLegacy
 ) -> None:
     async def deploy(call: Call) -> Outcome:
         params = {**ELICIT_PARAMS, "_meta": {"com.example/trace": "t-1"}, "task": {"ttl": 60000}}
@@ -978,7 +981,7 @@ async def test_a_server_elicitation_becomes_input_required_and_the_retry_resumes
 
 
 async def test_at_shutdown_a_parked_call_is_given_time_to_be_resumed_and_finish(
-    proxy: Proxy, client: ModernPeer, fake: FakeLegacy
+    proxy: Proxy, client: ModernClient, fake: FakeLegacy
 ) -> None:
     """A replica that is stopping still serves the retries of its parked calls (other replicas
     forward them), until they finish or the drain limit passes."""
@@ -1019,7 +1022,7 @@ async def test_at_shutdown_a_parked_call_never_resumed_is_given_up_at_the_drain_
 
 
 async def test_two_server_requests_sent_together_are_one_input_required_result(
-    client: ModernPeer, fake: FakeLegacy
+    client: ModernClient, fake: FakeLegacy
 ) -> None:
     async def deploy(call: Call) -> Outcome:
         confirm = await call.request("elicitation/create", ELICIT_PARAMS)
@@ -1045,7 +1048,7 @@ async def test_two_server_requests_sent_together_are_one_input_required_result(
 
 
 async def test_a_server_request_after_the_first_answer_is_a_second_round_with_a_new_request_state(
-    client: ModernPeer, fake: FakeLegacy
+    client: ModernClient, fake: FakeLegacy
 ) -> None:
     async def deploy(call: Call) -> Outcome:
         await call.ask("elicitation/create", ELICIT_PARAMS)
@@ -1071,7 +1074,7 @@ async def test_a_server_request_after_the_first_answer_is_a_second_round_with_a_
 
 
 async def test_a_retry_missing_an_answer_is_asked_again_for_only_what_is_missing(
-    client: ModernPeer, fake: FakeLegacy
+    client: ModernClient, fake: FakeLegacy
 ) -> None:
     async def deploy(call: Call) -> Outcome:
         confirm = await call.request("elicitation/create", ELICIT_PARAMS)
@@ -1096,7 +1099,7 @@ async def test_a_retry_missing_an_answer_is_asked_again_for_only_what_is_missing
 
 @pytest.mark.parametrize("defect", ["tampered", "forged", "foreign-caller", "other-method", "other-params"])
 async def test_an_invalid_request_state_is_http_400_invalid_params_and_leaves_the_parked_call_intact(
-    proxy: Proxy, client: ModernPeer, fake: FakeLegacy, defect: str
+    proxy: Proxy, client: ModernClient, fake: FakeLegacy, defect: str
 ) -> None:
     fake.handlers["tools/call"] = confirm_then_deploy
     async with asyncio.timeout(WAIT):
@@ -1161,7 +1164,7 @@ async def test_a_request_state_is_valid_for_the_whole_park_timeout_even_a_short_
     assert final.result["content"] == text("deployed: accept")
 
 
-async def test_a_request_state_is_single_use(client: ModernPeer, fake: FakeLegacy) -> None:
+async def test_a_request_state_is_single_use(client: ModernClient, fake: FakeLegacy) -> None:
     async def deploy(call: Call) -> Outcome:
         await call.ask("elicitation/create", ELICIT_PARAMS)
         await call.ask("sampling/createMessage", SAMPLE_PARAMS)
@@ -1226,7 +1229,7 @@ async def test_a_parked_call_never_retried_is_cancelled_upstream_after_the_park_
 
 
 async def test_closing_the_stream_that_delivered_input_required_does_not_cancel_the_parked_call(
-    client: ModernPeer, fake: FakeLegacy
+    client: ModernClient, fake: FakeLegacy
 ) -> None:
     async def deploy(call: Call) -> Outcome:
         await call.progress(1, 3)
@@ -1262,7 +1265,7 @@ async def test_closing_the_stream_that_delivered_input_required_does_not_cancel_
 
 
 async def test_closing_the_retry_stream_before_the_final_answer_cancels_the_call_upstream(
-    client: ModernPeer, fake: FakeLegacy
+    client: ModernClient, fake: FakeLegacy
 ) -> None:
     async def deploy(call: Call) -> Outcome:
         await call.ask("elicitation/create", ELICIT_PARAMS)
@@ -1357,7 +1360,7 @@ async def test_a_server_request_for_an_undeclared_capability_is_http_400_missing
 
 
 async def test_a_sampling_request_during_tools_list_is_refused_upstream_and_never_shown_to_the_client(
-    client: ModernPeer, fake: FakeLegacy
+    client: ModernClient, fake: FakeLegacy
 ) -> None:
     answers: list[JSONDict] = []
 
@@ -1422,7 +1425,7 @@ def unsendable(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 async def test_a_call_whose_request_cannot_be_sent_upstream_fails_at_once_and_frees_its_session(
-    client: ModernPeer, fake: FakeLegacy, unsendable: None
+    client: ModernClient, fake: FakeLegacy, unsendable: None
 ) -> None:
     """An interactive call (its reader is a task of the call): the failure reaches the client now,
     not after upstream.request_timeout_s, and the session serves the next call."""
@@ -1439,7 +1442,7 @@ async def test_a_call_whose_request_cannot_be_sent_upstream_fails_at_once_and_fr
 
 
 async def test_a_call_reader_that_fails_for_a_reason_of_the_proxys_own_fails_the_call_at_once(
-    client: ModernPeer, fake: FakeLegacy, monkeypatch: pytest.MonkeyPatch
+    client: ModernClient, fake: FakeLegacy, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Whatever ends an interactive call's reader ends the call: never a reader gone silently and
     a client left waiting for its deadline."""
@@ -1475,7 +1478,7 @@ async def test_a_request_read_in_its_handler_that_cannot_be_sent_upstream_fails_
 
 
 async def test_answers_that_cannot_be_delivered_upstream_fail_the_retry_with_a_json_rpc_error(
-    client: ModernPeer, fake: FakeLegacy, unsendable: None
+    client: ModernClient, fake: FakeLegacy, unsendable: None
 ) -> None:
     fake.handlers["tools/call"] = confirm_then_deploy
     async with asyncio.timeout(WAIT):
@@ -1489,7 +1492,7 @@ async def test_answers_that_cannot_be_delivered_upstream_fail_the_retry_with_a_j
 
 
 async def test_a_server_request_the_server_cancels_before_parking_is_not_asked(
-    client: ModernPeer, fake: FakeLegacy
+    client: ModernClient, fake: FakeLegacy
 ) -> None:
     async def deploy(call: Call) -> Outcome:
         confirm = await call.request("elicitation/create", ELICIT_PARAMS)
@@ -1508,7 +1511,7 @@ async def test_a_server_request_the_server_cancels_before_parking_is_not_asked(
     assert final.result["content"] == text("drafted")
 
 
-async def test_a_server_ping_during_a_call_is_answered_locally(client: ModernPeer, fake: FakeLegacy) -> None:
+async def test_a_server_ping_during_a_call_is_answered_locally(client: ModernClient, fake: FakeLegacy) -> None:
     pongs: list[JSONDict] = []
 
     async def deploy(call: Call) -> Outcome:
@@ -1525,7 +1528,7 @@ async def test_a_server_ping_during_a_call_is_answered_locally(client: ModernPee
 
 
 async def test_a_server_request_on_the_get_stream_outside_any_call_is_refused_upstream(
-    client: ModernPeer, fake: FakeLegacy
+    client: ModernClient, fake: FakeLegacy
 ) -> None:
     async with asyncio.timeout(WAIT):
         await client.request("tools/list")
@@ -1545,7 +1548,7 @@ async def chatty(call: Call) -> Outcome:
     return tool_result("done")
 
 
-def levels(reply: ModernReply) -> list[str]:
+def levels(reply: McpReply) -> list[str]:
     return [n["params"]["level"] for n in reply.notes if n["method"] == "notifications/message"]
 
 
@@ -1584,7 +1587,7 @@ async def test_a_request_without_a_log_level_receives_no_log_messages(proxy: Pro
 # ---------------------------------------------------------------------------- 6. subscriptions/listen
 
 
-async def open_listen(client: ModernPeer, notifications: JSONDict, listen_id: Any) -> tuple[ModernStream, JSONDict]:
+async def open_listen(client: ModernClient, notifications: JSONDict, listen_id: Any) -> tuple[ModernStream, JSONDict]:
     message, response = await client.send("subscriptions/listen", {"notifications": notifications}, id=listen_id)
     stream = client.stream(response, message)
     ack = await stream.next()
@@ -1600,7 +1603,7 @@ def listen_session(fake: FakeLegacy) -> Session:
 
 @pytest.mark.parametrize("listen_id", ["listen-1", 42])
 async def test_listen_is_acknowledged_first_with_the_listen_id_and_only_what_the_upstream_supports(
-    client: ModernPeer, fake: FakeLegacy, listen_id: Any
+    client: ModernClient, fake: FakeLegacy, listen_id: Any
 ) -> None:
     fake.initialize_result["capabilities"]["prompts"] = {}  # no prompts/list_changed
     wanted = {"toolsListChanged": True, "promptsListChanged": True, "resourceSubscriptions": [WATCHED]}
@@ -1616,7 +1619,7 @@ async def test_listen_is_acknowledged_first_with_the_listen_id_and_only_what_the
 
 
 async def test_listen_relays_only_requested_notifications_tagged_with_the_subscription_id(
-    client: ModernPeer, fake: FakeLegacy
+    client: ModernClient, fake: FakeLegacy
 ) -> None:
     wanted = {"toolsListChanged": True, "resourceSubscriptions": [WATCHED]}
     async with asyncio.timeout(WAIT):
@@ -1638,7 +1641,7 @@ async def test_listen_relays_only_requested_notifications_tagged_with_the_subscr
 
 
 async def test_closing_a_listen_unsubscribes_and_deletes_its_upstream_session(
-    client: ModernPeer, fake: FakeLegacy
+    client: ModernClient, fake: FakeLegacy
 ) -> None:
     async with asyncio.timeout(WAIT):
         stream, _ = await open_listen(client, {"resourceSubscriptions": [WATCHED]}, "sub-1")
@@ -1652,7 +1655,7 @@ async def test_closing_a_listen_unsubscribes_and_deletes_its_upstream_session(
     assert delete.session_id == session.id
 
 
-async def test_a_listen_the_proxy_ends_gets_the_graceful_completion_result(proxy: Proxy, client: ModernPeer) -> None:
+async def test_a_listen_the_proxy_ends_gets_the_graceful_completion_result(proxy: Proxy, client: ModernClient) -> None:
     async with asyncio.timeout(WAIT):
         stream, _ = await open_listen(client, {"toolsListChanged": True}, "sub-9")
         await proxy.app[MODERN_TO_LEGACY].close_all()  # what shutdown does
@@ -1667,7 +1670,7 @@ async def test_a_listen_the_proxy_ends_gets_the_graceful_completion_result(proxy
 
 
 async def test_listen_asks_nothing_it_cannot_deliver_when_the_upstream_refuses_get_streams(
-    client: ModernPeer, fake: FakeLegacy
+    client: ModernClient, fake: FakeLegacy
 ) -> None:
     fake.get_status = 405
     async with asyncio.timeout(WAIT):
@@ -1677,7 +1680,7 @@ async def test_listen_asks_nothing_it_cannot_deliver_when_the_upstream_refuses_g
     assert fake.calls_of("resources/subscribe") == []
 
 
-async def test_listen_for_task_ids_is_http_400_missing_capability(client: ModernPeer, fake: FakeLegacy) -> None:
+async def test_listen_for_task_ids_is_http_400_missing_capability(client: ModernClient, fake: FakeLegacy) -> None:
     async with asyncio.timeout(WAIT):
         reply = await client.request("subscriptions/listen", {"notifications": {"taskIds": ["task-1"]}}, id="l-1")
     assert reply.status == 400
@@ -1694,7 +1697,7 @@ async def test_a_legacy_client_is_passed_through_to_the_legacy_upstream_unchange
 ) -> None:
     fake.handlers["tools/call"] = confirm_then_deploy
     async with asyncio.timeout(WAIT):
-        peer = await LegacyPeer.connect(proxy.http)
+        peer = await LegacyClient.connect(proxy.http)
         [session] = fake.sessions
         await session.initialized.wait()
         request_id, response = await peer.send("tools/call", {"name": "deploy", "arguments": {"env": "prod"}})
@@ -1713,8 +1716,8 @@ async def test_a_legacy_client_is_passed_through_to_the_legacy_upstream_unchange
         await deleted.read()
         await session.deleted.wait()
     assert peer.session_id == session.id
-    assert session.capabilities == legacy_peer.FULL_CAPABILITIES
-    assert session.client_info == legacy_peer.CLIENT_INFO
+    assert session.capabilities == legacy_client.FULL_CAPABILITIES
+    assert session.client_info == legacy_client.CLIENT_INFO
     assert session.requested_version == LATEST_LEGACY
     [upstream] = fake.calls_of("tools/call")
     assert upstream.body == {

@@ -26,7 +26,8 @@ from tests.integration.test_modern_to_legacy_http import (  # the fixtures of th
     tool_result,
 )
 from tests.support.fake_legacy import Call, FakeLegacy, Outcome
-from tests.support.modern_peer import ModernPeer, ModernReply
+from tests.support.mcp_client import McpReply
+from tests.support.modern_client import ModernClient
 
 JSONDict = dict[str, Any]
 __all__ = ["fake", "fake_server", "make_proxy", "proxy"]  # pytest finds fixtures by module name
@@ -43,7 +44,7 @@ TASK = {
 RELATED = {meta.RELATED_TASK: {"taskId": "up-task-1"}}
 
 
-async def one_round_answered(client: ModernPeer) -> tuple[JSONDict, str, ModernReply]:
+async def one_round_answered(client: ModernClient) -> tuple[JSONDict, str, McpReply]:
     """The research call with its one input round answered (ACCEPTED): the round, its key and the
     retry's reply."""
     await client.request("tools/list")

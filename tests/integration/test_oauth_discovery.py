@@ -21,8 +21,9 @@ from proxy.auth import challenge
 from proxy.auth.discovery import MetadataError
 from proxy.config import load_settings
 from tests.integration.conftest import closed_port_url, serve
-from tests.support.legacy_peer import ACCEPT, LegacyPeer, initialize_message
-from tests.support.modern_peer import ModernPeer
+from tests.support.legacy_client import LegacyClient, initialize_message
+from tests.support.mcp_client import ACCEPT
+from tests.support.modern_client import ModernClient
 
 WAIT = 5.0
 PRM = "/.well-known/oauth-protected-resource"
@@ -193,7 +194,7 @@ async def test_the_document_named_by_the_upstreams_last_challenge_is_the_one_rel
     upstream.docs["/custom/metadata"] = doc(upstream_document(upstream, x_where="named"), "no-store")
     upstream.docs[PRM_MCP] = doc(upstream_document(upstream, x_where="well-known"), "no-store")
     proxy = await make_proxy()
-    peer = ModernPeer(proxy.client)
+    peer = ModernClient(proxy.client)
     async with asyncio.timeout(WAIT):
         _, body, _ = await proxy.get(PRM_MCP)
         assert body["x_where"] == "well-known"  # no challenge seen yet
@@ -373,7 +374,7 @@ async def test_a_host_the_guard_refuses_is_421(make_proxy: MakeProxy, upstream: 
 async def test_public_url_is_the_resource_when_set(make_proxy: MakeProxy, upstream: Upstream) -> None:
     upstream.docs[PRM_MCP] = doc(upstream_document(upstream))
     proxy = await make_proxy(**{"auth.public_url": "https://mcp.example.com/mcp"})
-    peer = ModernPeer(proxy.client)
+    peer = ModernClient(proxy.client)
     async with asyncio.timeout(WAIT):
         _, body, _ = await proxy.get(PRM_MCP)
         assert body["resource"] == "https://mcp.example.com/mcp"
@@ -490,7 +491,7 @@ async def test_resource_server_refuses_metadata_naming_another_issuer(
 
 
 def modern_tools_call(proxy: Proxy) -> Any:
-    return ModernPeer(proxy.client).send("tools/call", {"name": "t", "arguments": {}})
+    return ModernClient(proxy.client).send("tools/call", {"name": "t", "arguments": {}})
 
 
 async def legacy_initialize(proxy: Proxy) -> Any:
@@ -498,7 +499,7 @@ async def legacy_initialize(proxy: Proxy) -> Any:
 
 
 async def legacy_batch(proxy: Proxy) -> Any:
-    peer = await LegacyPeer.connect(proxy.client, "2025-03-26")
+    peer = await LegacyClient.connect(proxy.client, "2025-03-26")
     batch = [{"jsonrpc": "2.0", "id": 1, "method": "tools/list"}, {"jsonrpc": "2.0", "id": 2, "method": "prompts/list"}]
     return await peer.post(batch)
 

@@ -23,8 +23,8 @@ from proxy.config import load_settings
 from proxy.downstream.server import runner
 from proxy.protocol import jsonrpc
 from tests.support.fake_modern import Call, FakeModern, Outcome, complete
-from tests.support.legacy_peer import LegacyPeer
-from tests.support.modern_peer import ModernPeer
+from tests.support.legacy_client import LegacyClient
+from tests.support.modern_client import ModernClient
 
 WAIT = 10.0  # bound on every wait: the deadlines under test are tenths of a second
 LONG = 30.0  # a deadline that must not be the one that acts
@@ -178,7 +178,7 @@ async def test_a_reply_that_outlasts_every_read_deadline_is_not_cut(
 
     fake.handlers["tools/call"] = long_call
     async with aiohttp.ClientSession(base_url=f"http://127.0.0.1:{port}") as http:
-        peer: Any = ModernPeer(http) if client_era == "modern" else await LegacyPeer.connect(http)  # type: ignore[arg-type]
+        peer: Any = ModernClient(http) if client_era == "modern" else await LegacyClient.connect(http)  # type: ignore[arg-type]
         call = asyncio.create_task(peer.request("tools/call", {"name": "long", "arguments": {}}))
         async with asyncio.timeout(WAIT):
             await fake.next_call("tools/call")

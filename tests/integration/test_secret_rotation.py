@@ -12,7 +12,7 @@ from proxy.config import load_settings
 from proxy.state.sessions import InMemorySessionStore
 from tests.integration.conftest import UPSTREAM_NAME, serve
 from tests.support.fake_modern import FakeModern
-from tests.support.legacy_peer import LegacyPeer
+from tests.support.legacy_client import LegacyClient
 
 OLD, NEW = "old-secret-0123456789", "new-secret-0123456789"
 
@@ -37,7 +37,7 @@ async def test_a_session_minted_under_the_old_secret_lives_on_under_the_new_one(
         return await aiohttp_client(await serve(aiohttp_server, app))
 
     before = await replica(secret=OLD)
-    peer = await LegacyPeer.connect(before)
+    peer = await LegacyClient.connect(before)
     assert (await peer.request("tools/list")).result is not None
 
     peer.client = await replica(secret=NEW, previous_secrets=[OLD])  # rolled out: the old id still checks

@@ -20,7 +20,8 @@ from proxy.protocol.headers import PROTOCOL_VERSION_HEADER, SESSION_HEADER
 from proxy.protocol.versions import LATEST_LEGACY
 from tests.integration.conftest import PATH, MakeProxy, serve
 from tests.support.fake_legacy import initialize_result
-from tests.support.legacy_peer import ACCEPT, initialize_message
+from tests.support.legacy_client import initialize_message
+from tests.support.mcp_client import ACCEPT
 
 WAIT = 10.0
 TOOLS = [{"name": "echo", "inputSchema": {"type": "object"}}]

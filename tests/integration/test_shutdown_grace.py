@@ -15,8 +15,9 @@ from proxy.app import create_app
 from proxy.config import load_settings
 from proxy.downstream.server import runner as make_runner
 from tests.support.fake_modern import FakeModern, Outcome, complete, hang
-from tests.support.legacy_peer import ACCEPT, initialize_message
-from tests.support.modern_peer import ModernPeer
+from tests.support.legacy_client import initialize_message
+from tests.support.mcp_client import ACCEPT
+from tests.support.modern_client import ModernClient
 
 
 async def test_a_grace_of_zero_cancels_a_call_in_flight_at_once(fake: FakeModern) -> None:
@@ -103,7 +104,7 @@ async def test_calls_still_running_when_the_grace_ends_get_a_shutdown_error_and_
             async with http.post(url, json=call(request_id, name), headers=legacy) as response:
                 return await _reply(response)
 
-        modern = ModernPeer(None)  # type: ignore[arg-type]  # only builds messages
+        modern = ModernClient(None)  # type: ignore[arg-type]  # only builds messages
         modern_message = modern.message("tools/call", {"name": "long-modern", "arguments": {}}, id=3)
 
         async def modern_call() -> tuple[int, dict[str, object]]:

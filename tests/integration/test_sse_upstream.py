@@ -26,8 +26,9 @@ from proxy.protocol import jsonrpc
 from proxy.upstream.errors import UpstreamTimeout, UpstreamUnavailable
 from proxy.upstream.sse import SseConnector
 from proxy.upstream.stdio import StdioChannel, use_credentials, with_headers
-from tests.support.legacy_peer import ACCEPT, PATH, LegacyPeer, SseReader, error_body, initialize_message, read_reply
-from tests.support.modern_peer import ModernPeer
+from tests.support.legacy_client import LegacyClient, error_body, initialize_message, read_reply
+from tests.support.mcp_client import ACCEPT, PATH, SseReader
+from tests.support.modern_client import ModernClient
 from tests.support.sse_server import FakeSseServer
 
 from .conftest import serve
@@ -43,8 +44,8 @@ class Proxy:
     client: TestClient
     upstream: FakeSseServer
 
-    async def connect(self, **options: Any) -> LegacyPeer:
-        return await LegacyPeer.connect(self.client, **options)
+    async def connect(self, **options: Any) -> LegacyClient:
+        return await LegacyClient.connect(self.client, **options)
 
     def connections(self) -> float:
         sample = self.app[METRICS].registry.get_sample_value(f"{PREFIX}upstream_sse_sessions", {"upstream": NAME})
@@ -156,9 +157,9 @@ async def test_the_clients_authorization_and_the_static_headers_go_on_the_get_an
 
 async def test_each_modern_callers_credentials_go_on_the_posts_of_its_pooled_connection(make_proxy: MakeProxy):
     proxy = await make_proxy()
-    await ModernPeer(proxy.client, headers={"Authorization": "Bearer m1"}).request("tools/list")
+    await ModernClient(proxy.client, headers={"Authorization": "Bearer m1"}).request("tools/list")
     assert proxy.upstream.seen[-1][1]["Authorization"] == "Bearer m1"
-    await ModernPeer(proxy.client, headers={"Authorization": "Bearer m2"}).request("tools/call", {"name": "echo"})
+    await ModernClient(proxy.client, headers={"Authorization": "Bearer m2"}).request("tools/call", {"name": "echo"})
     assert proxy.upstream.seen[-1][1]["Authorization"] == "Bearer m2"
 
 
@@ -196,11 +197,11 @@ async def test_an_sse_get_refused_with_401_reaches_clients_of_both_eras_with_its
     response = await proxy.client.post(PATH, json=initialize_message(), headers={"Accept": ACCEPT})
     assert response.status == 401
     assert response.headers["WWW-Authenticate"].startswith("Bearer ")
-    modern = await ModernPeer(proxy.client).request("tools/list")
+    modern = await ModernClient(proxy.client).request("tools/list")
     assert modern.status == 401
     peer = await proxy.connect(headers={"Authorization": "Bearer t"})
     assert (await peer.request("ping")).result == {}
-    listed = await ModernPeer(proxy.client, headers={"Authorization": "Bearer t"}).request("tools/list")
+    listed = await ModernClient(proxy.client, headers={"Authorization": "Bearer t"}).request("tools/list")
     assert listed.result["tools"]
 
 
@@ -237,7 +238,7 @@ async def test_an_unreachable_server_is_upstream_unavailable(aiohttp_server: Any
 
 async def test_a_modern_client_is_translated_on_pooled_sse_sessions(make_proxy: MakeProxy):
     proxy = await make_proxy()
-    peer = ModernPeer(proxy.client)
+    peer = ModernClient(proxy.client)
     listed = await peer.request("tools/list")
     assert [tool["name"] for tool in listed.result["tools"]][:2] == ["sid", "echo"]
     echoed = await peer.request("tools/call", {"name": "echo", "arguments": {"text": "modern"}})
@@ -248,7 +249,7 @@ async def test_a_modern_client_is_translated_on_pooled_sse_sessions(make_proxy: 
 
 async def test_a_modern_clients_call_whose_stream_ends_gets_a_json_rpc_error(make_proxy: MakeProxy):
     proxy = await make_proxy()
-    peer = ModernPeer(proxy.client)
+    peer = ModernClient(proxy.client)
     async with asyncio.timeout(WAIT):
         reply = await peer.request("tools/call", {"name": "drop", "arguments": {}})
     assert reply.error["code"] == jsonrpc.UPSTREAM_UNAVAILABLE
@@ -272,7 +273,7 @@ async def test_extensions_cross_an_sse_upstream_for_a_modern_client(make_proxy: 
     upstream = FakeSseServer()
     upstream.capabilities = {"tools": {}, "extensions": SERVER_EXTENSIONS}
     proxy = await make_proxy(upstream)
-    peer = ModernPeer(proxy.client, capabilities={"extensions": CLIENT_EXTENSIONS})
+    peer = ModernClient(proxy.client, capabilities={"extensions": CLIENT_EXTENSIONS})
     async with asyncio.timeout(WAIT):
         discovered = await peer.request("server/discover")
         note = {"jsonrpc": "2.0", "method": NOTE, "params": {"spans": 2, "_meta": peer.envelope()}}

@@ -26,8 +26,9 @@ from proxy.errors import SESSION_NOT_FOUND
 from proxy.metrics import PREFIX
 from proxy.protocol import jsonrpc
 from proxy.relay.legacy_sessions import LegacySessionHost
-from tests.support.legacy_peer import ACCEPT, PATH, LegacyPeer, SseReader, error_body, initialize_message, read_reply
-from tests.support.modern_peer import ModernPeer
+from tests.support.legacy_client import LegacyClient, error_body, initialize_message, read_reply
+from tests.support.mcp_client import ACCEPT, PATH, SseReader
+from tests.support.modern_client import ModernClient
 
 from .conftest import FakeClock, serve
 from .test_stdio_upstream import alive
@@ -45,8 +46,8 @@ class Proxy:
     app: web.Application
     client: TestClient
 
-    async def connect(self) -> LegacyPeer:
-        return await LegacyPeer.connect(self.client)
+    async def connect(self) -> LegacyClient:
+        return await LegacyClient.connect(self.client)
 
     @property
     def sessions(self) -> LegacySessionHost[Any]:
@@ -107,7 +108,7 @@ async def test_a_missing_command_is_upstream_unavailable_naming_it(make_proxy: M
         # argv[0] and the system's reason, whatever the event loop's exception says (uvloop: no name)
         expected = f"upstream {NAME!r} could not start {str(command)!r}: No such file or directory"
         assert reply["error"]["message"] == expected
-        modern = await ModernPeer(client).request("tools/call", {"name": "pid", "arguments": {}})
+        modern = await ModernClient(client).request("tools/call", {"name": "pid", "arguments": {}})
         assert modern.status == 200
         assert modern.error == {"code": jsonrpc.UPSTREAM_UNAVAILABLE, "message": expected}
 
@@ -124,7 +125,7 @@ async def test_a_missing_command_is_used_once_it_exists_without_a_restart(
     write_server(command)  # the command appears: served from the next request on
     status, reply = await legacy_initialize(client)
     assert status == 200 and "result" in reply, reply
-    modern = await ModernPeer(client).request("tools/call", {"name": "pid", "arguments": {}})
+    modern = await ModernClient(client).request("tools/call", {"name": "pid", "arguments": {}})
     assert modern.status == 200
     pid = int(modern.result["content"][0]["text"])
     assert pid > 0 and pid != os.getpid()
@@ -133,13 +134,13 @@ async def test_a_missing_command_is_used_once_it_exists_without_a_restart(
 # ---------------------------------------------------------------- the server processes of legacy sessions
 
 
-async def pid_of(peer: LegacyPeer) -> int:
+async def pid_of(peer: LegacyClient) -> int:
     """The pid of the server process serving the session."""
     reply = await peer.request("tools/call", {"name": "pid", "arguments": {}})
     return int(reply.result["content"][0]["text"])
 
 
-async def gone(peer: LegacyPeer) -> bool:
+async def gone(peer: LegacyClient) -> bool:
     """The session is not found any more (404 with -32001: the client starts a new one)."""
     response = await peer.post(jsonrpc.request(peer.next_id(), "ping"))
     return response.status == 404 and (await error_body(response))["code"] == SESSION_NOT_FOUND

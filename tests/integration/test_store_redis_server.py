@@ -16,7 +16,8 @@ from proxy.config import load_settings
 from proxy.relay.legacy_sessions import LegacySessionHost
 from tests.integration.conftest import UPSTREAM_NAME, serve
 from tests.support.fake_modern import FakeModern
-from tests.support.legacy_peer import LegacyPeer, SseReader, read_reply
+from tests.support.legacy_client import LegacyClient, read_reply
+from tests.support.mcp_client import SseReader
 from tests.support.redis_server import RedisServer
 
 SECRET = "replica-secret-0123456789"
@@ -60,7 +61,7 @@ def replicas(aiohttp_server: Any, aiohttp_client: Any, fake: FakeModern, redis: 
 
 async def test_any_replica_serves_the_session_and_sees_its_changes(replicas: Replicas, fake: FakeModern) -> None:
     a, b = await replicas.start(), await replicas.start()
-    peer = await LegacyPeer.connect(a, capabilities={"sampling": {}})
+    peer = await LegacyClient.connect(a, capabilities={"sampling": {}})
     peer.client = b
     assert (await peer.request("tools/list")).result is not None
     assert (await peer.request("logging/setLevel", {"level": "debug"})).result == {}
@@ -82,7 +83,7 @@ async def test_redis_down_calls_go_on_changes_are_refused_readiness_holds(
     replicas: Replicas, redis: RedisServer
 ) -> None:
     a = await replicas.start(**{"store.timeout_ms": 100})
-    peer = await LegacyPeer.connect(a)
+    peer = await LegacyClient.connect(a)
     await peer.request("logging/setLevel", {"level": "error"})
     redis.kill()
     async with asyncio.timeout(10):
@@ -93,7 +94,7 @@ async def test_redis_down_calls_go_on_changes_are_refused_readiness_holds(
     assert refused.error["code"] == -32603
     assert "store is unavailable" in refused.error["message"]
     assert replicas.metric(0, "mcp_era_proxy_store_up") == 0
-    new = await LegacyPeer.connect(a)  # sessions still begin, recorded later
+    new = await LegacyClient.connect(a)  # sessions still begin, recorded later
     assert (await new.request("tools/list")).result is not None
     ready = await a.get("/readyz")
     assert ready.status == 200, await ready.text()
@@ -112,7 +113,7 @@ async def test_redis_down_calls_go_on_changes_are_refused_readiness_holds(
 
 async def test_a_redis_restart_with_an_empty_store_ends_no_session(replicas: Replicas, redis: RedisServer) -> None:
     a, b = await replicas.start(), await replicas.start()
-    peers = [await LegacyPeer.connect(a) for _ in range(5)]
+    peers = [await LegacyClient.connect(a) for _ in range(5)]
     redis.kill()
     redis.start()
     for peer in peers:
@@ -126,7 +127,7 @@ async def test_a_redis_restart_with_an_empty_store_ends_no_session(replicas: Rep
 
 async def test_ids_of_another_caller_or_altered_are_unknown_everywhere(replicas: Replicas) -> None:
     a, b = await replicas.start(), await replicas.start()
-    peer = await LegacyPeer.connect(a, headers={"Authorization": "Bearer alice"})
+    peer = await LegacyClient.connect(a, headers={"Authorization": "Bearer alice"})
     peer.client = b
     _, foreign = await peer.send("tools/list", headers={"Authorization": "Bearer mallory"})
     assert foreign.status == 404
@@ -141,7 +142,7 @@ async def test_ids_of_another_caller_or_altered_are_unknown_everywhere(replicas:
 
 async def test_a_get_stream_moving_to_another_replica_is_told_to_refetch(replicas: Replicas, fake: FakeModern) -> None:
     a, b = await replicas.start(), await replicas.start()
-    peer = await LegacyPeer.connect(a)
+    peer = await LegacyClient.connect(a)
     async with asyncio.timeout(10):
         assert (await peer.request("resources/subscribe", {"uri": "file:///watched"})).result == {}
         first = await peer.get_stream()
@@ -165,7 +166,7 @@ async def test_a_get_stream_moving_to_another_replica_is_told_to_refetch(replica
 
 async def test_a_get_stream_reopened_on_the_same_replica_gets_no_hints(replicas: Replicas, fake: FakeModern) -> None:
     a = await replicas.start()
-    peer = await LegacyPeer.connect(a)
+    peer = await LegacyClient.connect(a)
     async with asyncio.timeout(10):
         first = await peer.get_stream()
         await fake.wait_listen()
@@ -180,7 +181,7 @@ async def test_a_get_stream_reopened_on_the_same_replica_gets_no_hints(replicas:
 # ---------------------------------------------------------------------------- tasks on Redis
 
 
-async def _task_status(peer: LegacyPeer, task_id: str) -> JSONDict:
+async def _task_status(peer: LegacyClient, task_id: str) -> JSONDict:
     return (await peer.request("tasks/get", {"taskId": task_id})).result
 
 
@@ -195,7 +196,7 @@ async def test_a_task_made_on_one_replica_is_seen_listed_and_its_result_read_on_
 
     fake.handlers["tools/call"] = slow
     a, b = await replicas.start(), await replicas.start()
-    peer = await LegacyPeer.connect(a)
+    peer = await LegacyClient.connect(a)
     async with asyncio.timeout(WAIT):
         task = (await peer.request("tools/call", {"name": "t", "arguments": {}, "task": {"ttl": 60_000}})).result[
             "task"
@@ -230,7 +231,7 @@ async def test_a_task_cancelled_on_another_replica_stays_cancelled_when_its_call
 
     fake.handlers["tools/call"] = slow
     a, b = await replicas.start(), await replicas.start()
-    peer = await LegacyPeer.connect(a)
+    peer = await LegacyClient.connect(a)
     async with asyncio.timeout(WAIT):
         task = (await peer.request("tools/call", {"name": "t", "arguments": {}, "task": {}})).result["task"]
         await fake.next_call("tools/call")
@@ -247,7 +248,7 @@ async def test_a_task_cancelled_on_another_replica_stays_cancelled_when_its_call
 async def test_a_task_past_its_retention_is_gone_from_redis_and_not_found(replicas: Replicas, fake: FakeModern) -> None:
     fake.handlers["tools/call"] = lambda call: asyncio.sleep(0, {"content": []})
     a = await replicas.start()
-    peer = await LegacyPeer.connect(a)
+    peer = await LegacyClient.connect(a)
     async with asyncio.timeout(WAIT):
         task = (await peer.request("tools/call", {"name": "t", "arguments": {}, "task": {"ttl": 300}})).result["task"]
         while True:  # Redis expires the record by itself

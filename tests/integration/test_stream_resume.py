@@ -15,7 +15,7 @@ import pytest
 from proxy.app import METRICS
 from tests.integration.conftest import MakeProxy
 from tests.support.fake_modern import Call, FakeModern, Outcome, complete, hang, notification
-from tests.support.legacy_peer import SseReader
+from tests.support.mcp_client import SseReader
 
 WAIT = 10.0
 

@@ -21,8 +21,9 @@ from tests.integration.test_modern_to_legacy_http import (
 from tests.integration.test_modern_to_legacy_tasks import RELATED, TASK, task_server
 from tests.support.fake_legacy import Call, FakeLegacy, Outcome
 from tests.support.fake_modern import FakeModern, complete, input_required
-from tests.support.legacy_peer import LegacyPeer, SseReader
-from tests.support.modern_peer import ModernPeer
+from tests.support.legacy_client import LegacyClient
+from tests.support.mcp_client import SseReader
+from tests.support.modern_client import ModernClient
 from tests.support.redis_server import RedisServer
 
 JSONDict = dict[str, Any]
@@ -30,8 +31,8 @@ __all__ = ["legacy_upstream", "make_replica", "modern_upstream"]  # pytest finds
 WAIT = 10.0  # upper bound for anything a test waits for
 
 
-def alice(replica: Replica) -> ModernPeer:
-    return ModernPeer(replica.http, capabilities=ASKING, headers={"Authorization": "Bearer alice"})
+def alice(replica: Replica) -> ModernClient:
+    return ModernClient(replica.http, capabilities=ASKING, headers={"Authorization": "Bearer alice"})
 
 
 async def two(
@@ -85,7 +86,7 @@ async def test_a_task_cancelled_on_another_replica_is_cancelled_where_its_call_r
 # ---------------------------------------------------------------------------- 2025-11-25 clients
 
 
-async def legacy_task(peer: LegacyPeer) -> JSONDict:
+async def legacy_task(peer: LegacyClient) -> JSONDict:
     reply = await peer.request("tools/call", {"name": "deploy", "arguments": {}, "task": {"ttl": 60_000}})
     assert reply.status == 200, reply.messages
     return reply.result["task"]
@@ -98,7 +99,7 @@ async def test_a_legacy_tasks_result_on_another_replica_gets_the_tasks_input_req
         input_required({"confirm": ELICIT}, request_state="round-1"), complete(content=[{"type": "text", "text": "ok"}])
     )
     first, second = await two(make_replica, modern_upstream, redis, era="modern")
-    peer = await LegacyPeer.connect(first.http)
+    peer = await LegacyClient.connect(first.http)
     async with asyncio.timeout(WAIT):
         task = await legacy_task(peer)
         peer.client = second.http
@@ -123,7 +124,7 @@ async def test_a_legacy_tasks_cancel_on_another_replica_ends_the_call_where_it_r
 
     modern_upstream.handlers["tools/call"] = held
     first, second = await two(make_replica, modern_upstream, redis, era="modern")
-    peer = await LegacyPeer.connect(first.http)
+    peer = await LegacyClient.connect(first.http)
     async with asyncio.timeout(WAIT):
         task = await legacy_task(peer)
         upstream = await modern_upstream.next_call("tools/call")

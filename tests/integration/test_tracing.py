@@ -26,8 +26,9 @@ from proxy.protocol.jsonrpc import INTERNAL_ERROR
 from proxy.tracing.otel import OtelTracing
 from tests.integration.conftest import UPSTREAM_NAME, Proxy, closed_port_url, serve
 from tests.support.fake_modern import Call, FakeModern, Outcome, complete, error, input_required
-from tests.support.legacy_peer import ACCEPT, LegacyPeer, SseReader, initialize_message
-from tests.support.modern_peer import ModernPeer
+from tests.support.legacy_client import LegacyClient, initialize_message
+from tests.support.mcp_client import ACCEPT, SseReader
+from tests.support.modern_client import ModernClient
 from tests.support.sse_server import FakeSseServer
 
 JSONDict = dict[str, Any]
@@ -111,7 +112,7 @@ async def test_a_legacy_clients_call_with_an_input_round_is_one_trace_one_upstre
         return next(rounds)
 
     fake.handlers["tools/call"] = deploy
-    peer = await LegacyPeer.connect(traced.client, headers={"traceparent": TRACEPARENT})
+    peer = await LegacyClient.connect(traced.client, headers={"traceparent": TRACEPARENT})
     exporter.clear()  # the initialize: its own span, checked elsewhere
     async with asyncio.timeout(WAIT):
         request_id, response = await peer.send("tools/call", {"name": "deploy", "arguments": {}})
@@ -158,7 +159,7 @@ async def test_a_modern_request_parents_on_its_meta_traceparent_before_its_heade
 ) -> None:
     meta_trace, meta_span = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
     fake.handlers["tools/call"] = lambda call: _complete()
-    peer = ModernPeer(traced.client, headers={"traceparent": TRACEPARENT})
+    peer = ModernClient(traced.client, headers={"traceparent": TRACEPARENT})
     params = {
         "name": "echo",
         "arguments": {"k": [1, {"deep": None}]},
@@ -188,7 +189,7 @@ async def _complete() -> Outcome:
 async def test_a_request_without_trace_context_starts_a_trace_the_upstream_joins(
     traced: Proxy, fake: FakeModern, exporter: InMemorySpanExporter
 ) -> None:
-    peer = await LegacyPeer.connect(traced.client)
+    peer = await LegacyClient.connect(traced.client)
     reply = await peer.request("tools/list")
     assert reply.status == 200
     downstream = only(of_kind(exporter, SpanKind.SERVER, "tools/list"))
@@ -203,7 +204,7 @@ async def test_an_upstream_error_reply_marks_the_downstream_span_with_its_code(
     traced: Proxy, fake: FakeModern, exporter: InMemorySpanExporter
 ) -> None:
     fake.handlers["tools/call"] = lambda call: _failing()
-    peer = await LegacyPeer.connect(traced.client, headers={"traceparent": TRACEPARENT})
+    peer = await LegacyClient.connect(traced.client, headers={"traceparent": TRACEPARENT})
     reply = await peer.request("tools/call", {"name": "broken", "arguments": {}})
     assert reply.error["code"] == INTERNAL_ERROR
     downstream = only(of_kind(exporter, SpanKind.SERVER, "tools/call broken"))
@@ -250,7 +251,7 @@ async def test_a_refused_body_still_gets_its_span_parented_on_the_headers(
 
 
 async def test_a_malformed_traceparent_starts_a_new_trace(traced: Proxy, exporter: InMemorySpanExporter) -> None:
-    peer = await LegacyPeer.connect(traced.client, headers={"traceparent": "00-not-a-trace-01"})
+    peer = await LegacyClient.connect(traced.client, headers={"traceparent": "00-not-a-trace-01"})
     assert peer.session_id
     span = only(of_kind(exporter, SpanKind.SERVER, "initialize"))
     assert span.parent is None
@@ -284,7 +285,7 @@ async def test_the_proxy_shuts_its_own_provider_down_exporting_what_is_left(
     )
     app, _ = create_app(settings)
     client = await aiohttp_client(await serve(aiohttp_server, app))
-    peer = await LegacyPeer.connect(client, headers={"traceparent": TRACEPARENT})
+    peer = await LegacyClient.connect(client, headers={"traceparent": TRACEPARENT})
     assert (await peer.request("tools/list")).status == 200
     assert not received  # batched: nothing sent yet (the batch waits up to 5 s)
     await client.close()  # the app's cleanup shuts the provider down: the batch is flushed
@@ -318,12 +319,12 @@ async def test_a_stdio_request_carries_its_upstream_spans_context_in_meta(
     client = await aiohttp_client(await serve(aiohttp_server, app))
     async with asyncio.timeout(WAIT):
         if era == "modern":
-            reply = await ModernPeer(client, headers={"traceparent": TRACEPARENT}).request(
+            reply = await ModernClient(client, headers={"traceparent": TRACEPARENT}).request(
                 "tools/call", {"name": "trace", "arguments": {}}
             )
             received = reply.result["content"][0]["text"]
         else:
-            peer = await LegacyPeer.connect(client, headers={"traceparent": TRACEPARENT})
+            peer = await LegacyClient.connect(client, headers={"traceparent": TRACEPARENT})
             received = (await peer.request("tools/call", {"name": "trace", "arguments": {}})).result["content"][0][
                 "text"
             ]
@@ -387,7 +388,7 @@ async def test_a_batch_the_endpoint_refuses_is_a_log_event_not_a_stray_line(
     with capture_logs() as logs:
         app, _ = create_app(settings)
         client = await aiohttp_client(await serve(aiohttp_server, app))
-        await LegacyPeer.connect(client)
+        await LegacyClient.connect(client)
         await client.close()  # flushes: the endpoint answers 400
     events = [entry["event"] for entry in logs]
     assert "tracing_enabled" in events
@@ -410,9 +411,9 @@ async def test_an_http_sse_upstreams_exchange_is_an_http_post_span_not_a_pipe(
     call = {"name": "echo", "arguments": {"text": "hi"}}
     async with asyncio.timeout(WAIT):
         if era == "modern":
-            assert (await ModernPeer(client).request("tools/call", call)).result["content"]
+            assert (await ModernClient(client).request("tools/call", call)).result["content"]
         else:
-            peer = await LegacyPeer.connect(client)
+            peer = await LegacyClient.connect(client)
             assert (await peer.request("tools/call", call)).result["content"]
     span = only(of_kind(exporter, SpanKind.CLIENT, "tools/call echo"))
     attributes = span.attributes or {}

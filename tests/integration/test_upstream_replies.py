@@ -22,8 +22,9 @@ from proxy.protocol.headers import PROTOCOL_VERSION_HEADER, SESSION_HEADER
 from proxy.protocol.versions import LATEST_LEGACY
 from tests.integration.conftest import MakeProxy, Proxy, closed_port_url
 from tests.support.fake_modern import Call, FakeModern, Outcome, Reply, complete
-from tests.support.legacy_peer import ACCEPT, initialize_message
-from tests.support.modern_peer import ModernPeer, read_reply
+from tests.support.legacy_client import initialize_message
+from tests.support.mcp_client import ACCEPT
+from tests.support.modern_client import ModernClient, read_reply
 from tests.support.raw_http_client import Reply as RawReply
 from tests.support.raw_http_client import raw_exchange
 from tests.support.raw_upstream import RawRequest, RawUpstream, chunk, head, sse, whole
@@ -54,7 +55,7 @@ class Era:
     def request(self) -> tuple[bytes, dict[str, str]]:
         """A tools/call with id 7 (never cached, so relayed byte for byte) and its headers."""
         if self.name == "modern":
-            peer = ModernPeer(None)  # type: ignore[arg-type]  # only builds messages
+            peer = ModernClient(None)  # type: ignore[arg-type]  # only builds messages
             message = peer.message("tools/call", {"name": "slow", "arguments": {}}, id=7)
             return json.dumps(message).encode(), peer.headers(message)
         message = jsonrpc.request(7, "tools/call", {"name": "slow", "arguments": {}})
@@ -431,7 +432,7 @@ async def test_a_cacheable_request_answered_under_another_id_is_upstream_invalid
 
     fake.handlers["tools/list"] = elsewhere
     async with asyncio.timeout(WAIT):
-        reply = await ModernPeer(proxy.client).request("tools/list")
+        reply = await ModernClient(proxy.client).request("tools/list")
     assert reply.status == 200
     assert reply.error["code"] == jsonrpc.UPSTREAM_INVALID
     assert "another request" in reply.error["message"]
@@ -494,7 +495,7 @@ async def test_an_unreachable_upstream_is_named_by_host_and_port_not_by_tls_defa
     url = closed_port_url()
     port = url.split(":")[2].split("/")[0]
     proxy = await make_proxy(upstream_url=url)
-    peer = ModernPeer(proxy.client)
+    peer = ModernClient(proxy.client)
     async with asyncio.timeout(WAIT):
         translated = await proxy.client.post("/mcp", json=initialize_message(), headers={"Accept": ACCEPT})
         initialize_error = json.loads(await translated.read())["error"]

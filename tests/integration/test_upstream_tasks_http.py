@@ -19,7 +19,8 @@ from tests.integration.conftest import MakeProxy, Proxy
 from tests.integration.test_legacy_tasks_http import create, status_of, until_status
 from tests.integration.test_legacy_to_modern_http import ANSWERS, ELICIT, drive, scripted
 from tests.support.fake_modern import Call, FakeModern, Outcome, complete, error
-from tests.support.legacy_peer import LegacyPeer, SseReader
+from tests.support.legacy_client import LegacyClient
+from tests.support.mcp_client import SseReader
 from tests.unit.protocol import test_task_follow as follow
 from tests.unit.protocol.test_task_follow import TASK_ID
 
@@ -76,7 +77,7 @@ class Upstream:
         return ACK
 
 
-async def call_tool(peer: LegacyPeer, name: str = "research") -> Any:
+async def call_tool(peer: LegacyClient, name: str = "research") -> Any:
     return await peer.request("tools/call", {"name": name, "arguments": {"q": "x"}})
 
 

@@ -1,14 +1,16 @@
-"""A minimal legacy (2024-11-05 .. 2025-11-25) Streamable HTTP client for integration tests.
+"""The minimal legacy (2024-11-05 .. 2025-11-25) Streamable HTTP client: sessions, replies read as JSON
+or SSE with the tests' own parser (mcp_client.py), every message checked against the official schema
+of the negotiated revision.
 
-It reads replies as JSON or SSE with its own small SSE parser (not the proxy's), and checks
-every message the proxy sends against the official schema of the negotiated revision.
+`LegacyClient` talks to the proxy in-process (aiohttp test client); `initialize`, `open_session`, `call`
+and `delete` speak the same messages to a proxy process through an `mcp_client.Endpoint` (raw HTTP).
 """
 
 from __future__ import annotations
 
 import itertools
 import json
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from typing import Any
 
 from aiohttp import ClientResponse
@@ -16,11 +18,11 @@ from aiohttp.test_utils import TestClient
 
 from proxy.protocol.headers import PROTOCOL_VERSION_HEADER, SESSION_HEADER
 from proxy.protocol.versions import LATEST_LEGACY, legacy_at_least
+from tests.support import raw_http_client
+from tests.support.answers import assert_holds
+from tests.support.mcp_client import ACCEPT, PATH, Endpoint, JSONDict, McpReply, content_type, read_messages
 from tests.support.schema import server_message_errors
 
-JSONDict = dict[str, Any]
-ACCEPT = "application/json, text/event-stream"
-PATH = "/mcp"
 VISIBLE_ASCII = frozenset(chr(c) for c in range(0x21, 0x7F))
 FULL_CAPABILITIES: JSONDict = {
     "roots": {"listChanged": True},
@@ -45,6 +47,24 @@ def initialize_message(
     }
 
 
+def request_message(request_id: Any, method: str, params: JSONDict | None = None) -> JSONDict:
+    """A request (or, with `request_id` None, a notification); no `params` unless given."""
+    message: JSONDict = {"jsonrpc": "2.0", "id": request_id, "method": method}
+    if request_id is None:
+        del message["id"]
+    if params is not None:
+        message["params"] = params
+    return message
+
+
+def session_headers(session_id: str, version: str) -> dict[str, str]:
+    """The headers that place a request in a session (the protocol version from 2025-06-18 on)."""
+    headers = {SESSION_HEADER: session_id}
+    if legacy_at_least(version, "2025-06-18"):
+        headers[PROTOCOL_VERSION_HEADER] = version
+    return headers
+
+
 def check(revision: str, message: JSONDict, request_method: str | None = None) -> None:
     """Fail unless `message` is valid for `revision` (id-less errors: checked as 2025-11-25)."""
     if "error" in message and "id" not in message:
@@ -53,115 +73,18 @@ def check(revision: str, message: JSONDict, request_method: str | None = None) -
     assert not problems, f"invalid {revision} message {message!r}: {problems}"
 
 
-class SseReader:
-    """Incremental reader of an SSE response body: messages, comments and the end."""
-
-    def __init__(self, response: ClientResponse) -> None:
-        self.response = response
-        self.comments = 0
-        self.event_ids: list[str] = []
-
-    async def _event(self, *, stop_at_comment: bool = False) -> str | None:
-        data: list[str] = []
-        while True:
-            raw = await self.response.content.readline()
-            if not raw:
-                return "\n".join(data) if data else None
-            line = raw.decode("utf-8").rstrip("\r\n")
-            if line == "":
-                text = "\n".join(data)
-                data = []
-                if text:  # an event with empty data (a priming event: only an id) is not dispatched
-                    return text
-                continue
-            if line.startswith(":"):
-                self.comments += 1
-                if stop_at_comment:
-                    return ""
-                continue
-            name, _, value = line.partition(":")
-            value = value.removeprefix(" ")
-            if name == "data":
-                data.append(value)
-            elif name == "id":
-                self.event_ids.append(value)
-
-    async def message(self) -> JSONDict | None:
-        """The next JSON-RPC message, or None at the end of the stream."""
-        text = await self._event()
-        return None if text is None else json.loads(text)
-
-    async def comment(self) -> bool:
-        """Read until a comment line; False if the stream ended first."""
-        while True:
-            text = await self._event(stop_at_comment=True)
-            if text is None:
-                return False
-            if text == "":
-                return True
-
-
-@dataclass
-class Reply:
-    """Everything one POST got back."""
-
-    status: int
-    content_type: str
-    headers: Any
-    messages: list[JSONDict] = field(default_factory=list)
-    request_id: Any = None
-
-    @property
-    def final(self) -> JSONDict | None:
-        """The response to the request (None when none came)."""
-        for message in self.messages:
-            if "method" not in message and message.get("id") == self.request_id:
-                return message
-        return None
-
-    @property
-    def result(self) -> JSONDict:
-        final = self.final
-        assert final is not None and "result" in final, f"expected a result, got {self.messages!r}"
-        return final["result"]
-
-    @property
-    def error(self) -> JSONDict:
-        final = self.final
-        assert final is not None and "error" in final, f"expected an error, got {self.messages!r}"
-        return final["error"]
-
-    @property
-    def interim(self) -> list[JSONDict]:
-        return [m for m in self.messages if m is not self.final]
-
-
-def content_type(response: ClientResponse) -> str:
-    return response.headers.get("Content-Type", "").split(";")[0].strip().lower()
-
-
 async def read_reply(
     response: ClientResponse, revision: str | None, request_method: str | None = None, request_id: Any = None
-) -> Reply:
-    """Read a whole reply (JSON, SSE, or empty) and validate every message in it.
+) -> McpReply:
+    """Read a whole reply (JSON, a JSON batch, SSE, or empty) and validate every message in it.
 
     `revision` None defers validation to the caller (initialize: the revision is in the reply).
     """
-    reply = Reply(response.status, content_type(response), response.headers, request_id=request_id)
-    if reply.content_type == "text/event-stream":
-        reader = SseReader(response)
-        while (message := await reader.message()) is not None:
-            reply.messages.append(message)
-    else:
-        body = await response.read()
-        if body:
-            assert reply.content_type == "application/json", f"non-JSON body {body[:200]!r}"
-            decoded = json.loads(body)
-            reply.messages.extend(decoded if isinstance(decoded, list) else [decoded])
+    reply = McpReply(response.status, content_type(response), response.headers, request_id)
+    await read_messages(response, reply, batches=True)
     if revision is not None:
         for message in reply.messages:
-            is_final = "method" not in message and message.get("id") == request_id
-            check(revision, message, request_method if is_final else None)
+            check(revision, message, request_method if reply.is_final(message) else None)
     return reply
 
 
@@ -171,11 +94,12 @@ async def error_body(response: ClientResponse, revision: str = LATEST_LEGACY) ->
     message = json.loads(await response.read())
     assert "error" in message, message
     check(revision, message)
-    return message["error"]
+    error: JSONDict = message["error"]
+    return error
 
 
-class LegacyPeer:
-    """One initialized legacy session against the proxy."""
+class LegacyClient:
+    """One initialized legacy session against the proxy, in-process."""
 
     def __init__(
         self, client: TestClient, version: str, session_id: str, headers: dict[str, str], initialize: JSONDict
@@ -197,7 +121,7 @@ class LegacyPeer:
         client_info: JSONDict | None = None,
         headers: dict[str, str] | None = None,
         initialized: bool = True,
-    ) -> LegacyPeer:
+    ) -> LegacyClient:
         message = initialize_message(version, capabilities, client_info)
         extra = dict(headers or {})
         response = await client.post(PATH, json=message, headers={"Accept": ACCEPT, **extra})
@@ -214,9 +138,7 @@ class LegacyPeer:
         return peer
 
     def headers(self, extra: dict[str, str] | None = None) -> dict[str, str]:
-        out = {"Accept": ACCEPT, "Content-Type": "application/json", SESSION_HEADER: self.session_id}
-        if legacy_at_least(self.version, "2025-06-18"):
-            out[PROTOCOL_VERSION_HEADER] = self.version
+        out = {"Accept": ACCEPT, "Content-Type": "application/json", **session_headers(self.session_id, self.version)}
         out.update(self.base_headers)
         out.update(extra or {})
         return out
@@ -234,26 +156,23 @@ class LegacyPeer:
     ) -> tuple[Any, ClientResponse]:
         """POST a request; return its id and the response (body not read yet)."""
         request_id = self.next_id() if id is None else id
-        message: JSONDict = {"jsonrpc": "2.0", "id": request_id, "method": method}
-        if params is not None:
-            message["params"] = params
-        return request_id, await self.post(message, headers)
+        return request_id, await self.post(request_message(request_id, method, params), headers)
 
     async def request(
         self, method: str, params: JSONDict | None = None, *, id: Any = None, headers: dict[str, str] | None = None
-    ) -> Reply:
+    ) -> McpReply:
         """POST a request and read the whole (validated) reply."""
         request_id, response = await self.send(method, params, id=id, headers=headers)
         return await read_reply(response, self.version, method, request_id)
 
-    async def notify(self, method: str, params: JSONDict | None = None) -> int:
-        message: JSONDict = {"jsonrpc": "2.0", "method": method}
-        if params is not None:
-            message["params"] = params
+    async def _accepted(self, message: JSONDict) -> int:
         response = await self.post(message)
         body = await response.read()
         assert body == b"" or response.status >= 400, f"a 202 carries no body, got {body!r}"
         return response.status
+
+    async def notify(self, method: str, params: JSONDict | None = None) -> int:
+        return await self._accepted(request_message(None, method, params))
 
     async def respond(self, request_id: Any, result: JSONDict | None = None, error: JSONDict | None = None) -> int:
         message: JSONDict = {"jsonrpc": "2.0", "id": request_id}
@@ -261,10 +180,7 @@ class LegacyPeer:
             message["error"] = error
         else:
             message["result"] = result if result is not None else {}
-        response = await self.post(message)
-        body = await response.read()
-        assert body == b"" or response.status >= 400, f"a 202 carries no body, got {body!r}"
-        return response.status
+        return await self._accepted(message)
 
     async def get_stream(self, headers: dict[str, str] | None = None) -> ClientResponse:
         hdrs = self.headers(headers)
@@ -279,3 +195,40 @@ class LegacyPeer:
 
     def check(self, message: JSONDict, request_method: str | None = None) -> None:
         check(self.version, message, request_method)
+
+
+# ---------------------------------------------------------------- a proxy process (raw HTTP)
+
+
+def initialize(endpoint: Endpoint, capabilities: JSONDict | None = None) -> raw_http_client.Reply:
+    """POST a 2025-11-25 initialize (client "t" 1, no capabilities unless given)."""
+    return endpoint.post(initialize_message(LATEST_LEGACY, capabilities or {}, {"name": "t", "version": "1"}))
+
+
+def open_session(endpoint: Endpoint, capabilities: JSONDict | None = None) -> str:
+    """Initialize a session (its reply holding the answer invariant) and send `initialized`; its id."""
+    reply = initialize(endpoint, capabilities)
+    assert_holds(reply, "initialize")
+    session = reply.header(SESSION_HEADER)
+    assert reply.status == 200 and session, f"initialize failed: HTTP {reply.status} {reply.body[:400]!r}"
+    done = endpoint.post(request_message(None, "notifications/initialized"), [(SESSION_HEADER, session)])
+    assert done.status == 202, done
+    return session
+
+
+def call(
+    endpoint: Endpoint,
+    session: str,
+    request_id: Any,
+    method: str,
+    params: JSONDict | None = None,
+    when: tuple[bytes, Callable[[], None]] | None = None,
+) -> raw_http_client.Reply:
+    """POST a request in `session` (at 2025-11-25)."""
+    headers: list[tuple[str, bytes | str]] = list(session_headers(session, LATEST_LEGACY).items())
+    return endpoint.post(request_message(request_id, method, params), headers, when)
+
+
+def delete(endpoint: Endpoint, session: str) -> raw_http_client.Reply:
+    """DELETE `session`."""
+    return endpoint.delete([(SESSION_HEADER, session)])

@@ -1,11 +1,14 @@
-"""A minimal 2026-07-28 Streamable HTTP client for integration tests.
+"""The minimal 2026-07-28 Streamable HTTP client.
 
 Every request carries the per-request `_meta` envelope (protocolVersion, clientCapabilities,
 clientInfo, optionally logLevel) and the headers a modern client must send (MCP-Protocol-Version,
 Mcp-Method, Mcp-Name) computed from the body; a test breaks any of them on purpose with
-`headers={name: None | value}` or by editing the message. Replies are read as JSON or SSE with
-the SSE parser of legacy_peer (not the proxy's), and every message is checked against the
-2026-07-28 schema. Modern replies must never carry a session id.
+`headers={name: None | value}` or by editing the message. Replies are read as JSON or SSE with the
+tests' own parser (mcp_client.py), and every message is checked against the 2026-07-28 schema. Modern
+replies must never carry a session id.
+
+`ModernClient` talks to the proxy in-process (aiohttp test client, streams a test can close);
+`call` speaks the same requests to a proxy process through an `mcp_client.Endpoint` (raw HTTP).
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ import base64
 import copy
 import itertools
 import json
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from typing import Any
 
 from aiohttp import ClientResponse
@@ -23,13 +26,20 @@ from aiohttp.test_utils import TestClient
 from proxy.protocol import meta
 from proxy.protocol.headers import METHOD_HEADER, NAME_HEADER, PROTOCOL_VERSION_HEADER, SESSION_HEADER
 from proxy.protocol.versions import LATEST_MODERN
-from tests.support.legacy_peer import SseReader, content_type
+from tests.support import raw_http_client
+from tests.support.mcp_client import (
+    ACCEPT,
+    PATH,
+    Endpoint,
+    JSONDict,
+    McpReply,
+    SseReader,
+    content_type,
+    read_messages,
+)
 from tests.support.schema import server_message_errors
 
-JSONDict = dict[str, Any]
 MODERN = LATEST_MODERN
-ACCEPT = "application/json, text/event-stream"
-PATH = "/mcp"
 CLIENT_INFO = {"name": "modern-test-client", "version": "0.0.1"}
 FULL_CAPABILITIES: JSONDict = {
     "roots": {},
@@ -59,44 +69,72 @@ def header_value(value: str) -> str:
     return value if plain else "=?base64?" + base64.b64encode(value.encode()).decode("ascii") + "?="
 
 
+def envelope(
+    capabilities: JSONDict,
+    client_info: JSONDict | None = None,
+    *,
+    log_level: str | None = None,
+    version: str = MODERN,
+) -> JSONDict:
+    """The per-request `_meta` envelope (without clientInfo when `client_info` is None)."""
+    out: JSONDict = {meta.PROTOCOL_VERSION: version, meta.CLIENT_CAPABILITIES: copy.deepcopy(capabilities)}
+    if client_info is not None:
+        out[meta.CLIENT_INFO] = client_info
+    if log_level is not None:
+        out[meta.LOG_LEVEL] = log_level
+    return out
+
+
+def request_message(request_id: Any, method: str, params: JSONDict | None, request_envelope: JSONDict) -> JSONDict:
+    """A request with `request_envelope` under `params._meta` (the message's own `_meta` keys win)."""
+    body = copy.deepcopy(params) if params else {}
+    own_meta = body.get("_meta") if isinstance(body.get("_meta"), dict) else {}
+    body["_meta"] = {**request_envelope, **own_meta}
+    return {"jsonrpc": "2.0", "id": request_id, "method": method, "params": body}
+
+
+def routing_headers(
+    method: str, name: str | None = None, version: str = MODERN, *, raw_name: bool = False
+) -> dict[str, str]:
+    """The headers a 2026-07-28 request carries beside its body (`raw_name`: Mcp-Name not encoded)."""
+    headers = {PROTOCOL_VERSION_HEADER: version, METHOD_HEADER: method}
+    if name is not None:
+        headers[NAME_HEADER] = name if raw_name else header_value(name)
+    return headers
+
+
+def headers_for(message: Any) -> dict[str, str]:
+    """The routing headers computed from `message`'s body (none but the version for a non-request)."""
+    if not isinstance(message, dict):
+        return {}
+    params = message.get("params") if isinstance(message.get("params"), dict) else {}
+    request_meta = params.get("_meta") if isinstance(params.get("_meta"), dict) else {}
+    version = request_meta.get(meta.PROTOCOL_VERSION)
+    version = version if isinstance(version, str) else MODERN
+    method = message.get("method")
+    if not isinstance(method, str):
+        return {PROTOCOL_VERSION_HEADER: version}
+    name = params.get(NAME_FIELDS.get(method, ""))
+    return routing_headers(method, name if isinstance(name, str) else None, version)
+
+
 def check(message: JSONDict, request_method: str | None = None) -> None:
     problems = server_message_errors(MODERN, message, request_method)
     assert not problems, f"invalid {MODERN} message {message!r}: {problems}"
 
 
-@dataclass
-class ModernReply:
-    """Everything one POST got back."""
-
-    status: int
-    content_type: str
-    headers: Any
-    request_id: Any
-    messages: list[JSONDict] = field(default_factory=list)
-
-    @property
-    def final(self) -> JSONDict | None:
-        for message in self.messages:
-            if "method" not in message and message.get("id") == self.request_id:
-                return message
-        return None
-
-    @property
-    def result(self) -> JSONDict:
-        final = self.final
-        assert final is not None and "result" in final, f"expected a result, got {self.status} {self.messages!r}"
-        return final["result"]
-
-    @property
-    def error(self) -> JSONDict:
-        final = self.final
-        assert final is not None and "error" in final, f"expected an error, got {self.status} {self.messages!r}"
-        return final["error"]
-
-    @property
-    def notes(self) -> list[JSONDict]:
-        """The notifications that preceded the response."""
-        return [m for m in self.messages if "method" in m and "id" not in m]
+async def read_reply(response: ClientResponse, message: Any) -> McpReply:
+    """Read a whole reply (JSON, SSE, or empty) and validate every message in it."""
+    request_method = message.get("method") if isinstance(message, dict) else None
+    request_id = message.get("id") if isinstance(message, dict) else None
+    assert SESSION_HEADER not in response.headers, "a modern reply must never carry a session id"
+    reply = McpReply(response.status, content_type(response), response.headers, request_id)
+    if reply.content_type == "text/event-stream":
+        assert response.headers.get("X-Accel-Buffering") == "no"
+    await read_messages(response, reply, batches=False)
+    for item in reply.messages:
+        check(item, request_method if reply.is_final(item) else None)
+    return reply
 
 
 class ModernStream:
@@ -129,8 +167,8 @@ class ModernStream:
         self.response.close()
 
 
-class ModernPeer:
-    """A modern client: no session, everything it is and can do travels with each request."""
+class ModernClient:
+    """A modern client, in-process: no session, everything it is and can do travels with each request."""
 
     def __init__(
         self,
@@ -152,14 +190,8 @@ class ModernPeer:
     def envelope(
         self, *, capabilities: JSONDict | None = None, log_level: str | None = None, version: str = MODERN
     ) -> JSONDict:
-        envelope: JSONDict = {
-            meta.PROTOCOL_VERSION: version,
-            meta.CLIENT_CAPABILITIES: copy.deepcopy(self.capabilities if capabilities is None else capabilities),
-            meta.CLIENT_INFO: self.client_info,
-        }
-        if log_level is not None:
-            envelope[meta.LOG_LEVEL] = log_level
-        return envelope
+        chosen = self.capabilities if capabilities is None else capabilities
+        return envelope(chosen, self.client_info, log_level=log_level, version=version)
 
     def message(
         self,
@@ -172,25 +204,14 @@ class ModernPeer:
         version: str = MODERN,
     ) -> JSONDict:
         """A request with the `_meta` envelope merged into `params._meta` (a fresh id unless given)."""
-        body = copy.deepcopy(params) if params else {}
-        own_meta = body.get("_meta") if isinstance(body.get("_meta"), dict) else {}
-        body["_meta"] = {**self.envelope(capabilities=capabilities, log_level=log_level, version=version), **own_meta}
-        return {"jsonrpc": "2.0", "id": self.next_id() if id is _DEFAULT else id, "method": method, "params": body}
+        request_id = self.next_id() if id is _DEFAULT else id
+        request_envelope = self.envelope(capabilities=capabilities, log_level=log_level, version=version)
+        return request_message(request_id, method, params, request_envelope)
 
     def headers(self, message: Any, overrides: dict[str, str | None] | None = None) -> dict[str, str]:
         """The headers a modern client sends for `message`; `overrides` sets (or with None, drops) some."""
         headers: dict[str, str] = {"Accept": ACCEPT, "Content-Type": "application/json", **self.base_headers}
-        if isinstance(message, dict):
-            params = message.get("params") if isinstance(message.get("params"), dict) else {}
-            request_meta = params.get("_meta") if isinstance(params.get("_meta"), dict) else {}
-            version = request_meta.get(meta.PROTOCOL_VERSION)
-            headers[PROTOCOL_VERSION_HEADER] = version if isinstance(version, str) else MODERN
-            method = message.get("method")
-            if isinstance(method, str):
-                headers[METHOD_HEADER] = method
-                name = params.get(NAME_FIELDS.get(method, ""))
-                if isinstance(name, str):
-                    headers[NAME_HEADER] = header_value(name)
+        headers.update(headers_for(message))
         for name, value in (overrides or {}).items():
             for present in [h for h in headers if h.lower() == name.lower()]:
                 del headers[present]
@@ -222,7 +243,7 @@ class ModernPeer:
         *,
         headers: dict[str, str | None] | None = None,
         **options: Any,
-    ) -> ModernReply:
+    ) -> McpReply:
         """POST a request and read the whole (validated) reply."""
         message, response = await self.send(method, params, headers=headers, **options)
         return await read_reply(response, message)
@@ -231,23 +252,18 @@ class ModernPeer:
         return ModernStream(response, message.get("method"), message.get("id"))
 
 
-async def read_reply(response: ClientResponse, message: Any) -> ModernReply:
-    """Read a whole reply (JSON, SSE, or empty) and validate every message in it."""
-    request_method = message.get("method") if isinstance(message, dict) else None
-    request_id = message.get("id") if isinstance(message, dict) else None
-    assert SESSION_HEADER not in response.headers, "a modern reply must never carry a session id"
-    reply = ModernReply(response.status, content_type(response), response.headers, request_id)
-    if reply.content_type == "text/event-stream":
-        assert response.headers.get("X-Accel-Buffering") == "no"
-        reader = SseReader(response)
-        while (item := await reader.message()) is not None:
-            reply.messages.append(item)
-    else:
-        body = await response.read()
-        if body:
-            assert reply.content_type == "application/json", f"non-JSON body {body[:200]!r}"
-            reply.messages.append(json.loads(body))
-    for item in reply.messages:
-        is_final = "method" not in item and item.get("id") == request_id
-        check(item, request_method if is_final else None)
-    return reply
+# ---------------------------------------------------------------- a proxy process (raw HTTP)
+
+
+def call(
+    endpoint: Endpoint,
+    request_id: Any,
+    method: str,
+    params: JSONDict | None = None,
+    capabilities: JSONDict | None = None,
+    when: tuple[bytes, Callable[[], None]] | None = None,
+) -> raw_http_client.Reply:
+    """POST a request (an envelope without clientInfo; no capabilities unless given) with the routing
+    headers computed from it."""
+    message = request_message(request_id, method, params, envelope(capabilities or {}))
+    return endpoint.post(message, list(headers_for(message).items()), when)
