@@ -24,9 +24,9 @@ import pytest
 
 from proxy.protocol import jsonrpc
 from tests.e2e.conftest import PROXY_LOGS, ProxyFactory
-from tests.support import fault_upstream, peers, stdio_server, tally
+from tests.support import fault_upstream, legacy_client, modern_client, peers, stdio_server, tally
 from tests.support.answers import assert_holds
-from tests.support.mcp_http import Endpoint, answer_to, metric
+from tests.support.mcp_client import Endpoint, answer_to, metric
 from tests.support.procs import PortTaken, Process, reserved_port
 from tests.support.raw_http_client import Reply
 
@@ -130,7 +130,7 @@ class Client:
     def __init__(self, era: str, endpoint: Endpoint) -> None:
         self.era = era
         self.endpoint = endpoint
-        self.session = endpoint.open_session() if era == "legacy" else None
+        self.session = legacy_client.open_session(endpoint) if era == "legacy" else None
         self._ids = iter(range(1, 1_000_000))
 
     def call(
@@ -141,9 +141,9 @@ class Client:
         if progress:
             params["_meta"] = {"progressToken": f"p{request_id}"}
         if self.session is not None:
-            reply = self.endpoint.legacy(self.session, request_id, "tools/call", params, when=when)
+            reply = legacy_client.call(self.endpoint, self.session, request_id, "tools/call", params, when=when)
         else:
-            reply = self.endpoint.modern(request_id, "tools/call", params, when=when)
+            reply = modern_client.call(self.endpoint, request_id, "tools/call", params, when=when)
         return reply, answer_to(reply, request_id)
 
 
@@ -282,10 +282,10 @@ def test_a_stdio_server_that_misbehaves_gives_clear_errors(
         endpoint = Endpoint(url, timeout=BOUND_S)
         for client_era in ("modern", "legacy"):
             if client_era == "legacy":
-                reply = endpoint.initialize()
+                reply = legacy_client.initialize(endpoint)
                 request_id: Any = 0
             else:
-                reply = endpoint.modern(1, "tools/call", {"name": "echo", "arguments": {"text": "x"}})
+                reply = modern_client.call(endpoint, 1, "tools/call", {"name": "echo", "arguments": {"text": "x"}})
                 request_id = 1
             assert_holds(reply, f"{fault}/{client_era}")
             answer = answer_to(reply, request_id)
@@ -318,7 +318,7 @@ def test_a_stdio_server_that_crashes_mid_call_fails_that_call_and_is_started_aga
                     assert answer["error"]["code"] == jsonrpc.UPSTREAM_UNAVAILABLE, answer
 
         def lists_tools() -> None:
-            listed = endpoint.modern(5, "tools/list")
+            listed = modern_client.call(endpoint, 5, "tools/list")
             assert_holds(listed, "tools/list after crashes")
             assert listed.status == 200 and json.loads(listed.body).get("result", {}).get("tools"), listed.body[:300]
 

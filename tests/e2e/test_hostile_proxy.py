@@ -23,9 +23,9 @@ from hypothesis import strategies as st
 from proxy.protocol.versions import LATEST_LEGACY, LATEST_MODERN
 from tests.e2e.conftest import PROXY_LOGS, ProxyFactory, stdio_command
 from tests.hostile import strategies as hs
-from tests.support import peers, tally
+from tests.support import legacy_client, modern_client, peers, tally
 from tests.support.answers import assert_holds
-from tests.support.mcp_http import Endpoint, modern_headers
+from tests.support.mcp_client import Endpoint
 from tests.support.raw_http_client import Reply, build, exchange
 
 EXAMPLES = int(os.environ.get("HOSTILE_PROXY_EXAMPLES", "500"))
@@ -45,13 +45,13 @@ class Target:
 
 
 def open_session(target: Target) -> str:
-    return target.endpoint.open_session({"elicitation": {}})
+    return legacy_client.open_session(target.endpoint, {"elicitation": {}})
 
 
 def input_required_state(target: Target) -> str | None:
     """A live requestState from the upstream's eliciting tool (legacy upstreams only)."""
     params = {"name": target.elicit_tool, "arguments": {"message": "name?"}}
-    reply = target.endpoint.modern(1, "tools/call", params, ELICITING)
+    reply = modern_client.call(target.endpoint, 1, "tools/call", params, ELICITING)
     assert_holds(reply, "input_required")
     result = json.loads(reply.body).get("result", {}) if reply.content_type == "application/json" else {}
     state = result.get("requestState")
@@ -64,13 +64,13 @@ def healthy(target: Target) -> None:
     A server the hostile requests left broken may fail the first request that reaches it (the
     mcp==1.30.0 stdio server exits on the first message after a cancelled call that was waiting
     for an elicitation): that one gets -32010 and the next a new server process."""
-    reply = target.endpoint.modern(99, "tools/list", capabilities=ELICITING)
+    reply = modern_client.call(target.endpoint, 99, "tools/list", capabilities=ELICITING)
     if b'"code":-32010' in reply.body and b"exited" in reply.body:
         tally.note(f"hostile {target.name}: the upstream process exited; the proxy answered -32010 and started another")
-        reply = target.endpoint.modern(100, "tools/list", capabilities=ELICITING)
+        reply = modern_client.call(target.endpoint, 100, "tools/list", capabilities=ELICITING)
     assert reply.status == 200 and b'"tools"' in reply.body, reply
     session = open_session(target)
-    listed = target.endpoint.legacy(session, 2, "tools/list")
+    listed = legacy_client.call(target.endpoint, session, 2, "tools/list")
     assert listed.status == 200 and b'"tools"' in listed.body, listed
     # The proxy's own lines (a stdio server's stderr, relayed as upstream_stderr, may hold its own).
     own = [
@@ -146,7 +146,9 @@ def hostile_requests(draw: st.DrawFn) -> Hostile:
         headers += [("Content-Type", "application/json"), ("Accept", ACCEPT)]
     if style == "modern" and isinstance(value, dict) and isinstance(value.get("method"), str):
         name = value.get("params", {}).get("name") if isinstance(value.get("params"), dict) else None
-        headers += modern_headers(value["method"], name if isinstance(name, str) else None)
+        headers += modern_client.routing_headers(
+            value["method"], name if isinstance(name, str) else None, raw_name=True
+        ).items()
     for _ in range(draw(st.integers(0, 3))):
         headers.append((draw(header_names), draw(header_values)))
     body = json.dumps(value).encode()

@@ -23,7 +23,8 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from tests.support.mcp_http import Endpoint, answer_to
+from tests.support import legacy_client, modern_client
+from tests.support.mcp_client import Endpoint, answer_to
 from tests.support.oauth import (
     AuthServer,
     auth_server,
@@ -248,7 +249,7 @@ def test_a_bad_token_gets_401_with_the_proxys_challenge(
 ) -> None:
     deployment = deploy(model, server)
     endpoint = Endpoint(deployment.url, authorization=f"Bearer {bad_token(issuer, kind, deployment.url)}")
-    for reply in (endpoint.initialize(), endpoint.modern(1, "tools/list")):
+    for reply in (legacy_client.initialize(endpoint), modern_client.call(endpoint, 1, "tools/list")):
         assert reply.status == 401, (reply.status, reply.body[:500])
         challenge = reply.header("www-authenticate") or ""
         assert challenge.startswith("Bearer "), challenge
@@ -261,7 +262,7 @@ def test_no_token_gets_401_with_the_proxys_challenge_in_both_models(
 ) -> None:
     for model in ("passthrough", "resource_server"):
         deployment = deploy(model, "legacy")
-        reply = Endpoint(deployment.url).initialize()
+        reply = legacy_client.initialize(Endpoint(deployment.url))
         assert reply.status == 401, (model, reply.status, reply.body[:500])
         assert f'resource_metadata="{deployment.resource_metadata}"' in (reply.header("www-authenticate") or "")
 
@@ -322,21 +323,21 @@ def test_a_session_presented_with_another_subjects_token_is_refused(
 ) -> None:
     deployment = deploy(model, server)
     first = Endpoint(deployment.url, authorization=f"Bearer {issuer.mint(sub=USER, aud=deployment.url)}")
-    session = first.open_session()
+    session = legacy_client.open_session(first)
     refreshed = replace(first, authorization=f"Bearer {issuer.mint(sub=USER, aud=deployment.url)}")
     assert refreshed.authorization != first.authorization
     other = replace(first, authorization=f"Bearer {issuer.mint(sub=OTHER, aud=deployment.url)}")
     call = {"name": "echo", "arguments": {"text": "hi"}}
 
-    kept = refreshed.legacy(session, 1, "tools/call", call)
+    kept = legacy_client.call(refreshed, session, 1, "tools/call", call)
     answer = answer_to(kept, 1)
     assert kept.status == 200 and answer is not None and "result" in answer, (kept.status, kept.body[:500])
 
-    refused = other.legacy(session, 2, "tools/call", call)
+    refused = legacy_client.call(other, session, 2, "tools/call", call)
     assert 400 <= refused.status < 500, (refused.status, refused.body[:500])
     assert (answer_to(refused, 2) or {}).get("result") is None, refused.body[:500]
 
-    again = first.legacy(session, 3, "tools/call", call)  # the refusal did not end the owner's session
+    again = legacy_client.call(first, session, 3, "tools/call", call)  # the refusal did not end the owner's session
     assert again.status == 200 and "result" in (answer_to(again, 3) or {}), (again.status, again.body[:500])
 
 
@@ -351,21 +352,21 @@ def test_a_parked_call_retried_with_another_subjects_token_is_refused(
     asker = Endpoint(deployment.url, authorization=f"Bearer {issuer.mint(sub=USER, aud=deployment.url)}")
     capabilities = {"elicitation": {"form": {}}}
     call = {"name": "confirm", "arguments": {"message": "ok?"}}
-    parked = asker.modern(1, "tools/call", call, capabilities)
+    parked = modern_client.call(asker, 1, "tools/call", call, capabilities)
     result = (answer_to(parked, 1) or {}).get("result") or {}
     assert parked.status == 200 and result.get("resultType") == "input_required", (parked.status, parked.body[:800])
     retry = {**call, "inputResponses": dict.fromkeys(result["inputRequests"], ELICIT_ANSWER)}
     retry["requestState"] = result["requestState"]
 
     other = replace(asker, authorization=f"Bearer {issuer.mint(sub=OTHER, aud=deployment.url)}")
-    refused = other.modern(2, "tools/call", retry, capabilities)
+    refused = modern_client.call(other, 2, "tools/call", retry, capabilities)
     refused_answer = answer_to(refused, 2) or {}
     assert "confirmed:" not in json.dumps(refused_answer), refused.body[:800]
     assert refused.status >= 400 or "error" in refused_answer, (refused.status, refused.body[:800])
     assert refused.status != 500
 
     refreshed = replace(asker, authorization=f"Bearer {issuer.mint(sub=USER, aud=deployment.url)}")
-    done = refreshed.modern(3, "tools/call", retry, capabilities)
+    done = modern_client.call(refreshed, 3, "tools/call", retry, capabilities)
     final = (answer_to(done, 3) or {}).get("result") or {}
     text = "".join(c.get("text", "") for c in final.get("content", []))
     assert done.status == 200 and text.startswith("confirmed: action=accept name=Ada"), (done.status, done.body[:800])

@@ -24,8 +24,8 @@ from pathlib import Path
 import pytest
 
 from proxy.protocol import jsonrpc
-from tests.support import stdio_server, tally
-from tests.support.mcp_http import Endpoint, answer_to, metric
+from tests.support import legacy_client, modern_client, stdio_server, tally
+from tests.support.mcp_client import Endpoint, answer_to, metric
 from tests.support.procs import serving
 from tests.support.raw_http_client import build
 
@@ -134,10 +134,10 @@ def _cut_after_headers(endpoint: Endpoint, session: str, body: bytes) -> None:
 
 def legacy_cycle(endpoint: Endpoint, n: int, tool: str, streaming_tool: str) -> None:
     """One legacy session's life: most are closed, some abandoned, some cut mid-call or mid-stream."""
-    session = endpoint.open_session()
-    listed = endpoint.legacy(session, 1, "tools/list")
+    session = legacy_client.open_session(endpoint)
+    listed = legacy_client.call(endpoint, session, 1, "tools/list")
     assert listed.status == 200, listed
-    called = endpoint.legacy(session, 2, "tools/call", {"name": tool, "arguments": {"text": "soak"}})
+    called = legacy_client.call(endpoint, session, 2, "tools/call", {"name": tool, "arguments": {"text": "soak"}})
     assert answer_to(called, 2) is not None, called
     kind = n % 10
     if kind == 7:  # a call with progress, cut by the client once its stream starts
@@ -150,13 +150,13 @@ def legacy_cycle(endpoint: Endpoint, n: int, tool: str, streaming_tool: str) -> 
             sock.recv(64)
     if kind in (0, 1):
         return  # abandoned: left to expire
-    assert endpoint.delete(session).status in (200, 204), "DELETE failed"
+    assert legacy_client.delete(endpoint, session).status in (200, 204), "DELETE failed"
 
 
 def parked_cycle(endpoint: Endpoint, n: int) -> None:
     """A modern call the legacy upstream parks on an elicitation; the client never comes back."""
     params = {"name": "test_elicitation", "arguments": {"message": "who?"}}
-    reply = endpoint.modern(n, "tools/call", params, {"elicitation": {"form": {}}})
+    reply = modern_client.call(endpoint, n, "tools/call", params, {"elicitation": {"form": {}}})
     answer = answer_to(reply, n)
     assert answer is not None, reply.body[:300]
     if answer.get("error", {}).get("code") == jsonrpc.LIMIT_EXCEEDED:

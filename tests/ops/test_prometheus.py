@@ -26,7 +26,8 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.support.mcp_http import Endpoint, answer_to
+from tests.support import legacy_client, modern_client
+from tests.support.mcp_client import Endpoint, answer_to
 from tests.support.procs import Process, proxy_listener, serving
 from tests.test_ops import TARGET_LABELS, alerts, dashboard, dashboard_queries, exported, render
 
@@ -83,15 +84,15 @@ def prometheus_binary() -> str:
 def traffic(url: str) -> None:
     """Legacy and modern calls through the proxy, and one it must refuse."""
     endpoint = Endpoint(url)
-    session = endpoint.open_session()
+    session = legacy_client.open_session(endpoint)
     for request_id, method, params in [
         (1, "tools/list", None),
         (2, "tools/call", {"name": "echo", "arguments": {"text": "hi"}}),
         (3, "ping", None),
     ]:
-        reply = endpoint.legacy(session, request_id, method, params)
+        reply = legacy_client.call(endpoint, session, request_id, method, params)
         assert reply.status == 200 and "result" in (answer_to(reply, request_id) or {}), reply
-    reply = endpoint.modern(4, "tools/call", {"name": "echo", "arguments": {"text": "modern"}})
+    reply = modern_client.call(endpoint, 4, "tools/call", {"name": "echo", "arguments": {"text": "modern"}})
     assert reply.status == 200 and "result" in (answer_to(reply, 4) or {}), reply
     refused = endpoint.post({"jsonrpc": "2.0", "id": 5, "method": "tools/list"}, [("Mcp-Session-Id", "forged")])
     assert refused.status in (400, 404), refused

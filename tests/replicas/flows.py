@@ -7,7 +7,8 @@ import itertools
 from dataclasses import dataclass
 from typing import Any
 
-from tests.support.mcp_http import Endpoint, answer_to
+from tests.support import legacy_client, modern_client
+from tests.support.mcp_client import Endpoint, answer_to
 from tests.support.raw_http_client import Hung, Reply
 
 ELICIT = {"name": "elicit", "arguments": {"message": "who?"}}  # both SDK servers have this tool
@@ -62,12 +63,12 @@ def outcome(send: Any, request_id: int) -> Outcome:
 def legacy_call(ep: Endpoint, session: str, name: str = "echo", arguments: Any = None) -> Outcome:
     rid = next_id()
     params = {"name": name, "arguments": {"text": "hi"} if arguments is None else arguments}
-    return outcome(lambda: ep.legacy(session, rid, "tools/call", params), rid)
+    return outcome(lambda: legacy_client.call(ep, session, rid, "tools/call", params), rid)
 
 
 def modern_call(ep: Endpoint, params: dict[str, Any], capabilities: dict[str, Any] | None = None) -> Outcome:
     rid = next_id()
-    return outcome(lambda: ep.modern(rid, "tools/call", params, capabilities), rid)
+    return outcome(lambda: modern_client.call(ep, rid, "tools/call", params, capabilities), rid)
 
 
 def ask(ep: Endpoint) -> tuple[str, dict[str, Any]]:

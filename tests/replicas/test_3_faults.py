@@ -23,7 +23,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from tests.support import tally
+from tests.support import legacy_client, tally
 from tests.support.redis_server import RedisServer
 from tests.support.replicas import PARKED, Cluster, wait_until
 from tests.support.sdk_drivers import legacy_client_argv, observations
@@ -158,7 +158,7 @@ def test_a_redis_restart_with_an_empty_store_loses_no_legacy_session(l2m: Cluste
     its port. Calls keep working meanwhile, and afterwards every session goes on, on every replica:
     no 404 (a 404 is a lost session: the client has to start over)."""
     ep = l2m.endpoint(timeout=HUNG_S)
-    sessions = [ep.open_session() for _ in range(SESSIONS)]
+    sessions = [legacy_client.open_session(ep) for _ in range(SESSIONS)]
     before = [legacy_call(ep, s) for s in sessions]
     redis.kill()
     try:
@@ -253,7 +253,7 @@ def test_a_rolling_restart_under_load_loses_no_session_and_no_request(direction:
     (parked calls) and legacy sessions are the upstream's. 0 sessions lost, 0 requests failed."""
     cluster: Cluster = request.getfixturevalue("l2m" if direction == "legacy-to-modern" else "m2l")
     ep = cluster.endpoint(timeout=HUNG_S)
-    sessions = [ep.open_session() for _ in range(LOAD_SESSIONS)]
+    sessions = [legacy_client.open_session(ep) for _ in range(LOAD_SESSIONS)]
     load = Load()
     for session in sessions:
         load.add(lambda s=session: [legacy_call(ep, s)])

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.support import tally
+from tests.support import legacy_client, tally
 from tests.support.raw_http_client import build, exchange
 from tests.support.replicas import Cluster
 
@@ -26,7 +26,7 @@ def positions(token: str) -> list[int]:
 
 def test_a_tampered_session_id_is_refused_and_the_genuine_one_works_everywhere(l2m: Cluster):
     ep = l2m.endpoint()
-    session = ep.open_session()
+    session = legacy_client.open_session(ep)
     tampered = [legacy_call(ep, flipped(session, at)) for at in positions(session)]
     genuine = [legacy_call(ep, session) for _ in range(len(l2m.replicas))]
     refused = sum(o.kind == "lost" for o in tampered)
@@ -37,7 +37,7 @@ def test_a_tampered_session_id_is_refused_and_the_genuine_one_works_everywhere(l
 
 def test_a_session_id_presented_with_another_authorization_is_refused(l2m: Cluster):
     alice, mallory = l2m.endpoint(authorization="Bearer alice"), l2m.endpoint(authorization="Bearer mallory")
-    session = alice.open_session()
+    session = legacy_client.open_session(alice)
     stolen = [legacy_call(mallory, session) for _ in range(TRIES)]
     genuine = [legacy_call(alice, session) for _ in range(len(l2m.replicas))]
     refused = sum(o.kind == "lost" for o in stolen)
@@ -77,7 +77,7 @@ def test_the_internal_listener_refuses_what_no_replica_sealed(l2m: Cluster):
                 tried += 1
                 refused += 400 <= reply.status < 500 and reply.content_type == "application/json"
     ep = l2m.endpoint()
-    after = [legacy_call(ep, ep.open_session()) for _ in range(len(l2m.replicas))]
+    after = [legacy_call(ep, legacy_client.open_session(ep)) for _ in range(len(l2m.replicas))]
     tally.replicas("tamper", f"internal {refused}/{tried} refused", append=True)
     assert refused == tried
     assert [o for o in after if o.kind != "ok"] == []

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tests.support import peers
-from tests.support.mcp_http import Endpoint, metric
+from tests.support.mcp_client import Endpoint, metric
 from tests.support.procs import PortTaken, Process, reserved_port
 from tests.support.raw_http_client import build, exchange
 from tests.support.redis_server import RedisServer
