@@ -102,7 +102,7 @@ class LegacyClient:
     """One initialized legacy session against the proxy, in-process."""
 
     def __init__(
-        self, client: TestClient, version: str, session_id: str, headers: dict[str, str], initialize: JSONDict
+        self, client: TestClient[Any, Any], version: str, session_id: str, headers: dict[str, str], initialize: JSONDict
     ) -> None:
         self.client = client
         self.version = version
@@ -114,7 +114,7 @@ class LegacyClient:
     @classmethod
     async def connect(
         cls,
-        client: TestClient,
+        client: TestClient[Any, Any],
         version: str = LATEST_LEGACY,
         *,
         capabilities: JSONDict | None = None,

@@ -128,13 +128,15 @@ class McpReply:
     def result(self) -> JSONDict:
         final = self.final
         assert final is not None and "result" in final, f"expected a result, got {self.status} {self.messages!r}"
-        return final["result"]
+        result: JSONDict = final["result"]
+        return result
 
     @property
     def error(self) -> JSONDict:
         final = self.final
         assert final is not None and "error" in final, f"expected an error, got {self.status} {self.messages!r}"
-        return final["error"]
+        error: JSONDict = final["error"]
+        return error
 
     @property
     def interim(self) -> list[JSONDict]:

@@ -85,11 +85,14 @@ def envelope(
     return out
 
 
+def _object(value: Any) -> JSONDict:
+    return value if isinstance(value, dict) else {}
+
+
 def request_message(request_id: Any, method: str, params: JSONDict | None, request_envelope: JSONDict) -> JSONDict:
     """A request with `request_envelope` under `params._meta` (the message's own `_meta` keys win)."""
     body = copy.deepcopy(params) if params else {}
-    own_meta = body.get("_meta") if isinstance(body.get("_meta"), dict) else {}
-    body["_meta"] = {**request_envelope, **own_meta}
+    body["_meta"] = {**request_envelope, **_object(body.get("_meta"))}
     return {"jsonrpc": "2.0", "id": request_id, "method": method, "params": body}
 
 
@@ -107,9 +110,8 @@ def headers_for(message: Any) -> dict[str, str]:
     """The routing headers computed from `message`'s body (none but the version for a non-request)."""
     if not isinstance(message, dict):
         return {}
-    params = message.get("params") if isinstance(message.get("params"), dict) else {}
-    request_meta = params.get("_meta") if isinstance(params.get("_meta"), dict) else {}
-    version = request_meta.get(meta.PROTOCOL_VERSION)
+    params = _object(message.get("params"))
+    version = _object(params.get("_meta")).get(meta.PROTOCOL_VERSION)
     version = version if isinstance(version, str) else MODERN
     method = message.get("method")
     if not isinstance(method, str):
@@ -172,7 +174,7 @@ class ModernClient:
 
     def __init__(
         self,
-        http: TestClient,
+        http: TestClient[Any, Any],
         *,
         capabilities: JSONDict | None = None,
         client_info: JSONDict | None = None,
