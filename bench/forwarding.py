@@ -26,14 +26,14 @@ from typing import Any
 import aiohttp
 
 from tests.support import peers
-from tests.support.modern_peer import ModernPeer, read_reply
+from tests.support.modern_client import ModernClient, read_reply
 from tests.support.procs import Process, on_reserved_port, reserved_port, serving
 
 SECRET = "bench-forwarding-secret-0123456789"
 ANSWER = {"action": "accept", "content": {"name": "Ada"}}
 
 
-async def _retry_ms(parker: ModernPeer, retrier: ModernPeer) -> float:
+async def _retry_ms(parker: ModernClient, retrier: ModernClient) -> float:
     message, response = await parker.send("tools/call", _call())
     reply = await read_reply(response, message)
     result = reply.result
@@ -58,8 +58,8 @@ async def measure(a_url: str, b_url: str, rounds: int) -> dict[str, list[float]]
         aiohttp.ClientSession(base_url=a_url) as a_http,
         aiohttp.ClientSession(base_url=b_url) as b_http,
     ):
-        # ModernPeer posts to "/mcp" on its client: a ClientSession with a base URL is one.
-        a, b = ModernPeer(a_http), ModernPeer(b_http)  # type: ignore[arg-type]
+        # ModernClient posts to "/mcp" on its client: a ClientSession with a base URL is one.
+        a, b = ModernClient(a_http), ModernClient(b_http)  # type: ignore[arg-type]
         for _ in range(10):  # warm-up: sessions pooled, connections open, code paths hot
             await _retry_ms(a, a)
             await _retry_ms(a, b)
