@@ -44,7 +44,8 @@ from .relay.passthrough import ModernPassThrough
 from .relay.routes import routing_table
 from .relay.tasks.host import LegacyTaskHost
 from .state.cache import ResponseCache
-from .state.redis_store import RedisSessionStore, RedisTaskStore, redis_store
+from .state.redis_store import RedisSessionStore, redis_store
+from .state.redis_tasks import RedisTaskStore
 from .state.sealing import Sealer
 from .state.sessions import InMemorySessionStore, SessionIds, SessionStore
 from .state.task_records import InMemoryTaskStore, TaskStore
