@@ -33,10 +33,10 @@ from .protocol.versions import Era
 from .relay.binding import CallerBinding
 from .relay.bytes import ByteRelay
 from .relay.cache_watch import CacheWatcher
+from .relay.connection_sessions import ProcessBackend
 from .relay.detect import EraDetector, Probe, probe_http, probe_stdio
 from .relay.failures import UpstreamFailures
 from .relay.legacy_sessions import LegacySessionHost
-from .relay.legacy_stdio import ProcessBackend
 from .relay.legacy_to_modern import TranslatingBackend
 from .relay.modern_to_legacy import ModernToLegacy
 from .relay.modern_to_legacy import probe as probe_legacy
