@@ -30,6 +30,7 @@ from .downstream.legacy_sse import LegacySseEndpoint
 from .metrics import Metrics
 from .protocol.request_state import RequestStateCodec
 from .protocol.versions import Era
+from .relay.assemble import LateCallback
 from .relay.binding import CallerBinding
 from .relay.bytes import ByteRelay
 from .relay.cache_watch import CacheWatcher
@@ -108,7 +109,8 @@ def create_app(
     codec = RequestStateCodec(sealer, owner.boot, owner.address, clock)
     server_ids = ServerRequestIds(sealer, owner)
     forwarder = Forwarder(settings, sealer, owner, codec, server_ids, metrics, clock)
-    cache = ResponseCache(settings.cache, metrics, cache_clock)
+    cache_stored = LateCallback[[str | None]]("cache stored")  # bound to the watcher, built below
+    cache = ResponseCache(settings.cache, metrics, cache_clock, on_store=cache_stored)
     failures = UpstreamFailures(metrics, own_credentials=settings.auth.mode == "resource_server")
     # resource_server: the upstream sees only the proxy's credentials, so the proxy binds a same-era
     # upstream's session ids and requestState to the caller (relay/binding.py).
@@ -125,7 +127,6 @@ def create_app(
     modern_upstream: HttpUpstream | StdioModernUpstream
     if config.transport == "http":
         http = modern_upstream = HttpUpstream(config, client_session or HttpUpstream.client_session(config))
-        byte_relay = ByteRelay(http, failures, config.request_timeout_s, binding)
         legacy_sessions = http_sessions(http, config.initialize_timeout_s)
         probe: Probe = partial(probe_http, http, config.era_probe_timeout_s)
     else:
@@ -178,7 +179,10 @@ def create_app(
             return channel
 
         probe = partial(probe_stdio, probe_channel, config.era_probe_timeout_s)
-    detector = EraDetector("legacy" if config.transport == "sse" else config.era, probe)
+    era_changed = LateCallback[[Era]]("era changed")  # bound to the cache and the watcher, built below
+    detector = EraDetector("legacy" if config.transport == "sse" else config.era, probe, on_change=era_changed)
+    if http is not None:
+        byte_relay = ByteRelay(http, failures, config.request_timeout_s, binding, on_era_mismatch=detector.suspect)
 
     owned_store: RedisSessionStore | None = None
     if store is None and settings.store.url is not None:
@@ -197,21 +201,32 @@ def create_app(
         legacy_tasks = LegacyTaskHost(
             settings.tasks, task_store, metrics, owner=f"{boot}@{settings.replicas.advertised or ''}", clock=clock
         )
+    named = f"{boot}@{settings.replicas.advertised or ''}"  # how this replica names itself in shared records
     translating_backend = TranslatingBackend(
-        settings, modern_upstream, store, metrics, cache, failures, server_ids=server_ids.mint, tasks=legacy_tasks
+        settings,
+        modern_upstream,
+        store,
+        metrics,
+        cache,
+        failures,
+        server_ids=server_ids.mint,
+        tasks=legacy_tasks,
+        claimant=named,
+        on_era_mismatch=detector.suspect,
     )
-    translating_backend.on_era_mismatch = detector.suspect
-    if byte_relay is not None:
-        byte_relay.on_era_mismatch = detector.suspect
-    legacy_to_modern = LegacySessionHost(
-        translating_backend, settings, store, ids, metrics, clock, owner=f"{boot}@{settings.replicas.advertised or ''}"
-    )
+    legacy_to_modern = LegacySessionHost(translating_backend, settings, store, ids, metrics, clock, owner=named)
     same_era = ModernPassThrough(settings, modern_upstream, metrics, cache, failures, binding)
     modern_to_legacy = ModernToLegacy(
-        settings, legacy_sessions, metrics, codec, clock, cache=cache, failures=failures, tasks=legacy_tasks
+        settings,
+        legacy_sessions,
+        metrics,
+        codec,
+        clock,
+        cache=cache,
+        failures=failures,
+        tasks=legacy_tasks,
+        on_era_mismatch=detector.suspect,
     )
-    modern_to_legacy.on_era_mismatch = detector.suspect
-    translating_backend.claimant = legacy_to_modern.owner
     router = routing_table(
         config.transport,
         translating=legacy_to_modern,
@@ -221,13 +236,13 @@ def create_app(
         byte_relay=byte_relay,
     )
     watcher = CacheWatcher(settings, cache, detector, translating_backend, modern_to_legacy)
-    cache.on_store = watcher.watch
+    cache_stored.bind(watcher.watch)
 
-    def era_changed(era: Era) -> None:
+    def clear_for_era(era: Era) -> None:
         cache.clear("era_changed")
         watcher.reset()
 
-    detector.on_change = era_changed
+    era_changed.bind(clear_for_era)
     guard = Guard(settings)
     discovery = Discovery(settings, guard.host_allowed, clock=cache_clock)
     # JWTs of auth.issuers are verified (the caller is their subject; resource_server: the gate).
