@@ -7,7 +7,7 @@ import secrets
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from functools import partial
-from typing import Any, cast
+from typing import Any
 
 import aiohttp
 import structlog
@@ -21,7 +21,7 @@ from .cluster.envelope import SSE_MESSAGE_ROUTE
 from .cluster.forward import Forwarder
 from .cluster.owners import Owner, ServerRequestIds, new_boot_id
 from .cluster.replay import ReplayEndpoint, internal_app
-from .config import Settings, TracingConfig
+from .config import Settings, SseTarget, TracingConfig
 from .downstream.admin import Admin
 from .downstream.clients import ClientReport
 from .downstream.guard import Guard, allowing, method_not_allowed, not_found, safe
@@ -51,11 +51,11 @@ from .state.sealing import Sealer
 from .state.sessions import InMemorySessionStore, SessionIds, SessionStore
 from .state.task_records import InMemoryTaskStore, TaskStore
 from .tracing import NO_TRACING, Tracing
+from .upstream.edge import build_upstream
 from .upstream.errors import UpstreamHTTPError
 from .upstream.http import HttpUpstream
-from .upstream.legacy_session import SessionFactory, http_sessions, stdio_sessions
 from .upstream.sse import SseConnector, serves_sse
-from .upstream.stdio import StdioChannel, StdioModernUpstream, StdioProcess, process_factory
+from .upstream.stdio import StdioChannel, StdioModernUpstream
 
 log = structlog.get_logger(__name__)
 
@@ -117,48 +117,17 @@ def create_app(
     binding = None
     if settings.auth.mode == "resource_server":
         binding = CallerBinding(sealer, max_state_chars=settings.security.max_body_bytes)
-    http: HttpUpstream | None = None
-    stdio: StdioModernUpstream | None = None
-    sse: SseConnector | None = None
+    edge = build_upstream(config, metrics, client_session)
+    http, stdio, modern_upstream = edge.http, edge.stdio, edge.modern
+    legacy_sessions = edge.legacy_sessions
     byte_relay: ByteRelay | None = None
     process_sessions: LegacySessionHost[Any] | None = None
-    legacy_sessions: SessionFactory
-    owns_session = client_session is None
-    modern_upstream: HttpUpstream | StdioModernUpstream
-    if config.transport == "http":
-        http = modern_upstream = HttpUpstream(config, client_session or HttpUpstream.client_session(config))
-        legacy_sessions = http_sessions(http, config.initialize_timeout_s)
-        probe: Probe = partial(probe_http, http, config.era_probe_timeout_s)
+    probe: Probe
+    if edge.processes is None:
+        assert http is not None
+        probe = partial(probe_http, http, config.era_probe_timeout_s)
     else:
-        make: Callable[..., StdioProcess]
-        if config.transport == "sse":
-            assert config.sse_url is not None
-            sse = SseConnector(
-                config.sse_url,
-                config.name,
-                client_session or SseConnector.client_session(config.connect_timeout_s),
-                static_headers=config.headers,
-                connect_timeout_s=config.connect_timeout_s,
-                endpoint_timeout_s=config.sse.endpoint_timeout_s,
-                max_event_bytes=config.max_reply_bytes,
-                max_sessions=config.sse.max_sessions,
-                tally=metrics.upstream_sse_sessions.labels(config.name),
-            )
-            # Its connections have the StdioProcess interface (start, write, running, exited, stop).
-            make = cast("Callable[..., StdioProcess]", sse)
-            max_live, idle_s = config.sse.max_sessions, config.sse.session_idle_s
-        else:
-            assert config.command is not None
-            make = process_factory(
-                config.command, config.name, config.env, config.cwd, metrics.upstream_processes.labels(config.name)
-            )
-            max_live, idle_s = config.stdio.max_processes, config.stdio.process_idle_s
-        # An HTTP+SSE server is never asked for modern service (its era is legacy, not probed): the
-        # shared channel below exists for the stdio case only.
-        stdio = modern_upstream = StdioModernUpstream(
-            config.name, make, grace_s=config.shutdown_grace_s, backoff_max_s=config.restart_backoff_max_s
-        )
-        legacy_sessions = stdio_sessions(make, config.name, config.shutdown_grace_s, config.initialize_timeout_s)
+        make = edge.processes.make
         # A session that is a process (or an SSE connection) cannot be shared with other replicas:
         # it lives here only. It is bounded in number and ended sooner when idle than a session
         # record expires.
@@ -169,8 +138,8 @@ def create_app(
             ids,
             metrics,
             clock,
-            max_live=max_live,
-            idle_timeout_s=idle_s,
+            max_live=edge.processes.max_live,
+            idle_timeout_s=edge.processes.idle_s,
         )
 
         async def probe_channel() -> StdioChannel:
@@ -180,7 +149,7 @@ def create_app(
 
         probe = partial(probe_stdio, probe_channel, config.era_probe_timeout_s)
     era_changed = LateCallback[[Era]]("era changed")  # bound to the cache and the watcher, built below
-    detector = EraDetector("legacy" if config.transport == "sse" else config.era, probe, on_change=era_changed)
+    detector = EraDetector("legacy" if isinstance(edge.target, SseTarget) else config.era, probe, on_change=era_changed)
     if http is not None:
         byte_relay = ByteRelay(http, failures, config.request_timeout_s, binding, on_era_mismatch=detector.suspect)
 
@@ -228,7 +197,7 @@ def create_app(
         on_era_mismatch=detector.suspect,
     )
     router = routing_table(
-        config.transport,
+        edge.target.kind,
         translating=legacy_to_modern,
         process_sessions=process_sessions,
         same_era=same_era,
@@ -371,12 +340,7 @@ def create_app(
         if left:
             log.warning("calls_cut_at_shutdown", calls=left)
         await modern_to_legacy.close_all()
-        if stdio is not None:
-            await stdio.close()
-        if http is not None and owns_session:
-            await http.close()
-        if sse is not None and owns_session:
-            await sse.close()
+        await edge.close()
         await forwarder.close()
         if verifier is not None:
             await verifier.close()
