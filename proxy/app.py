@@ -12,7 +12,6 @@ import secrets
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
 
 import aiohttp
 import structlog
@@ -36,9 +35,11 @@ from .downstream.legacy_sse import LegacySseEndpoint
 from .metrics import Metrics
 from .protocol.request_state import RequestStateCodec
 from .relay.assemble import LateCallback, Relays, Shared, build_relays
+from .relay.connection_sessions import Process
 from .relay.detect import EraDetector
 from .relay.legacy_sessions import LegacySessionHost
 from .relay.modern_to_legacy import ModernToLegacy
+from .relay.session_listens import Translated
 from .relay.tasks.host import LegacyTaskHost
 from .state.cache import ResponseCache
 from .state.redis_store import RedisSessionStore, redis_store
@@ -53,8 +54,8 @@ from .upstream.sse import SseConnector, serves_sse
 log = structlog.get_logger(__name__)
 
 METRICS = web.AppKey("metrics", Metrics)
-LEGACY_TO_MODERN = web.AppKey("legacy_to_modern", LegacySessionHost[Any])  # legacy sessions, translated
-LEGACY_STDIO = web.AppKey("legacy_stdio", LegacySessionHost[Any])  # legacy sessions, a server process each
+LEGACY_TO_MODERN = web.AppKey("legacy_to_modern", LegacySessionHost[Translated])  # legacy sessions, translated
+LEGACY_STDIO = web.AppKey("legacy_stdio", LegacySessionHost[Process])  # legacy sessions, a server process each
 MODERN_TO_LEGACY = web.AppKey("modern_to_legacy", ModernToLegacy)
 ADMIN = web.AppKey("admin", Admin)
 DETECTOR = web.AppKey("detector", EraDetector)

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, Generic, ParamSpec
+from typing import Generic, ParamSpec
 
 from ..config import Settings, SseTarget
 from ..metrics import Metrics
@@ -22,7 +22,7 @@ from ..upstream.stdio import StdioChannel
 from .binding import CallerBinding
 from .bytes import ByteRelay
 from .cache_watch import CacheWatcher
-from .connection_sessions import ProcessBackend
+from .connection_sessions import Process, ProcessBackend
 from .detect import EraDetector, Probe, probe_http, probe_stdio
 from .failures import UpstreamFailures
 from .legacy_sessions import LegacySessionHost
@@ -31,6 +31,7 @@ from .modern_to_legacy import ModernToLegacy
 from .modern_to_legacy import probe as probe_legacy
 from .passthrough import ModernPassThrough
 from .routes import Router, routing_table
+from .session_listens import Translated
 from .tasks.host import LegacyTaskHost
 
 P = ParamSpec("P")
@@ -68,8 +69,8 @@ class Relays:
     failures: UpstreamFailures
     detector: EraDetector
     translating: TranslatingBackend  # legacy clients, modern upstream: the backend of legacy_to_modern
-    legacy_to_modern: LegacySessionHost[Any]  # legacy sessions held here, translated
-    process_sessions: LegacySessionHost[Any] | None  # legacy sessions, a server process (connection) each
+    legacy_to_modern: LegacySessionHost[Translated]  # legacy sessions held here, translated
+    process_sessions: LegacySessionHost[Process] | None  # legacy sessions, a server process (connection) each
     same_era: ModernPassThrough
     modern_to_legacy: ModernToLegacy
     byte_relay: ByteRelay | None
@@ -77,9 +78,12 @@ class Relays:
     watcher: CacheWatcher
 
     @property
-    def hosts(self) -> list[LegacySessionHost[Any]]:
+    def hosts(self) -> list[LegacySessionHost[Translated] | LegacySessionHost[Process]]:
         """The legacy session hosts: each reaps, ends its streams and closes its sessions."""
-        return [host for host in (self.legacy_to_modern, self.process_sessions) if host is not None]
+        hosts: list[LegacySessionHost[Translated] | LegacySessionHost[Process]] = [self.legacy_to_modern]
+        if self.process_sessions is not None:
+            hosts.append(self.process_sessions)
+        return hosts
 
     def last_ok(self) -> float | None:
         """When the upstream last answered; a stdio server counts only while its process runs."""
