@@ -1,4 +1,9 @@
-"""Composition root: builds the aiohttp application from Settings; every collaborator injectable."""
+"""Composition root: builds the aiohttp application from Settings; every collaborator injectable.
+
+`create_app` is its steps: the state that outlives a request (`build_state`), the upstream edge
+(upstream/edge.py `build_upstream`), the relays over it (relay/assemble.py `build_relays`), what
+answers clients (`build_endpoints`), their routes (`mount`), start-up and shutdown (`add_lifecycle`).
+"""
 
 from __future__ import annotations
 
@@ -6,12 +11,12 @@ import asyncio
 import secrets
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from functools import partial
-from typing import Any, cast
+from dataclasses import dataclass
 
 import aiohttp
 import structlog
 from aiohttp import web
+from aiohttp.typedefs import Handler
 
 from . import tracing as tracing_interface
 from .auth.discovery import WELL_KNOWN_AUTHORIZATION_SERVER, WELL_KNOWN_OPENID, WELL_KNOWN_RESOURCE, Discovery
@@ -29,37 +34,28 @@ from .downstream.http import McpEndpoint
 from .downstream.legacy_sse import LegacySseEndpoint
 from .metrics import Metrics
 from .protocol.request_state import RequestStateCodec
-from .protocol.versions import Era
-from .relay.binding import CallerBinding
-from .relay.bytes import ByteRelay
-from .relay.cache_watch import CacheWatcher
-from .relay.detect import EraDetector, Probe, probe_http, probe_stdio
-from .relay.failures import UpstreamFailures
+from .relay.assemble import LateCallback, Relays, Shared, build_relays
+from .relay.connection_sessions import Process
+from .relay.detect import EraDetector
 from .relay.legacy_sessions import LegacySessionHost
-from .relay.legacy_stdio import ProcessBackend
-from .relay.legacy_to_modern import TranslatingBackend
 from .relay.modern_to_legacy import ModernToLegacy
-from .relay.modern_to_legacy import probe as probe_legacy
-from .relay.passthrough import ModernPassThrough
-from .relay.routes import routing_table
+from .relay.session_listens import Translated
 from .relay.tasks.host import LegacyTaskHost
 from .state.cache import ResponseCache
-from .state.redis_store import RedisSessionStore, RedisTaskStore, redis_store
+from .state.redis_store import RedisSessionStore, redis_store
+from .state.redis_tasks import RedisTaskStore
 from .state.sealing import Sealer
 from .state.sessions import InMemorySessionStore, SessionIds, SessionStore
 from .state.task_records import InMemoryTaskStore, TaskStore
 from .tracing import NO_TRACING, Tracing
-from .upstream.errors import UpstreamHTTPError
-from .upstream.http import HttpUpstream
-from .upstream.legacy_session import SessionFactory, http_sessions, stdio_sessions
+from .upstream.edge import build_upstream
 from .upstream.sse import SseConnector, serves_sse
-from .upstream.stdio import StdioChannel, StdioModernUpstream, StdioProcess, process_factory
 
 log = structlog.get_logger(__name__)
 
 METRICS = web.AppKey("metrics", Metrics)
-LEGACY_TO_MODERN = web.AppKey("legacy_to_modern", LegacySessionHost[Any])  # legacy sessions, translated
-LEGACY_STDIO = web.AppKey("legacy_stdio", LegacySessionHost[Any])  # legacy sessions, a server process each
+LEGACY_TO_MODERN = web.AppKey("legacy_to_modern", LegacySessionHost[Translated])  # legacy sessions, translated
+LEGACY_STDIO = web.AppKey("legacy_stdio", LegacySessionHost[Process])  # legacy sessions, a server process each
 MODERN_TO_LEGACY = web.AppKey("modern_to_legacy", ModernToLegacy)
 ADMIN = web.AppKey("admin", Admin)
 DETECTOR = web.AppKey("detector", EraDetector)
@@ -95,7 +91,34 @@ def create_app(
     on a provider of the caller's (tracing_otel.OtelTracing); by default per `settings.tracing`."""
     metrics = metrics or Metrics()
     tracing = tracing if tracing is not None else tracing_from_settings(settings.tracing)
-    config = settings.upstream
+    state = build_state(settings, metrics, store, clock, cache_clock)
+    edge = build_upstream(settings.upstream, metrics, client_session)
+    relays = build_relays(settings, edge, state.shared, metrics, clock)
+    endpoints = build_endpoints(settings, metrics, state, relays, tracing, clock, cache_clock)
+    app = web.Application(client_max_size=settings.security.max_body_bytes)
+    admin_app = mount(app, settings, metrics, state, relays, endpoints)
+    add_lifecycle(app, settings, state, relays, endpoints, tracing)
+    return app, (None if admin_app is app else admin_app)
+
+
+@dataclass(frozen=True)
+class State:
+    """What outlives a request: sealing, the session and task stores, the response cache."""
+
+    shared: Shared  # what the relays use of it
+    owner: Owner  # this process, as the tokens it mints name it
+    server_ids: ServerRequestIds
+    owned_store: RedisSessionStore | None  # the store built here from settings.store (closed here)
+
+
+def build_state(
+    settings: Settings,
+    metrics: Metrics,
+    store: SessionStore | None,
+    clock: Callable[[], float],
+    cache_clock: Callable[[], float],
+) -> State:
+    """`store`: the caller's session store; by default Redis when `store.url` is set, else memory."""
     secret = settings.security.secret.encode() if settings.security.secret else secrets.token_bytes(32)
     previous = [old.encode() for old in settings.security.previous_secrets]
     sealer = Sealer(secret, previous, clock)
@@ -103,82 +126,10 @@ def create_app(
     # This process, as the tokens it mints name it: a new boot id each start, so a successor at
     # the same address is never taken for it.
     owner = Owner(new_boot_id(), settings.replicas.advertised)
-    boot = owner.boot
     codec = RequestStateCodec(sealer, owner.boot, owner.address, clock)
     server_ids = ServerRequestIds(sealer, owner)
-    forwarder = Forwarder(settings, sealer, owner, codec, server_ids, metrics, clock)
-    cache = ResponseCache(settings.cache, metrics, cache_clock)
-    failures = UpstreamFailures(metrics, own_credentials=settings.auth.mode == "resource_server")
-    # resource_server: the upstream sees only the proxy's credentials, so the proxy binds a same-era
-    # upstream's session ids and requestState to the caller (relay/binding.py).
-    binding = None
-    if settings.auth.mode == "resource_server":
-        binding = CallerBinding(sealer, max_state_chars=settings.security.max_body_bytes)
-    http: HttpUpstream | None = None
-    stdio: StdioModernUpstream | None = None
-    sse: SseConnector | None = None
-    byte_relay: ByteRelay | None = None
-    process_sessions: LegacySessionHost[Any] | None = None
-    legacy_sessions: SessionFactory
-    owns_session = client_session is None
-    modern_upstream: HttpUpstream | StdioModernUpstream
-    if config.transport == "http":
-        http = modern_upstream = HttpUpstream(config, client_session or HttpUpstream.client_session(config))
-        byte_relay = ByteRelay(http, failures, config.request_timeout_s, binding)
-        legacy_sessions = http_sessions(http, config.initialize_timeout_s)
-        probe: Probe = partial(probe_http, http, config.era_probe_timeout_s)
-    else:
-        make: Callable[..., StdioProcess]
-        if config.transport == "sse":
-            assert config.sse_url is not None
-            sse = SseConnector(
-                config.sse_url,
-                config.name,
-                client_session or SseConnector.client_session(config.connect_timeout_s),
-                static_headers=config.headers,
-                connect_timeout_s=config.connect_timeout_s,
-                endpoint_timeout_s=config.sse.endpoint_timeout_s,
-                max_event_bytes=config.max_reply_bytes,
-                max_sessions=config.sse.max_sessions,
-                tally=metrics.upstream_sse_sessions.labels(config.name),
-            )
-            # Its connections have the StdioProcess interface (start, write, running, exited, stop).
-            make = cast("Callable[..., StdioProcess]", sse)
-            max_live, idle_s = config.sse.max_sessions, config.sse.session_idle_s
-        else:
-            assert config.command is not None
-            make = process_factory(
-                config.command, config.name, config.env, config.cwd, metrics.upstream_processes.labels(config.name)
-            )
-            max_live, idle_s = config.stdio.max_processes, config.stdio.process_idle_s
-        # An HTTP+SSE server is never asked for modern service (its era is legacy, not probed): the
-        # shared channel below exists for the stdio case only.
-        stdio = modern_upstream = StdioModernUpstream(
-            config.name, make, grace_s=config.shutdown_grace_s, backoff_max_s=config.restart_backoff_max_s
-        )
-        legacy_sessions = stdio_sessions(make, config.name, config.shutdown_grace_s, config.initialize_timeout_s)
-        # A session that is a process (or an SSE connection) cannot be shared with other replicas:
-        # it lives here only. It is bounded in number and ended sooner when idle than a session
-        # record expires.
-        process_sessions = LegacySessionHost(
-            ProcessBackend(settings, make, config.name, failures),
-            settings,
-            InMemorySessionStore(),
-            ids,
-            metrics,
-            clock,
-            max_live=max_live,
-            idle_timeout_s=idle_s,
-        )
-
-        async def probe_channel() -> StdioChannel:
-            channel = StdioChannel(make, config.name)
-            await channel.start()
-            return channel
-
-        probe = partial(probe_stdio, probe_channel, config.era_probe_timeout_s)
-    detector = EraDetector("legacy" if config.transport == "sse" else config.era, probe)
-
+    cache_stored = LateCallback[[str | None]]("cache stored")
+    cache = ResponseCache(settings.cache, metrics, cache_clock, on_store=cache_stored)
     owned_store: RedisSessionStore | None = None
     if store is None and settings.store.url is not None:
         store = owned_store = redis_store(
@@ -190,43 +141,40 @@ def create_app(
             clock=clock,
         )
     store = store or InMemorySessionStore()
+    named = f"{owner.boot}@{settings.replicas.advertised or ''}"  # how this replica names itself in records
     legacy_tasks: LegacyTaskHost | None = None
     if settings.tasks.enabled:
         task_store: TaskStore = RedisTaskStore(owned_store) if owned_store is not None else InMemoryTaskStore(clock)
-        legacy_tasks = LegacyTaskHost(
-            settings.tasks, task_store, metrics, owner=f"{boot}@{settings.replicas.advertised or ''}", clock=clock
-        )
-    translating_backend = TranslatingBackend(
-        settings, modern_upstream, store, metrics, cache, failures, server_ids=server_ids.mint, tasks=legacy_tasks
-    )
-    translating_backend.on_era_mismatch = detector.suspect
-    if byte_relay is not None:
-        byte_relay.on_era_mismatch = detector.suspect
-    legacy_to_modern = LegacySessionHost(
-        translating_backend, settings, store, ids, metrics, clock, owner=f"{boot}@{settings.replicas.advertised or ''}"
-    )
-    same_era = ModernPassThrough(settings, modern_upstream, metrics, cache, failures, binding)
-    modern_to_legacy = ModernToLegacy(
-        settings, legacy_sessions, metrics, codec, clock, cache=cache, failures=failures, tasks=legacy_tasks
-    )
-    modern_to_legacy.on_era_mismatch = detector.suspect
-    translating_backend.claimant = legacy_to_modern.owner
-    router = routing_table(
-        config.transport,
-        translating=legacy_to_modern,
-        process_sessions=process_sessions,
-        same_era=same_era,
-        modern_to_legacy=modern_to_legacy,
-        byte_relay=byte_relay,
-    )
-    watcher = CacheWatcher(settings, cache, detector, translating_backend, modern_to_legacy)
-    cache.on_store = watcher.watch
+        legacy_tasks = LegacyTaskHost(settings.tasks, task_store, metrics, owner=named, clock=clock)
+    shared = Shared(sealer, ids, store, cache, cache_stored, codec, server_ids.mint, legacy_tasks, named)
+    return State(shared, owner, server_ids, owned_store)
 
-    def era_changed(era: Era) -> None:
-        cache.clear("era_changed")
-        watcher.reset()
 
-    detector.on_change = era_changed
+@dataclass(frozen=True)
+class Endpoints:
+    """What answers clients: the MCP endpoint (and the HTTP+SSE one), discovery, the admin pages."""
+
+    forwarder: Forwarder
+    guard: Guard
+    discovery: Discovery
+    verifier: TokenVerifier | None
+    endpoint: McpEndpoint
+    handlers: dict[str, Handler]  # the MCP endpoint's own handlers, by method (no Origin/Host guard)
+    legacy_sse: LegacySseEndpoint | None
+    admin: Admin
+
+
+def build_endpoints(
+    settings: Settings,
+    metrics: Metrics,
+    state: State,
+    relays: Relays,
+    tracing: Tracing,
+    clock: Callable[[], float],
+    cache_clock: Callable[[], float],
+) -> Endpoints:
+    sealer, owner = state.shared.sealer, state.owner
+    forwarder = Forwarder(settings, sealer, owner, state.shared.codec, state.server_ids, metrics, clock)
     guard = Guard(settings)
     discovery = Discovery(settings, guard.host_allowed, clock=cache_clock)
     # JWTs of auth.issuers are verified (the caller is their subject; resource_server: the gate).
@@ -238,68 +186,68 @@ def create_app(
     endpoint = McpEndpoint(
         settings,
         metrics,
-        detector,
-        router,
-        failures,
+        relays.detector,
+        relays.router,
+        relays.failures,
         forwarder,
         sealer=sealer,
-        boot=boot,
+        boot=owner.boot,
         identifier=identifier,
         tracing=tracing,
-        tasks=legacy_tasks,
+        tasks=state.shared.tasks,
         clients=clients,
     )
-
-    async def ready() -> None:
-        try:
-            if await detector.current() is Era.MODERN:
-                await translating_backend.probe()
-            else:
-                await probe_legacy(modern_to_legacy)
-        except UpstreamHTTPError as exc:
-            if exc.status not in (401, 403):
-                raise
-            # It answered: an OAuth-protected upstream refuses a probe without a caller's token,
-            # and is as ready as it will be (its era is learnt with the first caller's).
-            return
-        detector.confirm()  # it serves the era it is taken for
-
+    handlers: dict[str, Handler] = {
+        "POST": safe(endpoint.post),
+        "GET": safe(endpoint.get),
+        "DELETE": safe(endpoint.delete),
+    }
+    legacy_sse = None
+    if settings.downstream.sse.enabled:
+        # 2024-11-05 HTTP+SSE clients, served through the endpoint's own handlers.
+        legacy_sse = LegacySseEndpoint(settings, handlers, identifier, sealer, owner, forwarder, metrics)
+    detector = relays.detector
     admin = Admin(
         settings,
         metrics,
-        last_ok=lambda: _last_ok(detector, http, stdio),
-        probe=ready,
+        last_ok=relays.last_ok,
+        probe=relays.ready,
         upstream_era=lambda: detector.era.value if detector.era is not None else "unknown",
         era_problem=lambda: detector.mismatch,
         clients=clients,
     )
+    return Endpoints(forwarder, guard, discovery, verifier, endpoint, handlers, legacy_sse, admin)
 
-    app = web.Application(client_max_size=settings.security.max_body_bytes)
+
+def mount(
+    app: web.Application, settings: Settings, metrics: Metrics, state: State, relays: Relays, endpoints: Endpoints
+) -> web.Application:
+    """The routes, and what tests and the CLI read from the application; returns the application
+    the admin pages are on (`app` itself unless they listen separately)."""
     app[METRICS] = metrics
-    app[LEGACY_TO_MODERN] = legacy_to_modern
-    app[MODERN_TO_LEGACY] = modern_to_legacy
-    if process_sessions is not None:
-        app[LEGACY_STDIO] = process_sessions
-    app[DETECTOR] = detector
-    app[CACHE] = cache
-    if legacy_tasks is not None:
-        app[LEGACY_TASKS] = legacy_tasks
-    app[ADMIN] = admin
-    app[FORWARDER] = forwarder
+    app[LEGACY_TO_MODERN] = relays.legacy_to_modern
+    app[MODERN_TO_LEGACY] = relays.modern_to_legacy
+    if relays.process_sessions is not None:
+        app[LEGACY_STDIO] = relays.process_sessions
+    app[DETECTOR] = relays.detector
+    app[CACHE] = state.shared.cache
+    if state.shared.tasks is not None:
+        app[LEGACY_TASKS] = state.shared.tasks
+    app[ADMIN] = endpoints.admin
+    app[FORWARDER] = endpoints.forwarder
+    guard, endpoint = endpoints.guard, endpoints.endpoint
     app.router.add_post(settings.path, safe(endpoint.post, guard))
     app.router.add_get(settings.path, safe(endpoint.get, guard))
     app.router.add_delete(settings.path, safe(endpoint.delete, guard))
     app.router.add_route("*", settings.path, safe(method_not_allowed, guard))
-    endpoint_handlers = {"POST": safe(endpoint.post), "GET": safe(endpoint.get), "DELETE": safe(endpoint.delete)}
-    legacy_sse: LegacySseEndpoint | None = None
-    if settings.downstream.sse.enabled:
-        # 2024-11-05 HTTP+SSE clients, served through the endpoint's own handlers.
-        legacy_sse = LegacySseEndpoint(settings, endpoint_handlers, identifier, sealer, owner, forwarder, metrics)
+    legacy_sse = endpoints.legacy_sse
+    if legacy_sse is not None:
         sse_config = settings.downstream.sse
         app.router.add_get(sse_config.path, safe(legacy_sse.stream, guard), allow_head=False)
         app.router.add_route("*", sse_config.path, safe(allowing("GET"), guard))
         app.router.add_post(sse_config.message_path, safe(legacy_sse.message, guard))
         app.router.add_route("*", sse_config.message_path, safe(allowing("POST"), guard))
+    discovery = endpoints.discovery
     app[DISCOVERY] = discovery
     for prefix, handler in (
         (WELL_KNOWN_RESOURCE, discovery.protected_resource),
@@ -311,7 +259,7 @@ def create_app(
     # Every challenge that reaches the client names the proxy's metadata, whichever relay wrote it.
     app.on_response_prepare.append(discovery.on_response_prepare)
 
-    admin_app = app if settings.admin_listen is None else web.Application()
+    admin, admin_app = endpoints.admin, app if settings.admin_listen is None else web.Application()
     admin_app.router.add_get("/healthz", safe(admin.healthz))
     admin_app.router.add_get("/readyz", safe(admin.readyz))
     admin_app.router.add_get("/metrics", safe(admin.metrics))
@@ -321,13 +269,23 @@ def create_app(
         application.router.add_route("*", "/{tail:.*}", safe(not_found))  # JSON, never aiohttp's text page
     if settings.replicas.internal_listen is not None:
         # Replays come from other replicas: Origin and Host were checked where the client connected.
-        replayed = dict(endpoint_handlers)
+        replayed = dict(endpoints.handlers)
         if legacy_sse is not None:
             replayed[SSE_MESSAGE_ROUTE] = safe(legacy_sse.message)
-        replay = ReplayEndpoint(sealer, owner, replayed)
+        replay = ReplayEndpoint(state.shared.sealer, state.owner, replayed)
         app[INTERNAL] = internal_app(replay, safe, settings.security.max_body_bytes)
+    return admin_app
 
-    hosts = [host for host in (legacy_to_modern, process_sessions) if host is not None]
+
+def add_lifecycle(
+    app: web.Application, settings: Settings, state: State, relays: Relays, endpoints: Endpoints, tracing: Tracing
+) -> None:
+    """Start-up (housekeeping, the early era probe, the forwarder), the drain as shutdown begins,
+    and the cleanup after it, in the order each depends on."""
+    hosts = relays.hosts
+    modern_to_legacy, detector, admin = relays.modern_to_legacy, relays.detector, endpoints.admin
+    legacy_tasks = state.shared.tasks
+    drain_deadline = [0.0]  # when parked calls must be given up (set as shutdown begins)
 
     async def lifecycle(app: web.Application) -> AsyncIterator[None]:
         pool = settings.upstream.pool
@@ -338,38 +296,31 @@ def create_app(
         jobs.append((pool_interval, modern_to_legacy.maintain))
         tasks = [asyncio.create_task(_every(interval, job)) for interval, job in jobs]
         tasks.append(asyncio.create_task(_detect_early(detector)))
-        await forwarder.start()
+        await endpoints.forwarder.start()
         yield
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-        await watcher.close()
+        await relays.watcher.close()
         await detector.close()  # an era probe still running (a stdio server starting)
         await admin.close()  # and a readiness probe
         if legacy_tasks is not None:
             await legacy_tasks.close()  # tasks still running fail ("the proxy shut down")
         for host in hosts:
             await host.close_all()
-        await translating_backend.settle_cancels()  # upstream tasks given up while closing
+        await relays.translating.settle_cancels()  # upstream tasks given up while closing
         left = await modern_to_legacy.settle(max(0.0, drain_deadline[0] - time.monotonic()))
         if left:
             log.warning("calls_cut_at_shutdown", calls=left)
         await modern_to_legacy.close_all()
-        if stdio is not None:
-            await stdio.close()
-        if http is not None and owns_session:
-            await http.close()
-        if sse is not None and owns_session:
-            await sse.close()
-        await forwarder.close()
-        if verifier is not None:
-            await verifier.close()
-        if owned_store is not None:
-            await owned_store.aclose()
-        await discovery.close()
+        await relays.edge.close()
+        await endpoints.forwarder.close()
+        if endpoints.verifier is not None:
+            await endpoints.verifier.close()
+        if state.owned_store is not None:
+            await state.owned_store.aclose()
+        await endpoints.discovery.close()
         await tracing.shutdown()  # the spans of the calls that ended above are exported too
-
-    drain_deadline = [0.0]  # when parked calls must be given up (set as shutdown begins)
 
     async def drain(app: web.Application) -> None:
         """Shutdown begins (sites stopped): not ready any more; streams end gracefully now, calls in
@@ -380,17 +331,17 @@ def create_app(
         for host in hosts:
             host.end_streams()
         modern_to_legacy.end_streams()
-        same_era.end_streams()
-        if legacy_sse is not None:
-            legacy_sse.end_streams()
+        relays.same_era.end_streams()
+        if endpoints.legacy_sse is not None:
+            endpoints.legacy_sse.end_streams()
         # One grace, the proxy's own: the calls still running after it get an error that says so
         # (aiohttp's own wait, after this, finds them answered; docs: README "Shutdown").
-        await endpoint.drain(settings.shutdown.grace_s)
+        await endpoints.endpoint.drain(settings.shutdown.grace_s)
 
     app.on_shutdown.append(drain)
     app.cleanup_ctx.append(lifecycle)
-    if legacy_sse is not None:
-        sse_endpoint = legacy_sse
+    if endpoints.legacy_sse is not None:
+        sse_endpoint = endpoints.legacy_sse
 
         async def sse_lifecycle(app: web.Application) -> AsyncIterator[None]:
             # After the relays start, before they close: its streams end while they still serve.
@@ -399,7 +350,6 @@ def create_app(
             await sse_endpoint.close()
 
         app.cleanup_ctx.append(sse_lifecycle)
-    return app, (None if admin_app is app else admin_app)
 
 
 async def detect_sse_upstream(settings: Settings, session: aiohttp.ClientSession | None = None) -> Settings:
@@ -421,15 +371,6 @@ async def detect_sse_upstream(settings: Settings, session: aiohttp.ClientSession
     log.info("upstream_sse_detected", upstream=config.name)
     upstream = config.model_copy(update={"url": None, "sse_url": config.url})
     return settings.model_copy(update={"upstream": upstream})
-
-
-def _last_ok(detector: EraDetector, http: HttpUpstream | None, stdio: StdioModernUpstream | None) -> float | None:
-    """When the upstream last answered; a stdio server counts only while its process runs."""
-    if http is not None:
-        return http.last_ok
-    if stdio is not None and detector.era is Era.MODERN and stdio.healthy:
-        return stdio.last_ok
-    return None  # legacy stdio: readiness asks a pooled session (process) each time
 
 
 async def _detect_early(detector: EraDetector) -> None:

@@ -2,6 +2,13 @@
 
 Sources, highest precedence first: command-line flags, environment (`MCP_ERA_PROXY_*`, nested
 with `__`, e.g. `MCP_ERA_PROXY_UPSTREAM__URL`), the YAML file given by `--config`, defaults.
+
+The upstream is one of three kinds (Streamable HTTP, a stdio server, an HTTP+SSE server), yet its
+section stays one flat model, `UpstreamConfig`, validated as "exactly one of url, command and
+sse_url": that is the format users write (YAML keys, `MCP_ERA_PROXY_UPSTREAM__*` variables, the Helm
+chart's values, `--check-config`), and a discriminated input would need a kind key in every config
+and a nested section per kind. The code reads the kind instead from `UpstreamConfig.target`, a typed
+view (`HttpTarget | StdioTarget | SseTarget`) holding exactly the fields of that kind, and matches on it.
 """
 
 from __future__ import annotations
@@ -10,6 +17,8 @@ import difflib
 import ipaddress
 import os
 import shlex
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
@@ -112,6 +121,38 @@ class SseConfig(_Section):
         gt=0,
         description="A legacy client's SSE connection idle this long is closed, ending the session.",
     )
+
+
+@dataclass(frozen=True)
+class HttpTarget:
+    """A Streamable HTTP server (upstream.url)."""
+
+    url: str
+    kind: Literal["http"] = "http"
+
+
+@dataclass(frozen=True)
+class StdioTarget:
+    """A server the proxy starts and speaks to over stdio (upstream.command), and the bounds on the
+    processes legacy client sessions hold."""
+
+    command: tuple[str, ...]
+    env: Mapping[str, str]
+    cwd: str | None
+    processes: StdioConfig
+    kind: Literal["stdio"] = "stdio"
+
+
+@dataclass(frozen=True)
+class SseTarget:
+    """A 2024-11-05 HTTP+SSE server (upstream.sse_url): its era is legacy, never probed."""
+
+    url: str
+    connections: SseConfig
+    kind: Literal["sse"] = "sse"
+
+
+UpstreamTarget = HttpTarget | StdioTarget | SseTarget
 
 
 class UpstreamConfig(_Section):
@@ -227,10 +268,18 @@ class UpstreamConfig(_Section):
         return _STDIO_PROBE_TIMEOUT_S if self.transport == "stdio" else _HTTP_PROBE_TIMEOUT_S
 
     @property
-    def transport(self) -> str:
+    def target(self) -> UpstreamTarget:
+        """The upstream as its kind, with that kind's fields only (the input stays flat: module docstring)."""
         if self.sse_url is not None:
-            return "sse"
-        return "http" if self.url is not None else "stdio"
+            return SseTarget(self.sse_url, self.sse)
+        if self.url is not None:
+            return HttpTarget(self.url)
+        assert self.command is not None  # exactly one of the three (_one_transport)
+        return StdioTarget(tuple(self.command), self.env, self.cwd, self.stdio)
+
+    @property
+    def transport(self) -> Literal["http", "stdio", "sse"]:
+        return self.target.kind
 
     @field_validator("name")
     @classmethod

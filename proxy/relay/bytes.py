@@ -68,13 +68,16 @@ class ByteRelay:
         failures: UpstreamFailures,
         request_timeout_s: float,
         binding: CallerBinding | None = None,
+        *,
+        on_era_mismatch: Callable[[str], None] = lambda reason: None,
     ) -> None:
+        """`on_era_mismatch(reason)`: a legacy client's initialize was refused as only a 2026-07-28
+        server refuses it (era re-detection)."""
         self._upstream = upstream
         self._failures = failures
         self._request_timeout_s = request_timeout_s
         self.binding = binding  # resource_server mode: what the upstream hands out is bound to the caller
-        # A legacy client's initialize refused as only a 2026-07-28 server refuses it.
-        self.on_era_mismatch: Callable[[str], None] = lambda reason: None
+        self._on_era_mismatch = on_era_mismatch
 
     def forward(
         self,
@@ -170,7 +173,7 @@ class ByteRelay:
         except jsonrpc.DecodeError:
             return
         if refused_as_modern(error):
-            self.on_era_mismatch(MODERN_REFUSAL)
+            self._on_era_mismatch(MODERN_REFUSAL)
 
 
 def _unsealed_session(binding: CallerBinding, headers: Mapping[str, str], principal: str) -> dict[str, str]:

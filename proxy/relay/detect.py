@@ -24,7 +24,15 @@ _NO_CREDENTIALS: Mapping[str, str] = {}
 
 
 class EraDetector:
-    def __init__(self, configured: str, probe: Probe, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        configured: str,
+        probe: Probe,
+        clock: Callable[[], float] = time.monotonic,
+        *,
+        on_change: Callable[[Era], None] = lambda era: None,
+    ) -> None:
+        """`on_change(era)`: called when a probe finds another era than the one last known."""
         self._configured = configured
         self._probe = probe
         self._clock = clock
@@ -33,7 +41,7 @@ class EraDetector:
         self._lock = asyncio.Lock()
         self._probing = SharedRun[Detected](self._probed)  # the probe running, owned here
         self.probed_at: float | None = None
-        self.on_change: Callable[[Era], None] = lambda era: None
+        self._on_change = on_change
         # With a configured era: why the upstream seems to speak the other one (readiness says so).
         self.mismatch: str | None = None
 
@@ -81,7 +89,7 @@ class EraDetector:
                 reason="no JSON-RPC answer to the era probe: taken for legacy; is it an MCP endpoint?",
             )
         if found.era != previous:
-            self.on_change(found.era)
+            self._on_change(found.era)
 
     async def close(self) -> None:
         """Shutdown: a probe still running is stopped (and its stdio server with it)."""

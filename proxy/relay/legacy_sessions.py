@@ -5,7 +5,8 @@ streams, requests in flight, server-to-client requests awaited), counts and logs
 differs per upstream is a backend:
 
 - relay.legacy_to_modern.TranslatingBackend: a modern upstream; every request is translated;
-- relay.legacy_stdio.ProcessBackend: a legacy stdio upstream; each session is a server process.
+- relay.connection_sessions.ProcessBackend: a legacy stdio or HTTP+SSE upstream; each session is a
+  server process or an SSE connection.
 
 Session records go through the SessionStore; live runtimes stay with the replica that holds them.
 Spec: 2025-11-25/basic/lifecycle.mdx, 2025-11-25/basic/transports.mdx §Session Management.

@@ -83,13 +83,19 @@ class TranslatingBackend:
         failures: UpstreamFailures | None = None,
         server_ids: Callable[[str, int], str | int] | None = None,
         tasks: LegacyTaskHost | None = None,
+        *,
+        claimant: str = "",
+        on_era_mismatch: Callable[[str], None] = lambda reason: None,
     ) -> None:
         """`server_ids(session_id, count)`: the id of the count-th request sent to a session's
         client (replicas.ServerRequestIds.mint: a sealed id naming this replica); the count itself
-        without it. `tasks`: the host of 2025-11-25 clients' tasks (None: tasks are not hosted)."""
+        without it. `tasks`: the host of 2025-11-25 clients' tasks (None: tasks are not hosted).
+        `claimant`: how this replica names itself to answers for rounds it takes over (the session
+        host's owner). `on_era_mismatch(reason)`: an answer says the upstream no longer speaks
+        2026-07-28 (era re-detection)."""
         self._settings = settings
         self._rounds = InputRounds(settings, store, server_ids or (lambda session_id, count: count))
-        self.claimant = ""  # how this replica names itself to answers for rounds it takes over
+        self._claimant = claimant
         self._upstream = upstream
         self._store = store
         self._metrics = metrics
@@ -98,8 +104,7 @@ class TranslatingBackend:
         self._upstream_ids = itertools.count(1)
         self._tool_headers = ToolHeaders(upstream.name)
         self._hosted = HostedTasks(tasks, settings.tasks)
-        # Called when an answer says the upstream no longer speaks 2026-07-28 (era re-detection).
-        self.on_era_mismatch: Callable[[str], None] = lambda reason: None
+        self._on_era_mismatch = on_era_mismatch
         self._modern_version = LATEST_MODERN
         self._cancels = UpstreamTaskCancels(upstream)
         self._listens = SessionListens(
@@ -358,7 +363,7 @@ class TranslatingBackend:
                     except StoreUnavailable:  # other replicas renegotiate for themselves
                         log.warning("renegotiated_version_not_shared", version=version)
                 case SuspectEra(reason=reason):
-                    self.on_era_mismatch(reason)
+                    self._on_era_mismatch(reason)
                 case InputRound():
                     self._metrics.input_rounds.labels("legacy_to_modern", method_label(call.method)).inc()
                     tracing.input_round()
@@ -427,7 +432,7 @@ class TranslatingBackend:
     ) -> JSONDict | None:
         """Carry on the open input round of a request whose stream broke on another replica (its
         client resumed the stream here); None: there is none to carry on."""
-        taken = await self._rounds.claim(session.id, request_id, self.claimant)
+        taken = await self._rounds.claim(session.id, request_id, self._claimant)
         if taken is None:
             return None
         runtime.live.auth_headers = auth_headers

@@ -74,7 +74,11 @@ class ModernToLegacy:
         cache: ResponseCache | None = None,
         failures: UpstreamFailures | None = None,
         tasks: LegacyTaskHost | None = None,
+        *,
+        on_era_mismatch: Callable[[str], None] = lambda reason: None,
     ) -> None:
+        """`on_era_mismatch(reason)`: an answer says the upstream is not a legacy server (era
+        re-detection)."""
         self._settings = settings
         self.request_timeout_s = settings.upstream.request_timeout_s
         # Tasks hosted for clients that declare the tasks extension (None: tasks are off).
@@ -86,16 +90,20 @@ class ModernToLegacy:
         self._metrics = metrics
         self._cache = cache if cache is not None else ResponseCache(settings.cache, metrics)
         self.failures = failures if failures is not None else UpstreamFailures(metrics)
-        self.pool = SessionPool(self.name, settings.upstream.pool, owner=self, factory=sessions)
-        self.pool.on_change = lambda delta: metrics.upstream_sessions.labels(self.name).inc(delta)
+        self.pool = SessionPool(
+            self.name,
+            settings.upstream.pool,
+            owner=self,
+            factory=sessions,
+            on_change=lambda delta: metrics.upstream_sessions.labels(self.name).inc(delta),
+        )
         self.codec = codec
         self._park_ids = ParkIds()
         self._parked: dict[str, LegacyCall] = {}
         self._calls: set[LegacyCall] = set()  # every call whose upstream side still runs
         self._ended = asyncio.Event()  # set whenever a call is unparked or ends
         self.tasks = TaskScope("modern-to-legacy relay")
-        # Called when an answer says the upstream is not a legacy server (era re-detection).
-        self.on_era_mismatch: Callable[[str], None] = lambda reason: None
+        self._on_era_mismatch = on_era_mismatch
         self.listens: set[ListenBridge] = set()
 
     # ------------------------------------------------------------ what sessions receive unasked
@@ -253,7 +261,7 @@ class ModernToLegacy:
         as only a 2026-07-28 server refuses it, the era it was taken for is wrong."""
         upstream = refused.data.get("upstreamError") if isinstance(refused.data, dict) else None
         if refused_as_modern(upstream):
-            self.on_era_mismatch(MODERN_REFUSAL)
+            self._on_era_mismatch(MODERN_REFUSAL)
 
     def declared(self, request: ModernRequest) -> JSONDict:
         """The client capabilities a pooled session for this request declares upstream."""

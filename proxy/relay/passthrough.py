@@ -1,5 +1,5 @@
 """Modern clients of a modern upstream, message by message (over HTTP, byte for byte is
-relay.bytes; legacy clients of a legacy stdio server are relay.legacy_stdio).
+relay.bytes; legacy clients of a legacy stdio server are relay.connection_sessions).
 
 A stdio server has one channel for everyone, so messages are relayed one by one: unchanged, except
 for what sharing the channel requires (unique request ids and progress tokens, mapped back). Over

@@ -60,7 +60,15 @@ class _Entry:
 
 
 class ResponseCache:
-    def __init__(self, config: CacheConfig, metrics: Metrics, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        config: CacheConfig,
+        metrics: Metrics,
+        clock: Callable[[], float] = time.monotonic,
+        *,
+        on_store: Callable[[str | None], None] = lambda uri: None,
+    ) -> None:
+        """`on_store(uri)`: called when an entry is stored (e.g. watch the entry's resource URI)."""
         self._config = config
         self._metrics = metrics
         self._clock = clock
@@ -70,7 +78,7 @@ class ResponseCache:
         # Callers the upstream served lately: a public entry is served only to them, so the cache
         # never answers someone the upstream would refuse (caching.mdx §Security).
         self._authorized: OrderedDict[str, float] = OrderedDict()
-        self.on_store: Callable[[str | None], None] = lambda uri: None  # e.g. watch the entry's resource URI
+        self._on_store = on_store
 
     @property
     def enabled(self) -> bool:
@@ -181,7 +189,7 @@ class ResponseCache:
         while len(self._entries) > self._config.max_entries or self._bytes > self._config.max_bytes:
             self._drop(next(iter(self._entries)), "lru")
         self._gauges()
-        self.on_store(uri)
+        self._on_store(uri)
 
     def _authorize(self, principal: str) -> None:
         self._authorized[principal] = self._clock()

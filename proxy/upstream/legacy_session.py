@@ -308,7 +308,10 @@ class SessionPool:
         owner: SessionOwner,
         factory: SessionFactory,
         clock: Callable[[], float] = time.monotonic,
+        *,
+        on_change: Callable[[int], None] = lambda delta: None,
     ) -> None:
+        """`on_change(delta)`: the number of sessions held changed by `delta` (a gauge)."""
         self._name = name
         self._config = config
         self._owner = owner
@@ -318,7 +321,7 @@ class SessionPool:
         self._sessions: dict[tuple[str, str], list[LegacyUpstreamSession]] = {}
         self._opening: dict[tuple[str, str], asyncio.Future[LegacyUpstreamSession]] = {}
         self._dedicated: set[LegacyUpstreamSession] = set()  # sessions of one user each (listen streams)
-        self.on_change: Callable[[int], None] = lambda delta: None
+        self._on_change = on_change
 
     def __len__(self) -> int:
         return sum(len(group) for group in self._sessions.values()) + len(self._dedicated)
@@ -385,7 +388,7 @@ class SessionPool:
             self._opening.pop(key, None)
         future.set_result(session)
         self._sessions.setdefault(key, []).append(session)
-        self.on_change(1)
+        self._on_change(1)
         log.info("upstream_session_opened", upstream=self._name, version=session.version)
         return session
 
@@ -402,7 +405,7 @@ class SessionPool:
             raise ProxyError(jsonrpc.LIMIT_EXCEEDED, "the proxy holds its maximum of upstream sessions")
         session = self._factory(("", ""), capabilities, auth_headers, owner)
         self._dedicated.add(session)
-        self.on_change(1)
+        self._on_change(1)
         try:
             await session.open(client_info, push_wait_s=push_wait_s)
             # Confirms the session; servers that track their sessions from the requests they see
@@ -420,7 +423,7 @@ class SessionPool:
         await fresh.open(None)
         fresh.exclusive, fresh.inflight = session.exclusive, session.inflight
         self._sessions.setdefault(session.key, []).append(fresh)
-        self.on_change(1)
+        self._on_change(1)
         log.info("upstream_session_reinitialized", upstream=self._name)
         return fresh
 
@@ -428,10 +431,10 @@ class SessionPool:
         group = self._sessions.get(session.key, [])
         if session in group:
             group.remove(session)
-            self.on_change(-1)
+            self._on_change(-1)
         elif session in self._dedicated:
             self._dedicated.discard(session)
-            self.on_change(-1)
+            self._on_change(-1)
         await session.close(delete=delete)
 
     async def _evict_one(self) -> bool:

@@ -1,5 +1,5 @@
 """The proxy in front of a stdio server it starts itself, driven over HTTP: a command that cannot be
-started, and the bounds on the server processes legacy sessions hold (proxy/relay/legacy_stdio.py,
+started, and the bounds on the server processes legacy sessions hold (proxy/relay/connection_sessions.py,
 proxy/relay/legacy_sessions.py; README §stdio upstreams).
 
 The server is tests/support/stdio_server.py, run with this interpreter.

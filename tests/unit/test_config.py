@@ -12,7 +12,10 @@ from pydantic import ValidationError
 from proxy.config import (
     ENV_PREFIX,
     ConfigError,
+    HttpTarget,
     Settings,
+    SseTarget,
+    StdioTarget,
     exposed_without_authorization,
     is_loopback_host,
     load_settings,
@@ -65,6 +68,18 @@ def test_defaults_apply_when_only_the_upstream_url_is_given():
 )
 def test_the_era_probe_waits_by_transport_unless_configured(upstream, expected):
     assert load_settings(**upstream).upstream.era_probe_timeout_s == expected
+
+
+def test_the_flat_upstream_section_reads_as_the_typed_view_of_its_kind():
+    assert load_settings(**{"upstream.url": URL}).upstream.target == HttpTarget(URL)
+    sse = load_settings(**{"upstream.sse_url": "http://127.0.0.1:3000/sse"}).upstream
+    assert sse.target == SseTarget("http://127.0.0.1:3000/sse", sse.sse)
+    assert sse.transport == "sse"
+    stdio = load_settings(
+        **{"upstream.command": "mcp-server --flag", "upstream.env": {"A": "1"}, "upstream.cwd": "/srv"}
+    ).upstream
+    assert stdio.target == StdioTarget(("mcp-server", "--flag"), {"A": "1"}, "/srv", stdio.stdio)
+    assert stdio.target.kind == stdio.transport == "stdio"
 
 
 @pytest.mark.parametrize(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
 import pytest
 import structlog
@@ -51,16 +52,20 @@ class FakeProbe:
         return outcome
 
 
-def detector_with(probe: FakeProbe, configured: str = "auto", clock: FakeClock | None = None) -> EraDetector:
-    return EraDetector(configured, probe, clock=clock or FakeClock())
+def detector_with(
+    probe: FakeProbe,
+    configured: str = "auto",
+    clock: FakeClock | None = None,
+    on_change: Callable[[Era], None] = lambda era: None,
+) -> EraDetector:
+    return EraDetector(configured, probe, clock=clock or FakeClock(), on_change=on_change)
 
 
 @pytest.mark.parametrize("configured", [Era.MODERN.value, Era.LEGACY.value])
 async def test_a_configured_era_is_used_without_ever_probing(configured):
     probe = FakeProbe()
-    detector = detector_with(probe, configured)
     changes: list[Era] = []
-    detector.on_change = changes.append
+    detector = detector_with(probe, configured, on_change=changes.append)
     assert detector.era is Era(configured)
     async with asyncio.timeout(WAIT):
         assert await detector.current() is Era(configured)
@@ -133,9 +138,8 @@ async def test_suspecting_before_anything_was_detected_is_harmless():
 
 
 async def test_on_change_fires_with_the_era_first_detected():
-    detector = detector_with(FakeProbe(MODERN))
     changes: list[Era] = []
-    detector.on_change = changes.append
+    detector = detector_with(FakeProbe(MODERN), on_change=changes.append)
     async with asyncio.timeout(WAIT):
         await detector.current()
         await detector.current()
@@ -144,11 +148,11 @@ async def test_on_change_fires_with_the_era_first_detected():
 
 async def test_on_change_does_not_fire_when_a_re_probe_finds_the_same_era():
     probe = FakeProbe(MODERN, MODERN)
-    detector = detector_with(probe)
     changes: list[Era] = []
+    detector = detector_with(probe, on_change=changes.append)
     async with asyncio.timeout(WAIT):
         await detector.current()
-        detector.on_change = changes.append
+        changes.clear()  # the first detection's
         detector.suspect("a hiccup")
         assert await detector.current() is Era.MODERN
     assert probe.calls == 2
@@ -156,11 +160,11 @@ async def test_on_change_does_not_fire_when_a_re_probe_finds_the_same_era():
 
 
 async def test_on_change_fires_when_a_re_probe_finds_another_era():
-    detector = detector_with(FakeProbe(MODERN, LEGACY))
     changes: list[Era] = []
+    detector = detector_with(FakeProbe(MODERN, LEGACY), on_change=changes.append)
     async with asyncio.timeout(WAIT):
         await detector.current()
-        detector.on_change = changes.append
+        changes.clear()  # the first detection's
         detector.suspect("the upstream was replaced")
         await detector.current()
     assert changes == [Era.LEGACY]
@@ -168,9 +172,8 @@ async def test_on_change_fires_when_a_re_probe_finds_another_era():
 
 async def test_a_failing_probe_propagates_and_the_next_call_probes_again():
     probe = FakeProbe(UpstreamUnavailable("up", "did not answer the era probe in time"), LEGACY)
-    detector = detector_with(probe)
     changes: list[Era] = []
-    detector.on_change = changes.append
+    detector = detector_with(probe, on_change=changes.append)
     async with asyncio.timeout(WAIT):
         with pytest.raises(UpstreamUnavailable):
             await detector.current()

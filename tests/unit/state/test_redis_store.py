@@ -15,7 +15,8 @@ import pytest
 
 from proxy.config import StoreConfig
 from proxy.metrics import Metrics
-from proxy.state.redis_store import Breaker, RedisSessionStore
+from proxy.state.redis_connection import Breaker
+from proxy.state.redis_store import RedisSessionStore
 from proxy.state.sealing import Sealer
 from proxy.state.sessions import LegacySession, SessionCore, SessionIds, StoreUnavailable, principal_of
 

@@ -1,5 +1,6 @@
-"""Legacy clients of a legacy stdio server: the backend of the legacy session host in which each
-client session is a server process of its own.
+"""Legacy clients of a legacy stdio or HTTP+SSE server: the backend of the legacy session host in
+which each client session is a connection of its own, a server process (stdio) or an SSE
+connection (HTTP+SSE, which has the process interface: upstream/sse.py).
 
 The proxy serves the Streamable HTTP side of the session (its id, the GET stream, DELETE) and
 relays the messages one by one, unchanged: the server process speaks the client's own revision.
