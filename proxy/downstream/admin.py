@@ -16,7 +16,7 @@ from ..metrics import PREFIX, STREAM_KINDS, Metrics
 from ..relay.scopes import SharedRun
 from . import status_page
 from .clients import ClientReport
-from .sse import json_response
+from .reply import json_response
 
 
 class Admin:

@@ -12,7 +12,7 @@ from aiohttp.typedefs import Handler
 
 from ..config import Settings, is_loopback_host
 from ..protocol import jsonrpc
-from .sse import json_response
+from .reply import json_response
 
 log = structlog.get_logger(__name__)
 

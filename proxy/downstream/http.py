@@ -42,8 +42,8 @@ from ..state.sealing import Sealer
 from ..state.sessions import LegacySession, short_hash
 from ..tracing import NO_TRACING, NULL_DOWNSTREAM, DownstreamSpan, Tracing
 from .clients import ClientReport, Sighting
+from .reply import STARTED, RequestReply, SseStream, end_with_error, error_reply, json_response, relay_reply
 from .resume import EventIds, lost_stream_events, open_event_id
-from .sse import STARTED, RequestReply, SseStream, end_with_error, json_response, relay_reply
 
 log = structlog.get_logger(__name__)
 Host = LegacySessionHost[Any]
@@ -59,10 +59,6 @@ _LOGGED_METHOD_MAX = 200  # characters of a client's method name the access log 
 _CUT_S = 1.0  # how long the calls cut at shutdown get to answer with their error and end
 # The request's Identity, once computed (RequestKey: aiohttp 3.13 and later; a string before).
 _IDENTITY: Any = web.RequestKey("identity", Identity) if hasattr(web, "RequestKey") else "mcp_era_proxy.identity"
-
-
-def error_reply(exc: ProxyError, era: Era, request_id: Any = None) -> web.Response:
-    return json_response(exc.reply(request_id), exc.status_for(era), exc.headers or None)
 
 
 class McpEndpoint:

@@ -43,8 +43,7 @@ from ..protocol.versions import Era
 from ..state.sealing import Sealer
 from ..state.sessions import short_hash
 from .bridge import EndpointBridge, MessageError, parse_message
-from .http import error_reply
-from .sse import SseStream, json_response
+from .reply import SseStream, error_reply, json_response
 
 log = structlog.get_logger(__name__)
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -59,7 +58,7 @@ _CLOSE_GRACE_S = 1.0  # a closed stream's requests in flight get this long, then
 
 class StreamWriter:
     """The MessageSink of one event stream: messages queue here and `pump` writes them in order
-    on the stream (downstream/sse.py `SseStream`: keep-alive comments while it is quiet, which is
+    on the stream (downstream/reply.py `SseStream`: keep-alive comments while it is quiet, which is
     how a client gone away is noticed)."""
 
     def __init__(self, request: web.BaseRequest, keepalive_s: float) -> None:

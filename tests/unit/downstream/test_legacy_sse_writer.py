@@ -1,5 +1,5 @@
 """The writer of an HTTP+SSE event stream (proxy/downstream/legacy_sse.py `StreamWriter`, written
-through downstream/sse.py `SseStream`): messages in order as `message` events, keep-alive comments
+through downstream/reply.py `SseStream`): messages in order as `message` events, keep-alive comments
 while quiet, a client gone noticed on a quiet stream, a client that does not read cut off."""
 
 from __future__ import annotations

@@ -1,11 +1,11 @@
-"""A reply lives exactly as long as its handler (proxy/downstream/sse.py)."""
+"""A reply lives exactly as long as its handler (proxy/downstream/reply.py)."""
 
 from __future__ import annotations
 
 import pytest
 from aiohttp.test_utils import make_mocked_request
 
-from proxy.downstream.sse import ReplyClosed, RequestReply
+from proxy.downstream.reply import ReplyClosed, RequestReply
 
 
 def request(accept: str = "application/json, text/event-stream"):

@@ -1,4 +1,4 @@
-"""Writing JSON-RPC messages to an aiohttp response as JSON or as an SSE stream."""
+"""The reply to a downstream request: JSON-RPC messages written to an aiohttp response as JSON or as an SSE stream."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from aiohttp import web
 from ..errors import ProxyError
 from ..protocol import jsonrpc
 from ..protocol.sse import KEEPALIVE, encode_event
+from ..protocol.versions import Era
 from ..relay.bytes import ByteReply
 from ..relay.channel import RequestChannel
 from .resume import EventIds
@@ -32,6 +33,11 @@ def accepts_sse(request: web.BaseRequest) -> bool:
 
 def json_response(message: Any, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
     return web.Response(body=jsonrpc.encode(message), status=status, content_type="application/json", headers=headers)
+
+
+def error_reply(exc: ProxyError, era: Era, request_id: Any = None) -> web.Response:
+    """A refusal or failure as the whole reply: its JSON-RPC error with the HTTP status `era` gives it."""
+    return json_response(exc.reply(request_id), exc.status_for(era), exc.headers or None)
 
 
 _ENDING_S = 1.0  # how long the end of a failed stream may take to write (a client that does not read)
