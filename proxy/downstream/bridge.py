@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from typing import Any, Protocol
 
 import aiohttp
@@ -26,123 +26,28 @@ import structlog
 
 from ..protocol import client_checks, jsonrpc, meta
 from ..protocol.headers import (
-    METHOD_HEADER,
-    NAME_HEADER,
     PROTOCOL_VERSION_HEADER,
     SESSION_HEADER,
     ParamHeader,
-    name_header_value,
     param_header_values,
 )
 from ..protocol.legacy_to_modern import screen_tools
-from ..protocol.sse import Decoder
-from ..protocol.versions import MODERN_VERSIONS
+from .bridge_messages import (
+    ACCEPT,
+    LEGACY,
+    MODERN,
+    MessageError,
+    choose_era,
+    encode_line,
+    id_or_none,
+    logged_method,
+    modern_headers,
+    modern_version,
+    parse_message,
+    sse_events,
+)
 
 log = structlog.get_logger(__name__)
-
-LEGACY = "legacy"
-MODERN = "modern"
-_ACCEPT = "application/json, text/event-stream"
-
-
-# ------------------------------------------------------------ pure parts
-
-
-class MessageError(Exception):
-    """Bytes that are not one JSON-RPC message: `reply` is the JSON-RPC error to answer with."""
-
-    def __init__(self, reply: dict[str, Any]) -> None:
-        super().__init__(reply["error"]["message"])
-        self.reply = reply
-
-
-def parse_message(data: bytes, max_depth: int) -> Any:
-    """One JSON-RPC message (or a batch) from a stdin line or a POST body; raises MessageError
-    with the reply."""
-    try:
-        message = jsonrpc.decode(data)
-    except jsonrpc.DecodeError:
-        raise MessageError(jsonrpc.error_response(None, jsonrpc.PARSE_ERROR, "Parse error: not valid JSON")) from None
-    if client_checks.too_deep(message, max_depth, data):
-        rejection = client_checks.depth_rejection(max_depth)
-        raise MessageError(jsonrpc.error_response(_id_or_none(message), rejection.code, rejection.message))
-    items = message if isinstance(message, list) and message else [message]
-    for item in items:
-        if not isinstance(item, dict) or jsonrpc.kind(item) == "invalid":
-            raise MessageError(
-                jsonrpc.error_response(
-                    _id_or_none(item), jsonrpc.INVALID_REQUEST, "Invalid Request: not a JSON-RPC 2.0 message"
-                )
-            )
-    return message
-
-
-def _id_or_none(message: Any) -> Any:
-    if isinstance(message, dict):
-        value = message.get("id")
-        if isinstance(value, (str, int)) and not isinstance(value, bool):
-            return value
-    return None
-
-
-def _method_of(message: Any) -> str | None:
-    method = message.get("method") if isinstance(message, dict) else None
-    return method[:200] if isinstance(method, str) else None
-
-
-def modern_version(message: Any) -> str | None:
-    """The 2026-07-28 protocol version a request's `_meta` carries, if any."""
-    if not isinstance(message, dict):
-        return None
-    request_meta = meta.meta_of(message.get("params"))
-    version = request_meta.get(meta.PROTOCOL_VERSION) if request_meta else None
-    return version if isinstance(version, str) else None
-
-
-def choose_era(message: Any) -> str | None:
-    """The host's era from one message, per the stdio rules: a modern host probes with
-    `server/discover` or stamps its requests with `_meta` protocolVersion; a legacy host starts with
-    `initialize`. None: this message does not tell."""
-    if not isinstance(message, dict):
-        return None
-    if modern_version(message) is not None or message.get("method") == "server/discover":
-        return MODERN
-    if message.get("method") == "initialize":
-        return LEGACY
-    return None
-
-
-def modern_headers(message: dict[str, Any], fallback_version: str | None = None) -> dict[str, str]:
-    """The 2026-07-28 Streamable HTTP request-metadata headers for one message, from its body
-    (2026-07-28/basic/transports/streamable-http.mdx §Request Metadata)."""
-    headers = {"Content-Type": "application/json", "Accept": _ACCEPT}
-    version = modern_version(message) or fallback_version or MODERN_VERSIONS[0]
-    headers[PROTOCOL_VERSION_HEADER] = version
-    method = message.get("method")
-    if isinstance(method, str):
-        headers[METHOD_HEADER] = method
-        name = name_header_value(method, message.get("params"))
-        if name is not None:
-            headers[NAME_HEADER] = name
-    return headers
-
-
-def encode_line(message: Any) -> bytes:
-    """One message as one stdout line (JSON never holds a raw newline)."""
-    return jsonrpc.encode(message) + b"\n"
-
-
-async def sse_events(content: aiohttp.StreamReader) -> AsyncIterator[bytes]:
-    """The `data` of each SSE event of a response body, as it arrives (the core's WHATWG parser).
-    An event with empty data (2025-11-25's priming event: an id to resume from) carries no message."""
-    decoder = Decoder()
-    async for chunk in content.iter_any():
-        for event in decoder.feed(chunk):
-            if event.data:
-                yield event.data.encode()
-
-
-# ------------------------------------------------------------ the bridge
 
 
 class MessageSink(Protocol):
@@ -256,7 +161,7 @@ class EndpointBridge:
         if self.era is None:
             self.era = choose_era(message[0] if isinstance(message, list) and message else message)
             if self.era is None:
-                request_id = _id_or_none(message)
+                request_id = id_or_none(message)
                 if isinstance(message, dict) and jsonrpc.kind(message) == "request":
                     self._writer.write(
                         jsonrpc.error_response(
@@ -285,8 +190,8 @@ class EndpointBridge:
             if problem is None:
                 continue
             refused = item if not isinstance(message, list) else None
-            request_id = _id_or_none(refused) if refused is not None and jsonrpc.kind(refused) == "request" else None
-            log.info("stdio_message_refused", status=problem.status, code=problem.code, method=_method_of(item))
+            request_id = id_or_none(refused) if refused is not None and jsonrpc.kind(refused) == "request" else None
+            log.info("stdio_message_refused", status=problem.status, code=problem.code, method=logged_method(item))
             if refused is None or request_id is not None:
                 self._writer.write(jsonrpc.error_response(request_id, problem.code, problem.message, problem.data))
             return True
@@ -461,7 +366,7 @@ class EndpointBridge:
         return {**self._caller_headers, **headers}
 
     def _legacy_headers(self) -> dict[str, str]:
-        headers = {"Content-Type": "application/json", "Accept": _ACCEPT}
+        headers = {"Content-Type": "application/json", "Accept": ACCEPT}
         if self._session_id is not None:
             headers[SESSION_HEADER] = self._session_id
         if self._legacy_version is not None:
@@ -484,7 +389,7 @@ class EndpointBridge:
                         self._legacy_version = version
                 return reply
 
-            headers = {**caller, "Content-Type": "application/json", "Accept": _ACCEPT}
+            headers = {**caller, "Content-Type": "application/json", "Accept": ACCEPT}
             await self._post(message, headers, seen, on_message)
         finally:
             self._initialized.set()
@@ -537,7 +442,7 @@ class EndpointBridge:
         on_message: Callable[[Any], Any] | None = None,
     ) -> None:
         """POST one message; every JSON-RPC message of the reply (JSON or SSE) goes to stdout."""
-        request_id = _id_or_none(message) if isinstance(message, dict) and "method" in message else None
+        request_id = id_or_none(message) if isinstance(message, dict) and "method" in message else None
         expects_reply = isinstance(message, list) or (isinstance(message, dict) and jsonrpc.kind(message) == "request")
         try:
             async with self._http.post(
@@ -548,7 +453,7 @@ class EndpointBridge:
                 content_type = response.headers.get("Content-Type", "")
                 if not expects_reply:  # a notification or an answer: nothing goes back to the host
                     if response.status >= 300:
-                        log.info("stdio_message_refused", status=response.status, method=_method_of(message))
+                        log.info("stdio_message_refused", status=response.status, method=logged_method(message))
                     return
                 if response.status == 202:
                     return

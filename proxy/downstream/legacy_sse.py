@@ -42,7 +42,8 @@ from ..protocol.sse import encode_event
 from ..protocol.versions import Era
 from ..state.sealing import Sealer
 from ..state.sessions import short_hash
-from .bridge import EndpointBridge, MessageError, parse_message
+from .bridge import EndpointBridge
+from .bridge_messages import MessageError, parse_message
 from .reply import SseStream, error_reply, json_response
 
 log = structlog.get_logger(__name__)

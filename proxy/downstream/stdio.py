@@ -17,7 +17,8 @@ from typing import Any
 import structlog
 
 from ..protocol import jsonrpc
-from .bridge import EndpointBridge, encode_line
+from .bridge import EndpointBridge
+from .bridge_messages import encode_line
 
 log = structlog.get_logger(__name__)
 

@@ -1,5 +1,5 @@
 """The stdio bridge's pure parts: era choice, request-metadata headers, line framing and the
-replies to lines that are not JSON-RPC (proxy/downstream/bridge.py, proxy/downstream/stdio.py)."""
+replies to lines that are not JSON-RPC (proxy/downstream/bridge_messages.py, proxy/downstream/stdio.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from proxy.downstream.bridge import (
+from proxy.downstream.bridge_messages import (
     LEGACY,
     MODERN,
     MessageError,
