@@ -24,14 +24,8 @@ from typing import Any, Protocol
 import aiohttp
 import structlog
 
-from ..protocol import client_checks, jsonrpc, meta
-from ..protocol.headers import (
-    PROTOCOL_VERSION_HEADER,
-    SESSION_HEADER,
-    ParamHeader,
-    param_header_values,
-)
-from ..protocol.legacy_to_modern import screen_tools
+from ..protocol import client_checks, jsonrpc
+from ..protocol.headers import PROTOCOL_VERSION_HEADER, SESSION_HEADER
 from .bridge_messages import (
     ACCEPT,
     LEGACY,
@@ -46,6 +40,7 @@ from .bridge_messages import (
     parse_message,
     sse_events,
 )
+from .bridge_tools import ToolHeaders
 
 log = structlog.get_logger(__name__)
 
@@ -94,12 +89,7 @@ class EndpointBridge:
         # the host sends after `notifications/initialized` waits for it (bounded), so a change the
         # host makes at once is not said before anyone listens.
         self._stream_ready: asyncio.Event | None = None
-        # Modern: each tool's x-mcp-header annotations, learnt from the tools/list replies that pass
-        # (or fetched for a call to a tool not seen yet), so a tools/call carries its Mcp-Param-*
-        # headers as an HTTP client's must; stdio carries no headers to mirror from.
-        self._tool_headers: dict[str, tuple[ParamHeader, ...]] = {}
-        self._tools_fetched_at: float | None = None
-        self._tools_fetch: asyncio.Task[None] | None = None
+        self._tools = ToolHeaders()  # modern: the Mcp-Param-* headers of each tool's calls
 
     def start(self) -> None:
         self._writer.start()
@@ -241,7 +231,7 @@ class EndpointBridge:
             if method == "tools/call":
                 self._spawn(self._call_tool(message, headers), message["id"])
             elif method == "tools/list":
-                self._spawn(self._post(message, headers, on_message=self._listed(message["id"])), message["id"])
+                self._spawn(self._post(message, headers, on_message=self._tools.listed(message["id"])), message["id"])
             else:
                 self._spawn(self._post(message, headers), message["id"])
         elif kind == "notification":
@@ -254,70 +244,14 @@ class EndpointBridge:
 
     # ------------------------------------------------------------ modern tool headers
 
-    def _listed(self, request_id: Any) -> Callable[[Any], Any]:
-        def learn(reply: Any) -> Any:
-            if not (
-                isinstance(reply, dict) and reply.get("id") == request_id and isinstance(reply.get("result"), dict)
-            ):
-                return reply
-            return {**reply, "result": self._learn_tools(reply["result"])}
-
-        return learn
-
-    def _learn_tools(self, result: dict[str, Any]) -> dict[str, Any]:
-        """Record a tools/list page's annotations; a tool whose annotations are invalid is withheld,
-        as an HTTP client must (2026-07-28/basic/transports/streamable-http.mdx §Schema Extension)."""
-        page = screen_tools(result)
-        for tool in result.get("tools") or ():
-            if isinstance(tool, dict) and isinstance(tool.get("name"), str):
-                self._tool_headers[tool["name"]] = page.headers.get(tool["name"], ())
-        for name, reason in page.rejected:
-            self._tool_headers.pop(name, None)
-            log.warning("bridge_tool_withheld", tool=name[:200], reason=reason)
-        return page.result
-
     async def _call_tool(self, message: dict[str, Any], headers: dict[str, str]) -> None:
         params = message.get("params")
-        name = params.get("name") if isinstance(params, dict) else None
-        if isinstance(name, str) and isinstance(params, dict):
-            known = self._tool_headers.get(name)
-            if known is None:
-                await self._fetch_tools(params)
-                known = self._tool_headers.get(name, ())
-            if known:
-                headers = {**headers, **param_header_values(known, params.get("arguments"))}
+        if isinstance(params, dict):
+            headers = {**headers, **await self._tools.call_headers(params, self._ask_modern)}
         await self._post(message, headers)
 
-    async def _fetch_tools(self, call_params: dict[str, Any]) -> None:
-        """Walk tools/list for the annotations of a tool not seen yet: at most once per
-        _TOOLS_REFRESH_S, one walk at a time (concurrent calls wait for the same)."""
-        loop = asyncio.get_running_loop()
-        if self._tools_fetch is None or self._tools_fetch.done():
-            fresh = self._tools_fetched_at is not None and loop.time() - self._tools_fetched_at < _TOOLS_REFRESH_S
-            if fresh:
-                return
-            self._tools_fetched_at = loop.time()
-            self._tools_fetch = asyncio.create_task(self._walk_tools(call_params))
-        await asyncio.shield(self._tools_fetch)
-
-    async def _walk_tools(self, call_params: dict[str, Any]) -> None:
-        request_meta = meta.meta_of(call_params) or {}
-        envelope = {k: v for k, v in request_meta.items() if k in (meta.PROTOCOL_VERSION, meta.CLIENT_CAPABILITIES)}
-        cursor: Any = None
-        for page in range(_TOOL_PAGES_MAX):
-            params: dict[str, Any] = {"_meta": envelope}
-            if cursor is not None:
-                params["cursor"] = cursor
-            request = jsonrpc.request(f"mcp-era-proxy-tools-{page}", "tools/list", params)
-            reply = await self._ask(request, self._with_caller(modern_headers(request, self._modern_version)))
-            result = reply.get("result") if isinstance(reply, dict) else None
-            if not isinstance(result, dict):
-                log.info("bridge_tools_unlisted", error=str(reply.get("error") if isinstance(reply, dict) else reply))
-                return
-            self._learn_tools(result)
-            cursor = result.get("nextCursor")
-            if cursor is None:
-                return
+    async def _ask_modern(self, request: dict[str, Any]) -> Any:
+        return await self._ask(request, self._with_caller(modern_headers(request, self._modern_version)))
 
     async def _ask(self, request: dict[str, Any], headers: dict[str, str]) -> Any:
         """The endpoint's answer to a request of the bridge's own (None if there is none)."""
@@ -502,6 +436,4 @@ class EndpointBridge:
 _NO_TIMEOUT = aiohttp.ClientTimeout(total=None, sock_read=None)
 _STREAM_READY_S = 5.0  # how long the host's messages after `initialized` wait for the GET stream
 _OWN_REQUEST_TIMEOUT = aiohttp.ClientTimeout(total=30.0)
-_TOOLS_REFRESH_S = 5.0  # a tool still unknown after a walk makes another only after this
-_TOOL_PAGES_MAX = 100
 _CANCELLED_KEPT = 1024  # cancelled request ids remembered at most (the oldest go first)
