@@ -40,7 +40,7 @@ from .bridge_messages import (
     parse_message,
     sse_events,
 )
-from .bridge_tools import ToolHeaders
+from .bridge_tools import BridgeToolHeaders
 
 log = structlog.get_logger(__name__)
 
@@ -89,7 +89,7 @@ class EndpointBridge:
         # the host sends after `notifications/initialized` waits for it (bounded), so a change the
         # host makes at once is not said before anyone listens.
         self._stream_ready: asyncio.Event | None = None
-        self._tools = ToolHeaders()  # modern: the Mcp-Param-* headers of each tool's calls
+        self._tools = BridgeToolHeaders()  # modern: the Mcp-Param-* headers of each tool's calls
 
     def start(self) -> None:
         self._writer.start()

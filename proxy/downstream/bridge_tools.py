@@ -23,7 +23,7 @@ _TOOL_PAGES_MAX = 100
 Ask = Callable[[dict[str, Any]], Awaitable[Any]]  # the endpoint's answer to a request of the bridge's own
 
 
-class ToolHeaders:
+class BridgeToolHeaders:
     def __init__(self) -> None:
         self._known: dict[str, tuple[ParamHeader, ...]] = {}
         self._fetched_at: float | None = None
