@@ -77,7 +77,6 @@ class McpEndpoint:
         tasks: LegacyTaskHost | None = None,
         clients: ClientReport | None = None,
     ) -> None:
-        self._settings = settings
         # Who speaks which protocol (proxy/downstream/clients.py); legacy sessions relayed byte for byte are
         # the upstream's, so their client is remembered here by the session id it handed out.
         self._clients = clients if clients is not None else ClientReport(settings.clients.max_tracked, metrics)
