@@ -200,6 +200,21 @@ def test_no_import_circle() -> None:
     assert not circles, circles
 
 
+MAX_LINES = 600
+LONG_BY_NATURE = {"config.py"}  # the settings catalogue: one documented model per section
+
+
+def test_no_source_file_a_newcomer_must_read_whole_is_over_600_lines() -> None:
+    """A rule is found in a file of one job; the settings catalogue is a reference, read by section."""
+    long = {
+        str(path.relative_to(PROXY)): lines
+        for path in PROXY.rglob("*.py")
+        if str(path.relative_to(PROXY)) not in LONG_BY_NATURE
+        and (lines := len(path.read_text(encoding="utf-8").splitlines())) > MAX_LINES
+    }
+    assert not long, long
+
+
 # ---------------------------------------------------------------- the unit tests mirror the packages
 
 UNIT = Path(__file__).parent / "unit"

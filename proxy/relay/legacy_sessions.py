@@ -458,7 +458,7 @@ class LegacySessionHost(Generic[L]):
                 await self._store.save(session, ("stream_owner",))
                 # Read again after saying so: a subscription another replica made meanwhile is
                 # either seen here now, or that replica sees this one holding the stream and
-                # hands the subscription over (downstream/http.py).
+                # hands the subscription over (downstream/legacy_http.py).
                 await self._store.load(session)
             except StoreUnavailable:
                 log.warning("stream_owner_not_shared", session=short_hash(session.id))
