@@ -183,20 +183,20 @@ class TranslatingBackend:
         method = message["method"]
         if method in _LOCAL_METHODS:
             return jsonrpc.result_response(message["id"], await self._local(session, runtime, message))
-        if self._hosted.serves(session.legacy_version):
+        if self._hosted.takes(session, message):
             return await self._hosted.request(
                 session,
                 message,
                 channel,
                 runtime.deliver,
-                forward=lambda: self._forward(session, runtime, message, channel, auth_headers),
                 run_call=lambda call_message, task_channel: self._run_task_call(
                     session, runtime, call_message, task_channel, auth_headers
                 ),
             )
         if method in lt.TASK_METHODS:  # no 2026-07-28 method of that name: nothing to ask upstream
             raise ProxyError(jsonrpc.METHOD_NOT_FOUND, f"Method not found: {method} (this proxy hosts no tasks here)")
-        return await self._forward(session, runtime, message, channel, auth_headers)
+        reply = await self._forward(session, runtime, message, channel, auth_headers)
+        return self._hosted.listed(session, method, reply)
 
     async def _run_task_call(
         self,

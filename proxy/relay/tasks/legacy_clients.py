@@ -2,8 +2,9 @@
 2025-11-25 tasks the proxy hosts for them, and the tasks/cancel of upstream tasks their calls
 gave up on (docs/translation.md §3.10, docs/design.md §Tasks).
 
-A session whose revision has no tasks, or a proxy that hosts none, never comes here: the backend
-asks `HostedTasks.serves` once per request and forwards a plain call straight on.
+The backend asks `HostedTasks.takes` once per request: only a tasks/* method or a task-augmented
+call of a session whose revision has tasks comes here; a plain call is forwarded straight on, and
+only a tools/list reply is looked at afterwards (`listed`, which marks the tools' task support).
 """
 
 from __future__ import annotations
@@ -28,8 +29,6 @@ from ..scopes import Deadline, TaskScope
 from .host import LegacyTaskHost, Notify, TaskChannel
 
 JSONDict = dict[str, Any]
-# The session's request as a plain call would go: forwarded upstream, its final reply.
-Forward = Callable[[], Awaitable[JSONDict]]
 # A hosted task's call (its message without the task) driven with the task's channel.
 RunCall = Callable[[JSONDict, ReplyChannel], Awaitable[Finish]]
 log = structlog.get_logger(__name__)
@@ -55,28 +54,36 @@ class HostedTasks:
         """Whether a session's requests come here: its revision has tasks and the proxy hosts them."""
         return self._host is not None and lt.supports_tasks(legacy_version)
 
+    def takes(self, session: LegacySession, message: JSONDict) -> bool:
+        """Whether a request is the hosted tasks' to serve: a tasks/* method or a task-augmented
+        call, in a session `serves` answers yes for."""
+        return self.serves(session.legacy_version) and (
+            message["method"] in lt.TASK_METHODS or lt.is_task_request(message)
+        )
+
     async def request(
         self,
         session: LegacySession,
         message: JSONDict,
         channel: ReplyChannel,
         notify: Notify,
-        forward: Forward,
         run_call: RunCall,
     ) -> JSONDict:
-        """A request of a session `serves` answers yes for; `notify` tells the session of its
-        tasks' status changes."""
+        """A request `takes` answers yes for; `notify` tells the session of its tasks' status changes."""
         host = self._host
-        assert host is not None  # only asked after serves()
-        method = message["method"]
-        if method in lt.TASK_METHODS:
+        assert host is not None  # only asked after takes()
+        if message["method"] in lt.TASK_METHODS:
             return await self._task_request(host, session, message, channel)
-        if lt.is_task_request(message):
-            return await self._create_task(host, session, message, notify, run_call)
-        reply = await forward()
-        if method == "tools/list" and self._mark_tools and isinstance(reply.get("result"), dict):
-            reply = {**reply, "result": lt.mark_tools(reply["result"], session.legacy_version)}
-        return reply
+        return await self._create_task(host, session, message, notify, run_call)
+
+    def listed(self, session: LegacySession, method: str, reply: JSONDict) -> JSONDict:
+        """A forwarded request's reply as the session gets it: a tools/list marks which tools a
+        client may run as a task (tasks.mark_tools), in a session `serves` answers yes for."""
+        if method != "tools/list" or not self._mark_tools or not self.serves(session.legacy_version):
+            return reply
+        if not isinstance(reply.get("result"), dict):
+            return reply
+        return {**reply, "result": lt.mark_tools(reply["result"], session.legacy_version)}
 
     async def _create_task(
         self, host: LegacyTaskHost, session: LegacySession, message: JSONDict, notify: Notify, run_call: RunCall

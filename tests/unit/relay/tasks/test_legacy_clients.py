@@ -52,10 +52,6 @@ class Host:
         return jsonrpc.result_response(message["id"], {})
 
 
-async def not_forwarded() -> JSONDict:
-    raise AssertionError("forwarded")
-
-
 async def no_call(message: JSONDict, channel: Any) -> Finish:
     raise AssertionError("a call ran")
 
@@ -72,7 +68,7 @@ async def test_each_tasks_method_goes_to_the_host_for_the_sessions_caller() -> N
     hosted = HostedTasks(host, CONFIG)
     for method in ("tasks/get", "tasks/result", "tasks/cancel", "tasks/list"):
         message = jsonrpc.request(1, method, {"taskId": "t1"})
-        await hosted.request(SESSION, message, NO_STREAM, lambda note: None, not_forwarded, no_call)
+        await hosted.request(SESSION, message, NO_STREAM, lambda note: None, no_call)
     assert host.asked == [("get", "alice"), ("result", "alice"), ("cancel", "alice"), ("list", "alice")]
 
 
@@ -84,24 +80,32 @@ async def test_a_task_augmented_call_runs_without_its_task_and_ends_with_the_req
         return Finish(result={"content": []})
 
     hosted = HostedTasks(host, CONFIG)
-    reply = await hosted.request(SESSION, TASKED_CALL, NO_STREAM, lambda note: None, not_forwarded, run_call)
+    reply = await hosted.request(SESSION, TASKED_CALL, NO_STREAM, lambda note: None, run_call)
     assert reply["result"] == {"task": {"taskId": "t1"}}
     assert "task" not in calls[0]["params"] and calls[0]["params"]["name"] == "slow"
     assert host.ran[0]["id"] == 3 and host.ran[0]["result"]["content"] == []
 
 
-async def test_a_plain_request_is_forwarded_and_a_tools_list_marks_every_tool_as_task_capable() -> None:
-    async def tools() -> JSONDict:
-        return jsonrpc.result_response(1, {"tools": [{"name": "a", "inputSchema": {"type": "object"}}]})
+def test_only_tasks_methods_and_task_augmented_calls_are_taken_a_plain_call_goes_straight_on() -> None:
+    hosted = HostedTasks(Host(), CONFIG)
+    assert hosted.takes(SESSION, jsonrpc.request(1, "tasks/get", {"taskId": "t1"}))
+    assert hosted.takes(SESSION, TASKED_CALL)
+    assert not hosted.takes(SESSION, jsonrpc.request(1, "tools/call", {"name": "slow", "arguments": {}}))
+    assert not hosted.takes(SESSION, jsonrpc.request(1, "tools/list", {}))
+    older = SimpleNamespace(**{**vars(SESSION), "legacy_version": "2025-06-18"})
+    assert not hosted.takes(older, TASKED_CALL)
+    assert not HostedTasks(None, CONFIG).takes(SESSION, TASKED_CALL)
 
-    marked = await HostedTasks(Host(), CONFIG).request(
-        SESSION, jsonrpc.request(1, "tools/list", {}), NO_STREAM, lambda note: None, tools, no_call
-    )
+
+def test_a_forwarded_tools_list_marks_every_tool_as_task_capable_and_nothing_else_is_touched() -> None:
+    tools = jsonrpc.result_response(1, {"tools": [{"name": "a", "inputSchema": {"type": "object"}}]})
+    marked = HostedTasks(Host(), CONFIG).listed(SESSION, "tools/list", tools)
     assert marked["result"]["tools"][0]["execution"] == {"taskSupport": "optional"}
-    unmarked = await HostedTasks(Host(), SimpleNamespace(mark_tools=False)).request(
-        SESSION, jsonrpc.request(1, "tools/list", {}), NO_STREAM, lambda note: None, tools, no_call
-    )
+    assert "execution" not in tools["result"]["tools"][0]  # the upstream's reply is not changed in place
+    unmarked = HostedTasks(Host(), SimpleNamespace(mark_tools=False)).listed(SESSION, "tools/list", tools)
     assert "execution" not in unmarked["result"]["tools"][0]
+    assert HostedTasks(Host(), CONFIG).listed(SESSION, "prompts/list", tools) is tools
+    assert HostedTasks(None, CONFIG).listed(SESSION, "tools/list", tools) is tools
 
 
 class Upstream:
