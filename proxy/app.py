@@ -55,7 +55,7 @@ log = structlog.get_logger(__name__)
 
 METRICS = web.AppKey("metrics", Metrics)
 LEGACY_TO_MODERN = web.AppKey("legacy_to_modern", LegacySessionHost[Translated])  # legacy sessions, translated
-LEGACY_STDIO = web.AppKey("legacy_stdio", LegacySessionHost[Process])  # legacy sessions, a server process each
+CONNECTION_SESSIONS = web.AppKey("connection_sessions", LegacySessionHost[Process])  # a process or SSE connection each
 MODERN_TO_LEGACY = web.AppKey("modern_to_legacy", ModernToLegacy)
 ADMIN = web.AppKey("admin", Admin)
 DETECTOR = web.AppKey("detector", EraDetector)
@@ -88,7 +88,7 @@ def create_app(
     tracing: Tracing | None = None,
 ) -> tuple[web.Application, web.Application | None]:
     """The MCP application, and the admin application when it listens separately. `tracing`: spans
-    on a provider of the caller's (tracing_otel.OtelTracing); by default per `settings.tracing`."""
+    on a provider of the caller's (tracing/otel.py OtelTracing); by default per `settings.tracing`."""
     metrics = metrics or Metrics()
     tracing = tracing if tracing is not None else tracing_from_settings(settings.tracing)
     state = build_state(settings, metrics, store, clock, cache_clock)
@@ -228,7 +228,7 @@ def mount(
     app[LEGACY_TO_MODERN] = relays.legacy_to_modern
     app[MODERN_TO_LEGACY] = relays.modern_to_legacy
     if relays.process_sessions is not None:
-        app[LEGACY_STDIO] = relays.process_sessions
+        app[CONNECTION_SESSIONS] = relays.process_sessions
     app[DETECTOR] = relays.detector
     app[CACHE] = state.shared.cache
     if state.shared.tasks is not None:

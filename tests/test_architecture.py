@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import pkgutil
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -213,6 +214,32 @@ def test_no_source_file_a_newcomer_must_read_whole_is_over_600_lines() -> None:
         and (lines := len(path.read_text(encoding="utf-8").splitlines())) > MAX_LINES
     }
     assert not long, long
+
+
+DESIGN = Path(__file__).parent.parent / "docs" / "design.md"
+
+
+def design_map() -> set[str]:
+    """The modules docs/design.md §Layers "The map" names, as paths under proxy/."""
+    text = DESIGN.read_text(encoding="utf-8")
+    table = text[text.index("### The map") :].split("\n\n", 2)[2].split("\n\n", 1)[0]
+    named: set[str] = set()
+    package = ""
+    for row in table.splitlines()[2:]:
+        cells = [cell.strip() for cell in row.strip("|").split("|")]
+        if cells[0]:
+            package = "" if cells[0] == "root" else cells[0].strip("`")
+        named |= {package + name for name in re.findall(r"`([\w/]+\.py)`", cells[1])}
+    return named
+
+
+def test_the_design_notes_map_names_every_module_and_only_modules_that_exist() -> None:
+    modules = {
+        str(path.relative_to(PROXY)) for path in PROXY.rglob("*.py") if path.name not in {"__init__.py", "__main__.py"}
+    }
+    named = design_map()
+    assert modules - named == set(), "modules missing from docs/design.md's map"
+    assert {name for name in named if not (PROXY / name).exists()} == set(), "the map names files that do not exist"
 
 
 # ---------------------------------------------------------------- the unit tests mirror the packages

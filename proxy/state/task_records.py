@@ -1,7 +1,7 @@
 """Where the tasks the proxy hosts are kept: the task store interface and its in-memory form.
 
 A task is keyed by its caller's principal and its id, never by a session, so it outlives the
-session that made it; with a shared store (store_redis.RedisTaskStore) every replica sees it.
+session that made it; with a shared store (state/redis_tasks.py RedisTaskStore) every replica sees it.
 Records are opaque bytes here (protocol.legacy_tasks.TaskRecord encodes them); the relay seals them
 before they leave the process, bound to their caller and id.
 """

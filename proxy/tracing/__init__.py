@@ -122,7 +122,7 @@ def background() -> contextvars.Context | None:
     return context
 
 
-# What tracing_otel.py imports: the `[otel]` extra.
+# What tracing/otel.py imports: the `[otel]` extra.
 _OTEL_MODULES = ("opentelemetry.sdk.trace", "opentelemetry.exporter.otlp.proto.http.trace_exporter")
 
 

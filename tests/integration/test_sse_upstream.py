@@ -19,7 +19,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient
 from structlog.testing import capture_logs
 
-from proxy.app import LEGACY_STDIO, METRICS, create_app, detect_sse_upstream
+from proxy.app import CONNECTION_SESSIONS, METRICS, create_app, detect_sse_upstream
 from proxy.config import load_settings
 from proxy.metrics import PREFIX
 from proxy.protocol import jsonrpc
@@ -230,7 +230,7 @@ async def test_an_unreachable_server_is_upstream_unavailable(aiohttp_server: Any
     client = await aiohttp_client(await serve(aiohttp_server, app))
     reply = await legacy_initialize(client)
     assert reply["error"]["code"] == jsonrpc.UPSTREAM_UNAVAILABLE
-    assert app[LEGACY_STDIO] is not None
+    assert app[CONNECTION_SESSIONS] is not None
 
 
 # ---------------------------------------------------------------- modern clients

@@ -20,7 +20,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient
 from structlog.testing import capture_logs
 
-from proxy.app import LEGACY_STDIO, METRICS, create_app
+from proxy.app import CONNECTION_SESSIONS, METRICS, create_app
 from proxy.config import load_settings
 from proxy.errors import SESSION_NOT_FOUND
 from proxy.metrics import PREFIX
@@ -52,7 +52,7 @@ class Proxy:
     @property
     def sessions(self) -> LegacySessionHost[Any]:
         """The host of the legacy sessions that are a server process each."""
-        return self.app[LEGACY_STDIO]
+        return self.app[CONNECTION_SESSIONS]
 
     def processes(self) -> float:
         return self.app[METRICS].registry.get_sample_value(f"{PREFIX}upstream_processes", {"upstream": NAME}) or 0.0
