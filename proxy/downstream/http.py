@@ -40,7 +40,7 @@ from ..state.sessions import short_hash
 from ..tracing import NO_TRACING, Tracing
 from .access import Access
 from .clients import ClientReport, Sighting
-from .legacy_http import Host, LegacyEndpoint
+from .legacy_http import LegacyEndpoint, SessionHost
 from .messages import (
     ByteSessions,
     Record,
@@ -354,7 +354,7 @@ class McpEndpoint:
 
     # ------------------------------------------------------------ GET / DELETE
 
-    async def _legacy_host(self, request: web.Request, method: str) -> Host | web.StreamResponse:
+    async def _legacy_host(self, request: web.Request, method: str) -> SessionHost | web.StreamResponse:
         """Who holds the session a GET or DELETE names, or the reply already made for it."""
         try:
             host = self._router[await self._era(request)].legacy

@@ -30,7 +30,7 @@ from .resume import EventIds, lost_stream_events, open_event_id
 from .steer import Replay, Topic, decide, legacy_topics
 
 log = structlog.get_logger(__name__)
-Host = LegacySessionHost[Any]
+SessionHost = LegacySessionHost[Any]  # whichever backend the upstream needs
 
 
 class LegacyEndpoint:
@@ -52,7 +52,9 @@ class LegacyEndpoint:
 
     # ------------------------------------------------------------ POST
 
-    async def initialize(self, host: Host, body: dict[str, Any], caller: Caller, record: Record) -> web.StreamResponse:
+    async def initialize(
+        self, host: SessionHost, body: dict[str, Any], caller: Caller, record: Record
+    ) -> web.StreamResponse:
         record.method = "initialize"
         if jsonrpc.kind(body) != "request":
             raise ProxyError(jsonrpc.INVALID_REQUEST, "initialize must be a JSON-RPC request", refused=True)
@@ -73,7 +75,9 @@ class LegacyEndpoint:
         )
         return json_response(jsonrpc.result_response(body["id"], result), headers={SESSION_HEADER: session_id})
 
-    async def session(self, request: web.BaseRequest, host: Host, session_id: str, caller: Caller) -> LegacySession:
+    async def session(
+        self, request: web.BaseRequest, host: SessionHost, session_id: str, caller: Caller
+    ) -> LegacySession:
         session = await host.resolve(session_id, caller.principal)
         if session is None:
             raise session_not_found()
@@ -87,7 +91,7 @@ class LegacyEndpoint:
     async def message(
         self,
         request: web.Request,
-        host: Host,
+        host: SessionHost,
         session: LegacySession,
         body: dict[str, Any],
         caller: Caller,
@@ -126,7 +130,9 @@ class LegacyEndpoint:
                     await self._steering.deliver(request, body, tell)
             return await reply.finish(message)
 
-    async def _answer(self, request: web.Request, host: Host, session: LegacySession, message: dict[str, Any]) -> None:
+    async def _answer(
+        self, request: web.Request, host: SessionHost, session: LegacySession, message: dict[str, Any]
+    ) -> None:
         """A legacy client's answer to a server-to-client request: to whoever awaits it, here or
         on the replica that sent the request (its id names it). The client gets 202 either way:
         an answer nobody awaits any more is dropped, as the spec has it."""
@@ -153,7 +159,7 @@ class LegacyEndpoint:
 
     async def _run(
         self,
-        host: Host,
+        host: SessionHost,
         session: LegacySession,
         body: dict[str, Any],
         reply: RequestReply,
@@ -180,7 +186,7 @@ class LegacyEndpoint:
     async def batch(
         self,
         request: web.Request,
-        host: Host,
+        host: SessionHost,
         session: LegacySession,
         body: list[Any],
         caller: Caller,
@@ -226,7 +232,7 @@ class LegacyEndpoint:
 
     # ------------------------------------------------------------ GET / DELETE
 
-    async def get(self, request: web.Request, host: Host, session_id: str, caller: Caller) -> web.StreamResponse:
+    async def get(self, request: web.Request, host: SessionHost, session_id: str, caller: Caller) -> web.StreamResponse:
         """The session's GET stream (server requests and notifications), or a POST stream resumed."""
         try:
             session = await self.session(request, host, session_id, caller)
@@ -257,7 +263,7 @@ class LegacyEndpoint:
         return sse.response or web.Response(status=204)
 
     async def _resume(
-        self, request: web.Request, host: Host, session: LegacySession, last_event_id: str
+        self, request: web.Request, host: SessionHost, session: LegacySession, last_event_id: str
     ) -> web.StreamResponse:
         """A client whose POST stream broke resumes it (downstream/resume.py): the request's input
         round carried on here if one was open, else its error."""
@@ -287,7 +293,7 @@ class LegacyEndpoint:
                     await stream.write(lost_stream_events(resumed, self._boot))
             return await stream.close()
 
-    async def delete(self, host: Host, session_id: str, caller: Caller) -> web.StreamResponse:
+    async def delete(self, host: SessionHost, session_id: str, caller: Caller) -> web.StreamResponse:
         session = await host.resolve(session_id, caller.principal)
         if session is None:
             return error_reply(session_not_found(), Era.LEGACY)

@@ -12,6 +12,7 @@ import structlog
 from ..protocol.detection import Detected, era_from_reply, legacy_probe_request, probe_request
 from ..protocol.legacy_to_modern import upstream_headers
 from ..protocol.versions import LATEST_MODERN, Era
+from ..upstream.base import Upstream
 from ..upstream.errors import UpstreamError, UpstreamHTTPError, UpstreamProtocolError
 from .scopes import SharedRun
 
@@ -118,7 +119,9 @@ class EraDetector:
             self.mismatch = None
 
 
-async def probe_http(upstream: Any, timeout_s: float, credentials: Mapping[str, str] = _NO_CREDENTIALS) -> Detected:
+async def probe_http(
+    upstream: Upstream, timeout_s: float, credentials: Mapping[str, str] = _NO_CREDENTIALS
+) -> Detected:
     """server/discover over HTTP; the status does not matter, the body does (docs/translation.md §1.3),
     except 401/403: an OAuth-protected server of either era refuses before it reads the body."""
     message = probe_request("era-probe")

@@ -35,7 +35,7 @@ from ..protocol.parked_call import (
 )
 from ..upstream.base import Reply
 from ..upstream.errors import UpstreamError, UpstreamSessionGone
-from ..upstream.legacy_session import LegacyUpstreamSession
+from ..upstream.legacy_session import CallSink, LegacyUpstreamSession
 from .scopes import TaskScope
 from .tasks.modern_clients import TaskCall
 
@@ -282,7 +282,7 @@ def call_of_notification(session: LegacyUpstreamSession, note: JSONDict) -> Lega
     LegacyCall.bind set on the session)."""
     method = note.get("method")
     params = jsonrpc.params_of(note)
-    call: Any = None
+    call: CallSink | None = None
     if method == "notifications/progress":
         token = params.get("progressToken")
         call = session.progress_routes.get(token) if isinstance(token, str) else None

@@ -13,6 +13,7 @@ from typing import Any, Generic, TypeVar
 
 from ..errors import ProxyError
 from ..protocol import jsonrpc
+from ..state.sessions import LegacySession
 from .scopes import CancelScope, TaskScope
 
 JSONDict = dict[str, Any]
@@ -47,7 +48,7 @@ class SessionRuntime(Generic[L]):
         self.get_streams: list[GetStream] = []
         self.backlog: deque[JSONDict] = deque(maxlen=backlog_size)
         self.tasks = TaskScope("legacy session")  # ended with the session
-        self.session: Any = None  # the session's latest state as this replica loaded it
+        self.session: LegacySession | None = None  # the session's latest state as this replica loaded it
         self.last_used = 0.0  # when this replica last served the session (a shared store's idle release)
 
     def deliver(self, message: JSONDict) -> None:
