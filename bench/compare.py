@@ -1,20 +1,21 @@
-"""Two revisions of the proxy in one run, interleaved on the same upstreams: CPU µs per request before and after.
+"""Two revisions of the proxy in one run, interleaved on the same upstreams: CPU µs per request before
+and after.
 
     python -m bench.compare --before REV [--after REV|worktree] [--rows c,d,e] [--duration 3] [--repeat 5]
 
-Row by row (the rows of bench/run.py: c, d, d-store, e; b as a control), both proxies run at once
-in front of the same upstream: one of REV's code, checked out with `git worktree add --detach` into
-a temporary directory (removed at the end, on failure and on Ctrl-C too) and started with this
+Row by row (the rows of bench/run.py: c, d, d-store, e; b as a control), both proxies run at once in
+front of the same upstream: one of REV's code, checked out with `git worktree add --detach` into a
+temporary directory (removed at the end, on failure and on Ctrl-C too) and started with this
 interpreter from there (PYTHONPATH on it: the dependencies are this virtualenv's), and one of the
 other revision's (default: this checkout as it is, uncommitted changes included). Each is checked
-with one real request and warmed up; then the wrk runs alternate, before, after, before, after...,
-`--repeat` times, so both see the same machine load. CPU µs/req is the proxy process's utime +
-stime across each run over the requests it completed (as in bench/run.py): median, min and max of
-the runs per side, and after/before. Row (b) runs this checkout's bare hop on both sides: its ratio
-is what the machine's noise alone gives. Output: the table on stdout, bench/results/compare.md
-(revisions, date, load average at start and end) and compare-runs.json (every run). The whole run is
-bounded (`--timeout`); every process it starts is stopped by its pid.
-"""
+with one real request and warmed up; then the wrk runs alternate, before, after, after, before...
+(the side going first swaps every round), `--repeat` times, so both see the same machine load. CPU
+µs/req is the proxy process's utime + stime across each run over the requests it completed (as in
+bench/run.py): median, min and max of the runs per side, and after/before. Row (b) runs this
+checkout's bare hop on both sides: its ratio is what the machine's noise alone gives. Output: the
+table on stdout, bench/results/compare.md (revisions, date, load average at start and end) and
+compare-runs.json (every run). The whole run is bounded (`--timeout`); every process it starts is
+stopped by its pid."""
 
 from __future__ import annotations
 
@@ -211,7 +212,9 @@ class Compare:
             measured = {c: Measured(scenario, c) for c in self.args.connections}
             for index in range(self.args.repeat):
                 for connections in self.args.connections:
-                    for name in SIDES:  # before, after, before, after...
+                    # ABBA: the side that goes first swaps every round, so a drift of the machine
+                    # (or a cost of going second) falls on both sides alike.
+                    for name in SIDES if index % 2 == 0 else tuple(reversed(SIDES)):
                         url, pid, wrk_env = targets[name]
                         threads = 1 if connections == 1 else 2
                         load = wrk(url, script, connections, threads, self.args.duration, wrk_env, pid)
@@ -273,7 +276,8 @@ def render(
         f"--duration {args.duration} --repeat {args.repeat} --connections "
         f"{','.join(str(c) for c in args.connections)}`: both proxies up at once in front of the same upstream, "
         f"after a {args.warmup} s warm-up each; {args.repeat} wrk run(s) of {args.duration} s per side, alternating "
-        "before, after, before, after. CPU µs/req: utime + stime of the proxy process over the requests wrk "
+        "before, after, after, before... (the first side swaps every round). "
+        "CPU µs/req: utime + stime of the proxy process over the requests wrk "
         "completed in each run, median (min..max) of the runs; after/before of the medians and of the minima. "
         "rps: median of the runs."
         + (
