@@ -41,7 +41,9 @@ STDIO_GRACE_S = 2.0
 STDIO_SESSION_S = 10 * 365 * 86400.0
 
 
-def parse_args(argv: Sequence[str] | None = None, stdio: bool = False) -> argparse.Namespace:
+def build_parser(stdio: bool = False) -> argparse.ArgumentParser:
+    """The command line of `mcp-era-proxy`, or of `mcp-era-proxy stdio` (docs/reference/cli.md
+    prints their help)."""
     parser = argparse.ArgumentParser(
         prog="mcp-era-proxy stdio" if stdio else "mcp-era-proxy",
         description=(
@@ -90,7 +92,11 @@ def parse_args(argv: Sequence[str] | None = None, stdio: bool = False) -> argpar
     parser.add_argument("--log-file", metavar="FILE", help="write logs to FILE (appended) instead of stderr")
     parser.add_argument("--check-config", action="store_true", help="validate, print the effective config, exit")
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
-    return parser.parse_args(argv)
+    return parser
+
+
+def parse_args(argv: Sequence[str] | None = None, stdio: bool = False) -> argparse.Namespace:
+    return build_parser(stdio).parse_args(argv)
 
 
 def settings_from_args(args: argparse.Namespace) -> Settings:

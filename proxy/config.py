@@ -114,7 +114,7 @@ class SseConfig(_Section):
         "with none idle it gets 503) and the sessions pooled for modern clients.",
     )
     endpoint_timeout_s: float = Field(
-        10.0, gt=0, description="How long a new SSE connection waits for the server's `endpoint` event."
+        10.0, gt=0, description="How long a new SSE connection waits for the server's `endpoint` event (-32011 after)."
     )
     session_idle_s: float = Field(
         600.0,
@@ -156,9 +156,14 @@ UpstreamTarget = HttpTarget | StdioTarget | SseTarget
 
 
 class UpstreamConfig(_Section):
+    """The MCP server behind the proxy: exactly one of `url` (Streamable HTTP), `command` (stdio) and
+    `sse_url` (HTTP+SSE)."""
+
     url: str | None = Field(None, description="Streamable HTTP endpoint of the MCP server behind the proxy.")
     command: list[str] | None = Field(
-        None, description="Or: the MCP server to start and speak to over stdio (program and arguments)."
+        None,
+        description="Or: the MCP server to start and speak to over stdio (program and arguments): a list, or "
+        "one string split like a shell.",
     )
     sse_url: str | None = Field(
         None,
@@ -190,7 +195,7 @@ class UpstreamConfig(_Section):
     forward_authorization: bool = Field(
         True, description="Pass the client's Authorization header to the upstream unchanged."
     )
-    connect_timeout_s: float = Field(5.0, gt=0)
+    connect_timeout_s: float = Field(5.0, gt=0, description="Connect timeout of an upstream request.")
     request_timeout_s: float = Field(
         300.0, gt=0, description="Upper bound for one upstream request, streaming included."
     )
@@ -200,13 +205,17 @@ class UpstreamConfig(_Section):
     max_reply_bytes: int = Field(
         16 * 1024 * 1024,
         gt=0,
-        description="Largest upstream reply body (or SSE event) the proxy reads; a larger one fails with -32012.",
+        description="Largest upstream reply body (or SSE event) the proxy reads; a larger one fails with -32012 "
+        "naming this setting.",
     )
     cache: CacheHintConfig = Field(
         default_factory=CacheHintConfig, description="Cache hints for results of a legacy upstream."
     )
     cache_methods: dict[str, CacheHintConfig] = Field(
-        default_factory=dict, description="Per-method cache hints (server/discover, tools/list, ...)."
+        default_factory=dict,
+        description="Per-method cache hints (server/discover, tools/list, ...), e.g. "
+        '`{"tools/list": {"ttl_ms": 60000, "scope": "public"}}`; the Skills extension\'s skills/list, skills/get '
+        "and resources/directory/read take hints too.",
     )
     pool: PoolConfig = Field(default_factory=PoolConfig, description="Sessions held with a legacy upstream.")
     stdio: StdioConfig = Field(
@@ -292,15 +301,15 @@ class UpstreamConfig(_Section):
 class SecurityConfig(_Section):
     allowed_origins: list[str] = Field(
         default_factory=list,
-        description="Origins allowed to call the proxy; empty = loopback origins only. "
+        description="Origins allowed to call the proxy; empty = loopback origins only; a foreign Origin gets 403. "
         "Requests without an Origin header (non-browser clients) are always allowed.",
     )
     allowed_hosts: list[str] = Field(
         default_factory=list,
         description="Host header values accepted; empty = loopback names when listening on "
-        "loopback, anything otherwise. Guards against DNS rebinding.",
+        "loopback, anything otherwise; others get 421. Guards against DNS rebinding.",
     )
-    max_body_bytes: int = Field(4 * 1024 * 1024, gt=0)
+    max_body_bytes: int = Field(4 * 1024 * 1024, gt=0, description="Larger request bodies get 413.")
     max_json_depth: int = Field(
         DEFAULT_MAX_DEPTH,
         ge=16,
@@ -311,13 +320,17 @@ class SecurityConfig(_Section):
     secret: str | None = Field(
         None,
         min_length=16,
-        description="HMAC key for session ids; random per process when unset. Set it (from a "
-        "secret) to keep sessions valid across restarts of one replica.",
+        description="Key every token the proxy mints is sealed with (session ids, requestState, event ids: "
+        "AES-256-GCM under keys derived from it); random per process when unset. Set it (from a secret) to keep "
+        "sessions valid across restarts of one replica; replicas share one.",
     )
     previous_secrets: list[str] = Field(
         default_factory=list,
         description="Secrets replaced by `secret`, still accepted (never used to mint) while the new "
-        "one rolls out: session ids and requestState tokens minted with them stay valid.",
+        "one rolls out: session ids and requestState tokens minted with them stay valid. Rotate in two rolling "
+        "updates: first add the new secret here everywhere (every replica then opens what it will seal), then "
+        "make it `secret` with the old one here; in one step, replicas still on the old secret refuse what the "
+        "new ones seal.",
     )
     identity_header: str | None = Field(
         None,
@@ -337,8 +350,10 @@ class SecurityConfig(_Section):
 class SessionsConfig(_Section):
     idle_timeout_s: float = Field(1800.0, gt=0, description="Legacy sessions idle longer expire.")
     max_lifetime_s: float = Field(86400.0, gt=0, description="Hard bound on a session's age.")
-    max_sessions: int = Field(50_000, gt=0)
-    max_get_streams: int = Field(2, gt=0, description="GET streams a session may hold open.")
+    max_sessions: int = Field(
+        50_000, gt=0, description="Legacy sessions held at most; beyond it `initialize` gets 503."
+    )
+    max_get_streams: int = Field(2, gt=0, description="GET streams a session may hold open (one more gets 409).")
     max_inflight_requests: int = Field(64, gt=0, description="Concurrent requests per session.")
     max_pending_inputs: int = Field(16, gt=0, description="Outstanding server-to-client requests per session.")
     default_log_level: str | None = Field(
@@ -392,7 +407,9 @@ class TasksConfig(_Section):
         "the tool then run calls as tasks); off: tool lists stay the upstream's, and only clients that ask for a "
         "task regardless get one.",
     )
-    max_per_caller: int = Field(100, gt=0, description="Tasks kept per caller at most (finished ones included).")
+    max_per_caller: int = Field(
+        100, gt=0, description="Tasks kept per caller at most (finished ones included); -32013 past it."
+    )
     poll_interval_ms: int = Field(1000, gt=0, description="The pollInterval the proxy asks clients to respect.")
     page_size: int = Field(50, gt=0, le=1000, description="Tasks per tasks/list page.")
     follow_upstream: bool = Field(
@@ -456,7 +473,8 @@ class DownstreamConfig(_Section):
     header_timeout_s: float = Field(
         10.0,
         gt=0,
-        description="A request's headers must arrive within this from its first byte; then 408, connection closed.",
+        description="A request's headers must arrive within this from its first byte; then 408, connection closed "
+        "(slowloris).",
     )
     body_timeout_s: float = Field(
         60.0,
@@ -472,13 +490,18 @@ class StoreConfig(_Section):
     url: str | None = Field(
         None,
         description="Shared store for legacy session state: redis://HOST:PORT/DB or rediss://... "
-        "Unset: in this process only (one replica). Needs the extra `mcp-era-proxy[redis]`.",
+        "Every replica then serves every session; needs security.secret. Unset: in this process only (one "
+        "replica). Needs the extra `mcp-era-proxy[redis]` (in the image).",
     )
     namespace: str = Field(
         "mep", min_length=1, max_length=32, pattern=r"^[A-Za-z0-9_.-]+$", description="Prefix of every key."
     )
     timeout_ms: int = Field(
-        50, gt=0, le=5000, description="Deadline of one store call; past it the call counts as a failure."
+        50,
+        gt=0,
+        le=5000,
+        description="Deadline of one store call; past it the call counts as a failure and the request goes on "
+        "without it.",
     )
     read_cache_ms: int = Field(
         0,
@@ -507,14 +530,17 @@ class ReplicasConfig(_Section):
     internal_listen: str | None = Field(
         None,
         description="Address of the internal listener other replicas forward to (e.g. 0.0.0.0:8081); "
-        "keep it off the Service and behind a NetworkPolicy. Unset: no forwarding (one replica).",
+        "keep it off the Service and behind a NetworkPolicy; needs security.secret. Unset: no forwarding (one "
+        "replica).",
     )
     advertise: str | None = Field(
         None,
         description="HOST:PORT other replicas use to reach internal_listen (the pod IP); "
         "default: internal_listen itself.",
     )
-    forward_connect_timeout_s: float = Field(0.5, gt=0, description="Connecting to another replica.")
+    forward_connect_timeout_s: float = Field(
+        0.5, gt=0, description="Connecting to another replica; one that does not answer in time is taken as gone."
+    )
 
     @field_validator("internal_listen", "advertise")
     @classmethod
@@ -564,7 +590,7 @@ class AuthConfig(_Section):
     algorithms: list[str] = Field(
         default_factory=lambda: ["RS256", "PS256", "ES256", "EdDSA"],
         min_length=1,
-        description="JWS algorithms accepted (never `none`, never HMAC: the keys are public).",
+        description="JWS algorithms accepted (never `none`, never HMAC: the keys are public; refused at start).",
     )
     leeway_s: float = Field(30.0, ge=0, le=300, description="Clock skew allowed on `exp` and `nbf`.")
     required_scopes: list[str] = Field(
@@ -608,7 +634,8 @@ class TracingConfig(_Section):
 
     otlp_endpoint: str | None = Field(
         None,
-        description="OTLP/HTTP traces endpoint (http://collector:4318/v1/traces). Unset: no spans.",
+        description="OTLP/HTTP traces endpoint (http://collector:4318/v1/traces); needs the extra "
+        "`mcp-era-proxy[otel]`. Unset: no spans, nothing of OpenTelemetry imported.",
     )
     service_name: str = Field("mcp-era-proxy", min_length=1, description="`service.name` of the spans.")
     sample_ratio: float = Field(
@@ -622,14 +649,20 @@ class ShutdownConfig(_Section):
         20.0,
         ge=0,
         description="On SIGTERM: in-flight calls get this long to finish (streams end at once, "
-        "gracefully), then each call still running is answered with -32014 (retry it) and cancelled, and the "
-        "process exits 0.",
+        "gracefully), then each call still running is answered with -32014 (HTTP 503, or a last SSE event on a "
+        "reply that had started: the client may retry it elsewhere) and cancelled upstream, and the process "
+        "exits 0.",
     )
 
 
 class ReadinessConfig(_Section):
     window_s: float = Field(30.0, gt=0, description="Ready while the upstream answered within this window.")
-    probe_timeout_s: float = Field(3.0, gt=0)
+    probe_timeout_s: float = Field(
+        3.0,
+        gt=0,
+        description="Timeout of the readiness probe (`server/discover`, or a pooled legacy session's `ping`); a "
+        "slower probe goes on, and /readyz answers 503 until it ends.",
+    )
 
 
 class ClientsConfig(_Section):
@@ -645,9 +678,15 @@ class ClientsConfig(_Section):
 
 
 class LoggingConfig(_Section):
-    level: Literal["debug", "info", "warning", "error"] = "info"
-    format: Literal["json", "console"] = "json"
-    file: str | None = Field(None, description="append logs to this file instead of writing them to stderr")
+    level: Literal["debug", "info", "warning", "error"] = Field("info", description="Lowest level logged.")
+    format: Literal["json", "console"] = Field(
+        "json", description="`json`: one object per line; `console`: lines for people."
+    )
+    file: str | None = Field(
+        None,
+        description="Append logs to this file instead of writing them to stderr (`--log-file`); stdout never "
+        "carries logs (`mcp-era-proxy stdio` speaks MCP there).",
+    )
 
 
 class Settings(BaseSettings):
@@ -660,7 +699,8 @@ class Settings(BaseSettings):
 
     listen: str = Field(
         "127.0.0.1:8080",
-        description="Address of the MCP endpoint; port 0: any free port, the one chosen in the `listening` log line.",
+        description="Address of the MCP endpoint; port 0: any free port, the one chosen in the `listening` log line "
+        "(not with workers > 1).",
     )
     path: str = Field("/mcp", description="Path of the MCP endpoint.")
     admin_listen: str | None = Field(

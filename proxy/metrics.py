@@ -102,7 +102,9 @@ class Metrics:
         )
         self.upstream_errors = Counter(
             PREFIX + "upstream_errors_total",
-            "Failures talking to the upstream, by kind.",
+            "Failures talking to the upstream, by kind: unavailable, timeout, invalid (a reply that is not valid "
+            "MCP), http (an error status, relayed or turned into -32010), session_gone (a legacy session the "
+            "upstream forgot).",
             ["upstream", "kind"],
             registry=r,
         )
@@ -155,7 +157,8 @@ class Metrics:
         )
         self.cache_requests = Counter(
             PREFIX + "cache_requests_total",
-            "Cacheable requests: hit (served from memory), miss (asked upstream), shared (joined a concurrent miss).",
+            "Cacheable requests: hit (served from memory), miss (asked upstream), shared (joined a concurrent miss); "
+            "scope public, private, or none (the answer could not be cached).",
             ["result", "scope"],
             registry=r,
         )
@@ -167,7 +170,8 @@ class Metrics:
         )
         self.cache_invalidations = Counter(
             PREFIX + "cache_invalidations_total",
-            "Entries dropped because the upstream said they changed.",
+            "Entries dropped because the upstream said they changed (reason list_changed, resources_updated) or "
+            "the answers may differ now (era_changed, version_renegotiated).",
             ["scope", "reason"],
             registry=r,
         )
@@ -175,7 +179,8 @@ class Metrics:
         self.cache_bytes = Gauge(PREFIX + "cache_bytes", "Serialized size of the response cache.", registry=r)
         self.store_errors = Counter(
             PREFIX + "store_errors_total",
-            "Shared store calls that failed or timed out (rejected: refused at once, the breaker open).",
+            "Shared store calls that failed (kind error), timed out (timeout) or were refused at once while the "
+            "breaker was open (rejected), by op: load, save, add, remove, touch, round, task, ping.",
             ["op", "kind"],
             registry=r,
         )
@@ -206,7 +211,11 @@ class Metrics:
             registry=r,
         )
         # Where a leak of the proxy's own shows first: the tasks on its event loop, read at scrape time.
-        self.event_loop_tasks = Gauge(PREFIX + "event_loop_tasks", "Tasks alive on the event loop.", registry=r)
+        self.event_loop_tasks = Gauge(
+            PREFIX + "event_loop_tasks",
+            "Tasks alive on the event loop: back to its idle value once traffic stops, or something leaks.",
+            registry=r,
+        )
         self.event_loop_tasks.set_function(_loop_tasks)
         for kind in STREAM_KINDS:
             self.streams_open.labels(kind)

@@ -2,12 +2,14 @@
 # The test suite from a fresh clone: creates .venv, installs what the tests need, lints, tests.
 #
 #   bash scripts/test.sh           everything (the README's test command, what .ci/run runs): ruff,
-#                                  mypy, the core's coverage gate, the deploy lint, then every test:
+#                                  mypy, the documentation site's strict build, the core's coverage
+#                                  gate, the deploy lint, then every test:
 #                                  unit, hostile, integration, e2e against the real peers, the
 #                                  conformance runs, the replica suite, the ops checks and the soak
-#   bash scripts/test.sh --quick   the inner loop: ruff, mypy, the coverage gate, and every test that
-#                                  starts no third-party peer (tests/unit, tests/hostile,
-#                                  tests/integration and the repository checks in tests/test_*.py)
+#   bash scripts/test.sh --quick   the inner loop: ruff, mypy, the site's build, the coverage gate,
+#                                  and every test that starts no third-party peer (tests/unit,
+#                                  tests/hostile, tests/integration and the repository checks in
+#                                  tests/test_*.py)
 #
 # pytest runs the tests in parallel (pytest-xdist; the number of workers is in pyproject.toml).
 # Further arguments go to pytest and, where they name tests, replace the tier's selection:
@@ -31,6 +33,14 @@ fi
 .venv/bin/ruff check proxy tests scripts bench
 .venv/bin/ruff format --check proxy tests scripts bench
 .venv/bin/mypy  # strict, configured in pyproject.toml: 0 errors or the run fails
+# The documentation site (mkdocs.yml, docs/): --strict makes a broken link or anchor, or a page left
+# out of its nav, fail the run. Built into a temporary directory (a few seconds); tests/test_docs.py
+# checks that its generated reference pages are current. NO_MKDOCS_2_WARNING: without it, the
+# theme prints a notice about its successor on every build.
+docs_site="$(mktemp -d)"
+NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict --quiet --site-dir "$docs_site" \
+  || { rm -rf "$docs_site"; exit 1; }
+rm -rf "$docs_site"
 # The pure core is driven by transcripts with no sockets: its branch coverage from its own unit
 # tests alone must stay at least 95 % (pyproject.toml [tool.coverage]). One process: small, and
 # coverage's parallel mode is not worth its start-up here.
