@@ -1,5 +1,6 @@
-# syntax=docker/dockerfile:1
-# mcp-era-proxy image.
+# mcp-era-proxy image. The build needs BuildKit (`RUN --mount` below): the default builder of
+# current Docker, or DOCKER_BUILDKIT=1 on older ones. No `# syntax=` line: BuildKit's built-in
+# frontend supports `RUN --mount`, and such a line would fetch a frontend image from a registry.
 #   docker build -t mcp-era-proxy:0.1.0 .
 #   docker run --rm -p 8080:8080 -p 9090:9090 \
 #     -v "$PWD/proxy.yaml:/etc/mcp-era-proxy/config.yaml:ro" mcp-era-proxy:0.1.0

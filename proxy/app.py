@@ -335,7 +335,7 @@ def add_lifecycle(
         if endpoints.legacy_sse is not None:
             endpoints.legacy_sse.end_streams()
         # One grace, the proxy's own: the calls still running after it get an error that says so
-        # (aiohttp's own wait, after this, finds them answered; docs: README "Shutdown").
+        # (aiohttp's own wait, after this, finds them answered; docs/operate/kubernetes.md, "Probes and shutdown").
         await endpoints.endpoint.drain(settings.shutdown.grace_s)
 
     app.on_shutdown.append(drain)

@@ -51,22 +51,25 @@ def cases() -> list[tuple[str, dict[str, Any]]]:
     return [(f"examples/{path.name}", coalesce(base, load_yaml(path) or {})) for path in EXAMPLES]
 
 
-def readme_cases() -> list[tuple[str, dict[str, Any]]]:
-    """(name, effective values): each YAML block of README.md's chart sections ("### The chart" up
-    to "### Metrics") over the defaults, so the documented snippets stay valid values."""
+CHART_PAGE = REPO / "docs" / "operate" / "kubernetes.md"
+
+
+def documented_cases() -> list[tuple[str, dict[str, Any]]]:
+    """(name, effective values): each YAML block of the chart's documentation page
+    (docs/operate/kubernetes.md: every one is chart values) over the defaults, so the documented
+    snippets stay valid values."""
     base = defaults()
-    out, section, block, indent, start = [], None, None, 0, 0
-    for number, line in enumerate((REPO / "README.md").read_text(encoding="utf-8").splitlines(), 1):
-        if line.startswith("## ") or line == "### Metrics":
-            section = None  # past the chart sections
-        elif line.startswith("### ") and (section or line == "### The chart"):
-            section = line[4:]
+    out, section, block, indent, start = [], "", None, 0, 0
+    name = CHART_PAGE.relative_to(REPO).as_posix()
+    for number, line in enumerate(CHART_PAGE.read_text(encoding="utf-8").splitlines(), 1):
+        if line.startswith("## "):
+            section = line[3:]
         stripped = line.lstrip()
-        if block is None and section and stripped == "```yaml":
+        if block is None and stripped == "```yaml":
             block, indent, start = [], len(line) - len(stripped), number
         elif block is not None and stripped == "```":
             values = yaml.safe_load("\n".join(block)) or {}
-            out.append((f"README.md:{start} ({section})", coalesce(base, values)))
+            out.append((f"{name}:{start} ({section})", coalesce(base, values)))
             block = None
         elif block is not None:
             block.append(line[indent:])

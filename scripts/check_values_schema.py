@@ -1,5 +1,5 @@
 """The chart's values.schema.json is a valid draft-07 schema, strict, and accepts values.yaml and
-every examples/*.yaml and every values snippet of README.md's chart sections merged over it (as
+every examples/*.yaml and every values snippet of docs/operate/kubernetes.md merged over it (as
 Helm merges them). Needs PyYAML and jsonschema.
 
     python scripts/check_values_schema.py
@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import sys
 
-from chart_values import CHART, EXAMPLES, cases, coalesce, defaults, readme_cases
+from chart_values import CHART, EXAMPLES, cases, coalesce, defaults, documented_cases
 from jsonschema import Draft7Validator
 
 
@@ -27,9 +27,9 @@ def main() -> int:
     if not EXAMPLES:
         print("no examples under helm/mcp-era-proxy/examples", file=sys.stderr)
         return 1
-    snippets = readme_cases()
+    snippets = documented_cases()
     if not snippets:
-        print("no yaml blocks found in README.md's chart sections", file=sys.stderr)
+        print("no yaml blocks found in docs/operate/kubernetes.md", file=sys.stderr)
         return 1
     base = defaults()
     for name, values in [("values.yaml", base), *cases(), *snippets]:

@@ -5,7 +5,7 @@
 #      the image's builder stage emulated in a venv (docker/requirements.txt satisfies pyproject.toml).
 #   2. yamllint (.yamllint): Chart.yaml, values.yaml, examples/*.yaml, config/proxy.example.yaml.
 #   3. values.schema.json: a strict draft-07 schema accepting values.yaml, and each example and
-#      README values snippet merged over it (scripts/check_values_schema.py).
+#      values snippet of docs/operate/kubernetes.md merged over it (scripts/check_values_schema.py).
 #   4. every .Values path in the templates exists in values.yaml, and every key of values.yaml has
 #      a `# --` comment (scripts/check_values_paths.py).
 #   5. the proxy accepts the config the chart renders for the defaults and each example

@@ -451,15 +451,15 @@ def test_every_alert_has_a_case_that_fires_and_one_that_must_not():
 
 
 def test_every_alert_names_only_what_the_proxy_exports_and_is_documented():
-    readme = (REPO / "README.md").read_text(encoding="utf-8")
-    section = readme.split("\n## Dashboard and alerts\n", 1)[1].split("\n## ", 1)[0]
+    page = (REPO / "docs" / "operate" / "observability.md").read_text(encoding="utf-8")
+    section = page.split("\n## Dashboard and alerts\n", 1)[1].split("\n## ", 1)[0]
     rules = alerts(default_rule())
     assert len(rules) == 12
     for rule in rules:
         assert problems(rule["expr"]) == [], rule["alert"]
         assert rule["labels"]["severity"] in ("critical", "warning"), rule["alert"]
         assert set(rule["annotations"]) == {"summary", "description"}, rule["alert"]
-        assert f"`{rule['alert']}`" in section, f"{rule['alert']} is not in README's Dashboard and alerts"
+        assert f"`{rule['alert']}`" in section, f"{rule['alert']} is not in the observability page's alerts"
 
 
 def test_the_limits_follow_the_proxy_config_and_the_values():

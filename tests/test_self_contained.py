@@ -15,7 +15,7 @@ REPO = Path(__file__).resolve().parents[1]
 # Spelt from parts, so that the only file naming those paths is not this guard either.
 _SIBLING = "sha" + "red"
 OUTSIDE = (f"../{_SIBLING}", f"/work/{_SIBLING}", f'parent / "{_SIBLING}"', "REPO.parent")
-SCANNED = ["scripts", "tests", "bench", ".ci", "docker", "deploy", "pyproject.toml", "README.md"]
+SCANNED = ["scripts", "tests", "bench", ".ci", "docker", "deploy", "docs", "pyproject.toml", "README.md"]
 
 
 def scanned_files() -> list[Path]:

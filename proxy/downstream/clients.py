@@ -1,4 +1,4 @@
-"""Who still speaks which protocol: the migration report (README "Retiring the bridge").
+"""Who still speaks which protocol: the migration report (docs/migrate.md, "Retiring the bridge").
 
 One row per client the proxy has seen, by its `clientInfo` name and version, its protocol version
 and its era: how many requests and sessions, when first and last seen, and which translated

@@ -48,7 +48,7 @@ def tool(definition: JSONDict, version: str) -> JSONDict:
     output_schema = out.get("outputSchema")
     if isinstance(output_schema, dict) and output_schema.get("type") != "object":
         out.pop("outputSchema")  # legacy requires an object root; modern loosened it
-    out.pop("execution", None)  # task support is not bridged
+    out.pop("execution", None)  # the upstream's; hosted tasks add their own (translation.md §3.10)
     if not legacy_at_least(version, "2025-06-18"):
         for field in _TOOL_FIELDS_2025_06_18:
             out.pop(field, None)

@@ -64,7 +64,7 @@ def host(era: str, extensions: dict[str, Any] | None, **target: Any) -> dict[str
 
 def seen(observed: dict[str, Any]) -> dict[str, Any]:
     """What a host's user meets: the server's extensions (the tasks one is the proxy's to offer,
-    README "Tasks"), the tools with their `_meta` (`execution` is the proxy's task offer), the UI
+    docs/use/tasks.md), the tools with their `_meta` (`execution` is the proxy's task offer), the UI
     resources read, the call contents, and the extensions the server saw."""
     extensions = dict(observed["serverCapabilities"].get("extensions") or {})
     extensions.pop(TASKS, None)

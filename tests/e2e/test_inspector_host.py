@@ -166,7 +166,7 @@ UPSTREAMS = {
 
 
 def proxy_command() -> list[str]:
-    """The console script a host's configuration names (README §stdio for desktop hosts)."""
+    """The console script a host's configuration names (docs/get-started/desktop-hosts.md)."""
     return [str(Path(sys.executable).with_name("mcp-era-proxy")), "stdio"]
 
 
@@ -271,7 +271,7 @@ def test_each_inspector_method_through_the_proxy_answers_as_the_server_does(
     expected = direct_results[upstream, method]
     if arguments[0] == "tools/list" and spec.era == "modern":
         # A 2025-11-25 client of a modern upstream is told every tool may run as a task the proxy
-        # hosts (README "Tasks for 2025-11-25 clients"); 2026-07-28 tools have no `execution`.
+        # hosts (docs/use/tasks.md); 2026-07-28 tools have no `execution`.
         mark = {"execution": {"taskSupport": "optional"}}
         expected = {**expected, "tools": [{**without(tool, "execution"), **mark} for tool in expected["tools"]]}
     assert proxied == expected
@@ -319,10 +319,16 @@ def test_the_proxy_the_inspector_started_and_its_server_are_gone_after_a_long_ca
     assert "completed" in json.dumps(run.result())
 
 
-def test_the_readme_host_entry_as_the_inspector_reads_it_from_a_config_file(fixture_modern: str, tmp_path: Path):
-    """README §stdio for desktop hosts: the `mcpServers` entry people paste, as is but for the URL,
-    in the Inspector's `--config` file; `mcp-era-proxy` is found on PATH as a host finds it."""
-    section = (peers.REPO / "README.md").read_text().split("### stdio for desktop hosts", 1)[1]
+HOST_ENTRIES = [("README.md", "## In a desktop host"), ("docs/get-started/desktop-hosts.md", "# Desktop hosts")]
+
+
+@pytest.mark.parametrize(("page", "heading"), HOST_ENTRIES)
+def test_the_documented_host_entry_as_the_inspector_reads_it_from_a_config_file(
+    page: str, heading: str, fixture_modern: str, tmp_path: Path
+):
+    """The `mcpServers` entry people paste (README.md's and the desktop hosts page's), as is but for
+    the URL, in the Inspector's `--config` file; `mcp-era-proxy` is found on PATH as a host finds it."""
+    section = (peers.REPO / page).read_text().split(heading, 1)[1]
     config = json.loads(section.split("```json", 1)[1].split("```", 1)[0])
     ((name, entry),) = config["mcpServers"].items()
     assert entry["args"][:2] == ["stdio", "--upstream"], entry

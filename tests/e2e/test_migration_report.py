@@ -1,5 +1,5 @@
 """The migration report and the status page with real clients (proxy/downstream/clients.py,
-proxy/downstream/status_page.py; README "Retiring the bridge"): after the mcp 1.30 legacy client, the
+proxy/downstream/status_page.py; docs/migrate.md, "Retiring the bridge"): after the mcp 1.30 legacy client, the
 TypeScript SDK v1 (a legacy host), the mcp 2.3 modern client and a client whose name holds markup
 made requests through the proxy, GET /clients and the metric name each with its version, protocol
 version and era, and the status page, loaded in a real headless browser (Chromium from Debian's

@@ -1,4 +1,4 @@
-"""Real 2024-11-05 HTTP+SSE clients through the proxy (README §HTTP+SSE clients): the mcp==1.30.0
+"""Real 2024-11-05 HTTP+SSE clients through the proxy (docs/use/pairings.md, HTTP+SSE clients): the mcp==1.30.0
 client's `sse_client` and the TypeScript SDK v1's `SSEClientTransport`, GET /sse and POST to the
 endpoint it names, in front of a modern server (mcp 2.3, translated), legacy servers over HTTP and
 over stdio (mcp 1.30, relayed) and a 2024-11-05 HTTP+SSE server (server-everything, relayed).

@@ -1,4 +1,4 @@
-"""Real hosts launching `mcp-era-proxy stdio` as their server process (README §stdio for desktop
+"""Real hosts launching `mcp-era-proxy stdio` as their server process (docs/get-started/desktop-hosts.md;
 hosts): the mcp==1.30.0 stdio client (a legacy host) and the mcp==2.3.0 client in 2026-07-28 mode
 over stdio (a modern host), each against a modern HTTP server, legacy HTTP servers, legacy
 stdio servers the proxy starts itself and a 2024-11-05 HTTP+SSE server. And a host killed
@@ -116,7 +116,7 @@ def via_stdio(
 
 def separate_processes(upstream: str, host: str) -> bool:
     """A modern host's listen on a legacy stdio server is a server process of its own, which sees
-    nothing another process does (README §stdio upstreams)."""
+    nothing another process does (docs/get-started/in-front-of-your-server.md, stdio upstreams)."""
     return host == "modern" and upstream == "mcp1-legacy-stdio"
 
 

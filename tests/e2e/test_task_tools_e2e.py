@@ -2,7 +2,7 @@
 `simulate-research-query` through the proxy: a 2025-11-25 tool that runs only as a task
 (`taskSupport: "required"`). Straight, no 2026-07-28 client can call it; through the proxy the
 call is made as a task upstream and its `tasks/result` is the reply, the task's elicitation
-included (README "How a modern client is served by a legacy server")."""
+included (docs/use/pairings.md, "Modern client, legacy server")."""
 
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ the TypeScript SDK v1 (tests/e2e/peers/ts_task_client.cjs, `client.experimental.
 proxy whose every message to the client is validated against the 2025-11-25 schema. The upstream
 is the mcp 2.3 modern server (tests/e2e/peers/modern_server.py). As a yardstick the TypeScript
 driver also runs against server-everything's own 2025-11-25 task tool, with no proxy in between.
-README.md §"Tasks for 2025-11-25 clients"; the spec's 2025-11-25 tasks page."""
+docs/use/tasks.md; the spec's 2025-11-25 tasks page."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Legacy clients of a 2026-07-28 server that runs calls as tasks of the `io.modelcontextprotocol/tasks`
 extension: the proxy declares the extension upstream and follows the task, so the legacy client sees
-the call's outcome (README §"Tasks for 2025-11-25 clients"; io.modelcontextprotocol/tasks extension
+the call's outcome (docs/use/tasks.md; io.modelcontextprotocol/tasks extension
 (specification/draft/tasks.md)). The server is the project's own fixture on mcp 2.3
 (tests/e2e/peers/modern_task_server.py); the client is mcp 1.30 (tests/e2e/peers/legacy_client.py),
 calling plainly and as a task the proxy hosts. As a yardstick, a raw modern client straight to the

@@ -350,7 +350,7 @@ async def test_a_legacy_session_and_a_modern_client_share_one_tools_list_entry_e
     assert len(fake.calls_of("tools/list")) == 1
     for reply in (legacy_first, legacy_second):
         # No resultType, ttlMs, cacheScope or _meta for legacy; a 2025-11-25 session is told any
-        # tool may run as a task the proxy hosts (README §"Tasks for 2025-11-25 clients").
+        # tool may run as a task the proxy hosts (docs/use/tasks.md).
         assert reply.result == {"tools": [{**ECHO, "execution": {"taskSupport": "optional"}}]}
     assert modern_reply.result["resultType"] == "complete"
     assert modern_reply.result["cacheScope"] == "public"

@@ -72,7 +72,8 @@ def test_the_upstream_is_chosen_as_a_whole_flags_over_environment_over_file(
     tmp_path: Path, flags: list[str], env: dict[str, str], expected: tuple[str | None, ...]
 ) -> None:
     """A file naming a stdio server and a flag (or variable) naming an HTTP one: the higher one
-    wins, as the README's precedence says, instead of exiting 2 with "set exactly one of"."""
+    wins, as the documented precedence says (docs/operate/configuration.md), instead of exiting 2
+    with "set exactly one of"."""
     config = tmp_path / "proxy.yaml"
     config.write_text('upstream:\n  command: "node server.js"\n  name: from-file\n')
     done = run_cli(

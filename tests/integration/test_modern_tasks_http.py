@@ -1,7 +1,7 @@
 """Modern (2026-07-28) clients that declare the `io.modelcontextprotocol/tasks` extension, in front
 of a legacy server whose tools run as tasks: the proxy answers their calls with a task it hosts,
 and serves tasks/get, tasks/update, tasks/cancel and task notifications on a listen stream
-(README "Tasks for 2026-07-28 clients"). Real app, scripted legacy upstream (tests/support/fake_legacy.py).
+(docs/use/tasks.md, "Tasks for 2026-07-28 clients"). Real app, scripted legacy upstream (tests/support/fake_legacy.py).
 """
 
 from __future__ import annotations

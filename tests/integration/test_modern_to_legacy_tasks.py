@@ -1,6 +1,6 @@
 """Modern clients calling a legacy server's tools that run only as tasks (2025-11-25 `taskSupport:
 "required"`): the proxy makes the call task-augmented and reads its `tasks/result` as the reply,
-input requests on that stream included (README "How a modern client is served by a legacy server").
+input requests on that stream included (docs/use/pairings.md, "Modern client, legacy server").
 Real app, scripted legacy upstream (tests/support/fake_legacy.py)."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """`python -m proxy stdio` driven as a host drives its server process: JSON-RPC lines on its stdin,
 replies on its stdout, against the scripted stdio server it starts itself
-(tests/support/stdio_server.py; README §stdio for desktop hosts)."""
+(tests/support/stdio_server.py; docs/get-started/desktop-hosts.md)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The proxy in front of a stdio server it starts itself, driven over HTTP: a command that cannot be
 started, and the bounds on the server processes legacy sessions hold (proxy/relay/connection_sessions.py,
-proxy/relay/legacy_sessions.py; README §stdio upstreams).
+proxy/relay/legacy_sessions.py; docs/get-started/in-front-of-your-server.md, stdio upstreams).
 
 The server is tests/support/stdio_server.py, run with this interpreter.
 """

@@ -1,7 +1,7 @@
 """Hosted tasks across replicas sharing a real redis-server (store.url), forwarding on: any replica
 answers tasks/get from the record; what acts on the task's call (a 2026-07-28 client's tasks/update
 and tasks/cancel, a 2025-11-25 client's tasks/result and tasks/cancel) reaching a replica other than
-the one running it is replayed to that one (README "Tasks for 2025-11-25 clients", "Tasks for
+the one running it is replayed to that one (docs/use/tasks.md, "Tasks for 2025-11-25 clients", "Tasks for
 2026-07-28 clients")."""
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Legacy clients of a 2026-07-28 upstream that runs calls as tasks of the `io.modelcontextprotocol/tasks`
 extension: the proxy declares the extension and follows the task for the client, through the real
 app to a scripted modern server (io.modelcontextprotocol/tasks extension
-(specification/draft/tasks.md); README §Tasks for 2025-11-25 clients). Every tasks/* request the
+(specification/draft/tasks.md); docs/use/tasks.md). Every tasks/* request the
 fake receives is checked against the extension's vendored schema (tests/support/fake_modern.py).
 A session learns the upstream's capabilities when it opens: each test connects once the fake
 declares the extension."""

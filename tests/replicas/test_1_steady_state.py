@@ -43,7 +43,7 @@ SCENARIO_S = 15.0  # one scenario's deadline (the SDK driver's own): a few secon
 NOT_STEADY = {
     "test_a_session_past_its_lifetime_is_gone_for_the_client",
     # A legacy client's notifications/cancelled is served where it lands: the call it names runs on
-    # another replica two times in three here, and is not cancelled there (README §Several replicas).
+    # another replica two times in three here, and is not cancelled there (docs/operate/replicas.md).
     "test_notifications_cancelled_ends_the_call_on_the_modern_server",
 }
 # How each check's fixtures are given: the scenario runner, the upstream's profile name, the URL.

@@ -213,7 +213,7 @@ class Load:
 
 
 def roll(cluster: Cluster) -> float:
-    """Restart every replica in turn as a rolling update does (README, Kubernetes: the shutdown
+    """Restart every replica in turn as a rolling update does (docs/operate/kubernetes.md: the shutdown
     order): the balancer stops sending it requests first (the Service dropping the endpoint during
     the chart's preStop sleep: HAProxy's `drain` state here) and the requests it has in flight are
     answered; then SIGTERM, wait for it to exit, start it on the same ports, wait until it is ready

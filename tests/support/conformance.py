@@ -87,7 +87,7 @@ def scenarios_named(prefix: str) -> list[str]:
 
 # The runner's client scenarios the proxy is judged by as a 2026-07-28 client (a legacy host plus the
 # proxy), OAuth ones aside: those check the `resource` a client asks tokens for, which the proxy
-# rewrites to its own URL by design (README, Authorization). From `conformance list --client`.
+# rewrites to its own URL by design (docs/operate/authorization.md). From `conformance list --client`.
 CLIENT_SCENARIOS_2026_07_28 = [
     "tools_call",
     "request-metadata",

@@ -1,5 +1,5 @@
 """A 2024-11-05 HTTP+SSE client for in-process tests: the event stream of GET /sse open, POSTing
-to the endpoint its first event named (README §HTTP+SSE clients)."""
+to the endpoint its first event named (docs/use/pairings.md, HTTP+SSE clients)."""
 
 from __future__ import annotations
 

@@ -194,7 +194,7 @@ empty when there is neither (the proxy then derives it from each request).
 {{- end }}
 
 {{/*
-The OAuth discovery prefixes routed beside the MCP path (README.md, "OAuth discovery").
+The OAuth discovery prefixes routed beside the MCP path (docs/operate/authorization.md, "OAuth discovery").
 */}}
 {{- define "mcp-era-proxy.wellKnownPaths" -}}
 {{- toYaml (list "/.well-known/oauth-protected-resource" "/.well-known/oauth-authorization-server" "/.well-known/openid-configuration") }}
