@@ -15,6 +15,7 @@ from proxy.app import LEGACY_TASKS, LEGACY_TO_MODERN, METRICS, create_app
 from proxy.config import load_settings
 from proxy.relay.legacy_sessions import LegacySessionHost
 from proxy.state.redis_store import RedisSessionStore
+from proxy.state.redis_tracking import Tracking
 from tests.integration.conftest import UPSTREAM_NAME, serve
 from tests.support.fake_modern import FakeModern
 from tests.support.legacy_client import LegacyClient, read_reply
@@ -269,6 +270,34 @@ async def test_a_replica_whose_tracking_connection_is_cut_or_silent_reads_the_st
     assert _level_sent(fake) == "alert"
     assert here.copies_served == 2
     await _tracked(here)  # dropped for its silence, and made again
+
+
+async def test_the_tracking_connection_hears_every_change_and_distrusts_its_silence(redis: RedisServer) -> None:
+    now = [100.0]
+    heard: list[Any] = []
+    resets: list[int] = []
+    tracking = Tracking(
+        redis.url, "t:{", on_keys=heard.append, on_reset=lambda: resets.append(1), timeout_s=0.05, clock=lambda: now[0]
+    )
+    writer = Redis.from_url(redis.url)
+    try:
+        async with asyncio.timeout(WAIT):
+            while not tracking.healthy():  # noqa: ASYNC110
+                await asyncio.sleep(0.02)
+            assert resets == [1]  # nothing held before it was up is trusted
+            await writer.set("t:{a}:s", b"1")
+            await writer.pexpire("t:{a}:s", 60_000)  # a slid TTL is a change too
+            await writer.set("other:{a}:s", b"1")  # outside the prefix
+            await writer.flushdb()
+            while len(heard) < 3:  # noqa: ASYNC110
+                await asyncio.sleep(0.01)
+        assert heard == [[b"t:{a}:s"], [b"t:{a}:s"], None]
+        now[0] += 1.3  # past the heartbeat's grace (1 s + 0.25 s) without a word from Redis
+        assert not tracking.healthy()
+    finally:
+        await tracking.aclose()
+        await writer.aclose()
+    assert not tracking.healthy()
 
 
 # ---------------------------------------------------------------------------- tasks on Redis
