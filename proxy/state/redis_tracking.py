@@ -193,7 +193,7 @@ class Tracking:
             try:
                 wire = await self._connect()
             except (OSError, TimeoutError, RespError, ValueError) as exc:
-                log.warning("store_tracking_down", error=str(exc) or type(exc).__name__)
+                log.warning("store_tracking_down", reason="connect", error=str(exc) or type(exc).__name__)
                 await asyncio.sleep(_BACKOFF_S)
                 continue
             log.info("store_tracking_up")
@@ -202,7 +202,7 @@ class Tracking:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(asyncio.shield(wire.closed), _INTERVAL_S)
                 if not wire.closed.done() and self._clock() - self._heard > self._grace_s:
-                    log.warning("store_tracking_lagging", silent_s=round(self._clock() - self._heard, 3))
+                    log.warning("store_tracking_down", reason="silent", silent_s=round(self._clock() - self._heard, 3))
                     wire.abort()
             await asyncio.sleep(_BACKOFF_S)
 
@@ -261,4 +261,4 @@ class Tracking:
         self.epoch += 1
         self._on_reset()
         if not self.closed:
-            log.warning("store_tracking_lost")
+            log.warning("store_tracking_down", reason="lost")
