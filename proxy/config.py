@@ -503,13 +503,22 @@ class StoreConfig(_Section):
         description="Deadline of one store call; past it the call counts as a failure and the request goes on "
         "without it.",
     )
+    tracking: bool = Field(
+        True,
+        description="Serve a session's state from this replica's copy, without a round trip, while Redis "
+        "tells this replica on a connection of its own which records any replica changed (CLIENT TRACKING): "
+        "a change made through one replica is seen on the next request at any other. While that connection "
+        "is down or silent, requests read the store. false: every request reads the store (or see "
+        "read_cache_ms).",
+    )
     read_cache_ms: int = Field(
         0,
         ge=0,
         le=10_000,
-        description="Serve a session's state as this replica read it less than this long ago, without a "
-        "round trip: fewer store calls, but a log level set or a DELETE made through another replica "
-        "is seen here up to this much later. 0: every request reads the store.",
+        description="When no tracked copy can be served (store.tracking off, or its connection down): serve a "
+        "session's state as this replica read it less than this long ago, without a round trip: fewer store "
+        "calls, but a log level set or a DELETE made through another replica is seen here up to this much "
+        "later. 0: such a request reads the store.",
     )
     breaker_failures: int = Field(5, gt=0, description="Consecutive store failures that open the breaker.")
     breaker_open_s: float = Field(

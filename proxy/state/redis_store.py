@@ -29,6 +29,7 @@ import structlog
 from ..config import StoreConfig
 from ..metrics import Metrics
 from .redis_connection import RedisCalls, connect, key_hash, text
+from .redis_tracking import Tracking
 from .sealing import Sealer
 from .sessions import LegacySession, StoreUnavailable, decode_core, encode_core, short_hash
 
@@ -37,6 +38,10 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger(__name__)
 _L1_MAX = 65_536  # sessions whose last state this replica remembers (for when Redis is down)
+# The record's TTL is the idle timeout plus this share of it, and is slid only when less than the
+# idle timeout is left: once per this share of it per session, not on every request. A session so
+# ends between idle_timeout_s and (1 + _SLACK) * idle_timeout_s after its last use, never earlier.
+_SLACK = 0.1
 
 
 class RedisSessionStore:
@@ -59,6 +64,7 @@ class RedisSessionStore:
         self.calls = RedisCalls(config, metrics)
         self._sealer = sealer
         self._idle_ms = int(idle_timeout_s * 1000)
+        self._ttl_ms = int(idle_timeout_s * (1 + _SLACK) * 1000)
         self._idle_s = idle_timeout_s
         self._read_cache_s = config.read_cache_ms / 1000
         self._lifetime_ms = int(max_lifetime_s * 1000)
@@ -66,6 +72,14 @@ class RedisSessionStore:
         self._clock = clock
         # session id -> (its changing state as last seen here, when): served from when Redis is not.
         self._l1: OrderedDict[str, tuple[dict[str, Any], float]] = OrderedDict()
+        # Local copies kept fresh by invalidations (redis_tracking.py): record key -> when the
+        # record expires in Redis, as this replica knows it (never later than it does). The state
+        # is the session's _l1 entry. Only trusted while the tracking connection is healthy.
+        self._tracking: Tracking | None = None
+        self._copies: dict[str, float] = {}
+        self._reading: dict[str, int] = {}  # record keys being read now: how many reads
+        self._overtaken: set[str] = set()  # of those, the ones changed meanwhile: not to be kept
+        self.copies_served = 0
         # One round trip and one command per legacy request (a pipeline of three costs about twice
         # the CPU in redis-py); the script object reloads itself after a Redis restart (NOSCRIPT).
         self._load = client.register_script(_LOAD)
@@ -84,31 +98,45 @@ class RedisSessionStore:
         pipe = self.client.pipeline(transaction=False)
         pipe.set(self._prefix + "epoch", self._now_ms(), nx=True)
         pipe.hset(key, mapping=fields)
-        pipe.pexpire(key, self._idle_ms)
+        pipe.pexpire(key, self._ttl_ms)
         await self.calls("add", pipe.execute())
         self._remember(session)
 
     async def load(self, session: LegacySession) -> LegacySession | None:
+        key = self._record(session.id)
+        tracking = self._tracking
+        watched = tracking is not None and tracking.healthy()
+        if watched and self._copied(session, key):
+            return session
         if self._read_cache_s and self._recent(session):
             return session
-        key = self._record(session.id)
+        started, epoch = self._clock(), tracking.epoch if tracking is not None else 0
+        if watched:
+            self._reading[key] = self._reading.get(key, 0) + 1
         try:
-            found = await self.calls("load", self._load(keys=[key, self._tombstone(session.id)], args=[self._idle_ms]))
+            found = await self.calls(
+                "load", self._load(keys=[key, self._tombstone(session.id)], args=[self._idle_ms, self._ttl_ms])
+            )
         except StoreUnavailable:
             return self._degraded(session)
-        fields = dict(zip(found[::2], found[1::2], strict=True)) if isinstance(found, list) else None
-        deleted = found == 1
-        if fields:
+        finally:
+            overtaken = watched and self._done_reading(key)
+        if isinstance(found, list):
+            left_ms, flat = found
+            fields = dict(zip(flat[::2], flat[1::2], strict=True))
             if not self._apply(session, fields, key):
                 return None  # a record we cannot read is no session of ours
-        elif deleted:
-            return None
-        elif not await self._lost_by_store(session):
+            self._remember(session)
+            if watched and not overtaken and tracking is not None and tracking.epoch == epoch and tracking.healthy():
+                self._keep_copy(key, started + int(left_ms) / 1000)
+            return session
+        if found == 1:
+            return None  # deleted
+        if not await self._lost_by_store(session):
             return None  # idled out
-        else:
-            if session.core_in_store:
-                return None  # its core was only in the store, and the store lost it
-            await self._resurrect(session, key)
+        if session.core_in_store:
+            return None  # its core was only in the store, and the store lost it
+        await self._resurrect(session, key)
         self._remember(session)
         return session
 
@@ -119,11 +147,16 @@ class RedisSessionStore:
         every = self._fields(session, key)
         wanted = {_FIELDS[name] for name in changed} if changed else set(every)
         fields = [item for name, value in every.items() if name in wanted for item in (name, value)]
-        await self.calls("save", self._save(keys=[key, self._tombstone(session.id)], args=[self._idle_ms, *fields]))
+        # The copy goes: the next request reads the record (another replica may have changed
+        # another field meanwhile; its invalidation could reach here before this answer does).
+        self._copies.pop(key, None)
+        await self.calls("save", self._save(keys=[key, self._tombstone(session.id)], args=[self._ttl_ms, *fields]))
+        self._copies.pop(key, None)
         self._remember(session)
 
     async def remove(self, session_id: str) -> bool:
         self._l1.pop(session_id, None)
+        self._copies.pop(self._record(session_id), None)
         pipe = self.client.pipeline(transaction=False)
         pipe.delete(self._record(session_id))
         # Only the same caller could present the id again; the tombstone outlives any id's lifetime.
@@ -132,7 +165,10 @@ class RedisSessionStore:
         return bool(deleted)
 
     async def touch(self, session_id: str, now: float) -> None:
-        await self.calls("touch", self.client.pexpire(self._record(session_id), self._idle_ms))
+        key = self._record(session_id)
+        until = self._copies.get(key)
+        if until is None or until - self._clock() < self._idle_s:  # else it lives long enough as it is
+            await self.calls("touch", self.client.pexpire(key, self._ttl_ms))
         entry = self._l1.get(session_id)
         if entry is not None:
             self._l1[session_id] = (entry[0], now)
@@ -220,7 +256,68 @@ class RedisSessionStore:
         return True
 
     async def aclose(self) -> None:
+        if self._tracking is not None:
+            await self._tracking.aclose()
         await self.client.aclose()
+
+    # ------------------------------------------------------------ local copies
+
+    def track(self, tracking: Tracking) -> None:
+        """Serve sessions from local copies while `tracking` says which records changed."""
+        self._tracking = tracking
+
+    def invalidated(self, keys: Collection[bytes] | None) -> None:
+        """Redis says these keys changed (None: all of them)."""
+        if keys is None:
+            self.reset()
+            return
+        for raw in keys:
+            name = raw.decode(errors="replace")
+            if name.endswith(":x"):  # a tombstone: the record's session was deleted
+                name = name[:-2] + ":s"
+            elif not name.endswith(":s"):
+                continue  # an input round's keys
+            self._copies.pop(name, None)
+            if name in self._reading:
+                self._overtaken.add(name)
+
+    def reset(self) -> None:
+        """Changes may have been missed: no copy is to be trusted, nor any read now under way."""
+        self._copies.clear()
+        self._overtaken.update(self._reading)
+
+    def _copied(self, session: LegacySession, key: str) -> bool:
+        """Serve the session from its copy: held, not invalidated, and its record lives at least the
+        idle timeout longer (else the read slides it)."""
+        until = self._copies.get(key)
+        if until is None:
+            return False
+        entry = self._l1.get(session.id)
+        now = self._clock()
+        if entry is None or until - now < self._idle_s:
+            return False
+        self._restore(session, entry[0])
+        self.copies_served += 1
+        session.last_seen = now
+        self._l1[session.id] = (entry[0], now)
+        self._l1.move_to_end(session.id)
+        return True
+
+    def _keep_copy(self, key: str, until: float) -> None:
+        if len(self._copies) >= _L1_MAX:
+            del self._copies[next(iter(self._copies))]
+        self._copies[key] = until
+
+    def _done_reading(self, key: str) -> bool:
+        """A read of `key` ended: whether the record changed while it was under way."""
+        overtaken = key in self._overtaken
+        left = self._reading[key] - 1
+        if left:
+            self._reading[key] = left
+        else:
+            del self._reading[key]
+            self._overtaken.discard(key)
+        return overtaken
 
     # ------------------------------------------------------------ internals
 
@@ -267,7 +364,7 @@ class RedisSessionStore:
     async def _resurrect(self, session: LegacySession, key: str) -> None:
         pipe = self.client.pipeline(transaction=False)
         pipe.hset(key, mapping=self._fields(session, key))
-        pipe.pexpire(key, self._idle_ms)
+        pipe.pexpire(key, self._ttl_ms)
         try:
             await self.calls("add", pipe.execute())
         except StoreUnavailable:
@@ -350,12 +447,18 @@ class RedisSessionStore:
         return int(self._clock() * 1000)
 
 
-# The record and its idle time slid, or whether a tombstone stands where there is none.
+# The record and the milliseconds it has left, slid to ARGV[2] when less than ARGV[1] (the idle
+# timeout) was left; or whether a tombstone stands where there is none. Read without a write
+# mostly: a slide is a change, which every replica's copy is told of.
 _LOAD = """
 local found = redis.call('HGETALL', KEYS[1])
 if #found > 0 then
-  redis.call('PEXPIRE', KEYS[1], ARGV[1])
-  return found
+  local left = redis.call('PTTL', KEYS[1])
+  if left < tonumber(ARGV[1]) then
+    redis.call('PEXPIRE', KEYS[1], ARGV[2])
+    left = tonumber(ARGV[2])
+  end
+  return {left, found}
 end
 return redis.call('EXISTS', KEYS[2])
 """
@@ -410,7 +513,7 @@ def redis_store(
 ) -> RedisSessionStore:
     """The store for `store.url`; needs the `redis` extra."""
     client = connect(config)
-    return RedisSessionStore(
+    store = RedisSessionStore(
         client,
         config,
         sealer,
@@ -419,3 +522,14 @@ def redis_store(
         metrics=metrics,
         clock=clock,
     )
+    if config.tracking and config.url is not None:
+        store.track(
+            Tracking(
+                config.url,
+                store._prefix + "{",
+                on_keys=store.invalidated,
+                on_reset=store.reset,
+                timeout_s=config.timeout_ms / 1000,
+            )
+        )
+    return store

@@ -14,6 +14,8 @@ from redis.asyncio import Redis
 from proxy.app import LEGACY_TASKS, LEGACY_TO_MODERN, METRICS, create_app
 from proxy.config import load_settings
 from proxy.relay.legacy_sessions import LegacySessionHost
+from proxy.state.redis_store import RedisSessionStore
+from proxy.state.redis_tracking import Tracking
 from tests.integration.conftest import UPSTREAM_NAME, serve
 from tests.support.fake_modern import FakeModern
 from tests.support.legacy_client import LegacyClient, read_reply
@@ -176,6 +178,126 @@ async def test_a_get_stream_reopened_on_the_same_replica_gets_no_hints(replicas:
         message = await SseReader(again).message()
         again.close()
     assert message == {"jsonrpc": "2.0", "method": "notifications/tools/list_changed"}  # the real one, alone
+
+
+# ---------------------------------------------------------------------------- local copies, tracked
+
+
+def _store(replicas: Replicas, index: int) -> RedisSessionStore:
+    store = replicas.host(index)._store
+    assert isinstance(store, RedisSessionStore)
+    return store
+
+
+async def _tracked(*stores: RedisSessionStore) -> None:
+    async with asyncio.timeout(WAIT):
+        while not all(store._tracking is not None and store._tracking.healthy() for store in stores):  # noqa: ASYNC110
+            await asyncio.sleep(0.02)
+
+
+def _level_sent(fake: FakeModern) -> Any:
+    return fake.calls_of("tools/list")[-1].meta.get("io.modelcontextprotocol/logLevel")
+
+
+async def test_a_change_through_one_replica_is_seen_on_the_next_request_at_another(
+    replicas: Replicas, fake: FakeModern
+) -> None:
+    a, b = await replicas.start(), await replicas.start()
+    await _tracked(_store(replicas, 0), _store(replicas, 1))
+    peer = await LegacyClient.connect(a)
+    stale = 0
+    for round_ in range(50):
+        level = ("debug", "error", "warning")[round_ % 3]
+        peer.client = a
+        assert (await peer.request("logging/setLevel", {"level": level})).result == {}
+        peer.client = b
+        for _ in range(2):  # the first reads the record again, the second is served from the copy
+            assert (await peer.request("tools/list")).result is not None
+            stale += _level_sent(fake) != level
+    assert stale == 0
+    assert _store(replicas, 1).copies_served >= 40  # the copy was served, and never stale
+    for _ in range(10):
+        peer = await LegacyClient.connect(a)
+        peer.client = b
+        for _ in range(2):
+            assert (await peer.request("tools/list")).result is not None
+        peer.client = a
+        assert (await peer.delete()).status in (200, 204)
+        peer.client = b
+        _, after = await peer.send("tools/list")
+        assert after.status == 404  # ended for every replica at once
+
+
+async def test_a_replica_whose_tracking_connection_is_cut_or_silent_reads_the_store(
+    replicas: Replicas, fake: FakeModern, redis: RedisServer
+) -> None:
+    a, b = await replicas.start(), await replicas.start()
+    here = _store(replicas, 1)
+    await _tracked(_store(replicas, 0), here)
+    peer = await LegacyClient.connect(a)
+    peer.client = b
+    for _ in range(2):
+        await peer.request("tools/list")
+    assert here.copies_served == 1
+    admin = Redis.from_url(redis.url)
+    try:
+        # Cut by the server: no invalidation reaches b from now on.
+        assert await admin.client_kill_filter(_type="pubsub") >= 2
+    finally:
+        await admin.aclose()
+    peer.client = a
+    await peer.request("logging/setLevel", {"level": "critical"})
+    peer.client = b
+    await peer.request("tools/list")
+    assert _level_sent(fake) == "critical"
+    await _tracked(here)  # connected again
+    await peer.request("tools/list")
+    await peer.request("tools/list")
+    assert here.copies_served == 2
+
+    # Silent: the connection stays open but nothing more is read from it. Past the heartbeat's
+    # grace the copies are not trusted, before the connection is dropped and made again.
+    tracking = here._tracking
+    assert tracking is not None and tracking._wire is not None and tracking._wire.transport is not None
+    tracking._wire.transport.pause_reading()
+    async with asyncio.timeout(WAIT):
+        while tracking.healthy():  # noqa: ASYNC110
+            await asyncio.sleep(0.02)
+    peer.client = a
+    await peer.request("logging/setLevel", {"level": "alert"})
+    peer.client = b
+    await peer.request("tools/list")
+    assert _level_sent(fake) == "alert"
+    assert here.copies_served == 2
+    await _tracked(here)  # dropped for its silence, and made again
+
+
+async def test_the_tracking_connection_hears_every_change_and_distrusts_its_silence(redis: RedisServer) -> None:
+    now = [100.0]
+    heard: list[Any] = []
+    resets: list[int] = []
+    tracking = Tracking(
+        redis.url, "t:{", on_keys=heard.append, on_reset=lambda: resets.append(1), timeout_s=0.05, clock=lambda: now[0]
+    )
+    writer = Redis.from_url(redis.url)
+    try:
+        async with asyncio.timeout(WAIT):
+            while not tracking.healthy():  # noqa: ASYNC110
+                await asyncio.sleep(0.02)
+            assert resets == [1]  # nothing held before it was up is trusted
+            await writer.set("t:{a}:s", b"1")
+            await writer.pexpire("t:{a}:s", 60_000)  # a slid TTL is a change too
+            await writer.set("other:{a}:s", b"1")  # outside the prefix
+            await writer.flushdb()
+            while len(heard) < 3:  # noqa: ASYNC110
+                await asyncio.sleep(0.01)
+        assert heard == [[b"t:{a}:s"], [b"t:{a}:s"], None]
+        now[0] += 1.3  # past the heartbeat's grace (1 s + 0.25 s) without a word from Redis
+        assert not tracking.healthy()
+    finally:
+        await tracking.aclose()
+        await writer.aclose()
+    assert not tracking.healthy()
 
 
 # ---------------------------------------------------------------------------- tasks on Redis
