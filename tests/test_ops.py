@@ -481,9 +481,9 @@ def test_the_limits_follow_the_proxy_config_and_the_values():
         assert r["labels"]["team"] == "mcp"
 
 
-def test_every_streams_open_kind_the_proxy_exports_is_the_one_the_readme_documents() -> None:
-    text = (REPO / "README.md").read_text()
-    [row] = [line for line in text.splitlines() if line.startswith("| `mcp_era_proxy_streams_open` |")]
+def test_every_streams_open_kind_the_proxy_exports_is_the_one_the_metrics_reference_documents() -> None:
+    text = (REPO / "docs" / "reference" / "metrics.md").read_text()
+    [row] = [line for line in text.splitlines() if line.startswith("- `kind` of `mcp_era_proxy_streams_open`:")]
     documented = set(re.findall(r"`(downstream_\w+|upstream_\w+)`", row))
     exposition = generate_latest(Metrics().registry).decode()
     exported = set(re.findall(r'mcp_era_proxy_streams_open\{kind="(\w+)"\}', exposition))
