@@ -26,17 +26,21 @@ class Store:
 
 
 class Listener:
-    """The session's upstream listen: each refresh acknowledges `ack`, or fails."""
+    """The caller's upstream listen: each serve acknowledges `ack`, or fails."""
 
     def __init__(self, ack: JSONDict | None) -> None:
         self.ack = ack
         self.refreshes = 0
+        self.renewals = 0
 
-    async def refresh(self) -> JSONDict:
+    async def serve(self, wanted: JSONDict) -> JSONDict:
         self.refreshes += 1
         if self.ack is None:
             raise UpstreamProtocolError("up", "the listen broke")
         return self.ack
+
+    def renew_later(self) -> None:
+        self.renewals += 1
 
 
 def session(subscribe: bool = True) -> Any:
@@ -45,14 +49,8 @@ def session(subscribe: bool = True) -> Any:
 
 def runtime(listener: Listener) -> Any:
     live = Translated()
-    live.listener = listener
-    spawned: list[Any] = []
-
-    def spawn(work: Any, name: str) -> None:
-        spawned.append(name)
-        work.close()  # not run: only that it was started
-
-    return SimpleNamespace(live=live, tasks=SimpleNamespace(spawn=spawn, spawned=spawned))
+    live.listen = listener  # type: ignore[assignment]  # joined already
+    return SimpleNamespace(live=live)
 
 
 def listens(store: Store) -> SessionListens:
@@ -86,8 +84,7 @@ async def test_an_upstream_without_subscriptions_refuses_them_at_once() -> None:
 
 
 async def test_unsubscribing_filters_at_once_and_re_listens_in_the_background() -> None:
-    store, current = Store(), session()
+    store, current, listener = Store(), session(), Listener({})
     current.subscriptions = frozenset({"file:///a", "file:///b"})
-    run = runtime(Listener({}))
-    await listens(store).unsubscribe(current, run, "file:///a")
-    assert current.subscriptions == {"file:///b"} and run.tasks.spawned == ["re-listen"]
+    await listens(store).unsubscribe(current, runtime(listener), "file:///a")
+    assert current.subscriptions == {"file:///b"} and listener.renewals == 1
