@@ -29,7 +29,7 @@ from ..upstream.errors import UpstreamError
 from ..upstream.legacy_session import LegacyUpstreamSession
 from .detect import EraDetector
 from .legacy_to_modern import TranslatingBackend
-from .listen import SessionListener, listen_request
+from .listen import UpstreamListener, listen_request
 from .modern_to_legacy import ModernToLegacy
 
 JSONDict = dict[str, Any]
@@ -50,7 +50,7 @@ class CacheWatcher:
         self._detector = detector
         self._legacy_clients = legacy_clients
         self._modern_clients = modern_clients
-        self._listener: SessionListener | None = None  # modern upstream
+        self._listener: UpstreamListener | None = None  # modern upstream
         self._session: LegacyUpstreamSession | None = None  # legacy upstream
         self._subscribed: set[str] = set()
         self._capabilities: JSONDict = {}
@@ -102,7 +102,7 @@ class CacheWatcher:
         if self._listener is None:
             discover = await self._legacy_clients.discover()
             self._capabilities = jsonrpc.obj(discover.get("capabilities"))
-            self._listener = SessionListener(
+            self._listener = UpstreamListener(
                 open_stream=self._open_listen,
                 current_filter=self._filter,
                 deliver=self._cache.invalidate_for,

@@ -148,8 +148,7 @@ class TranslatingBackend:
         return Translated()
 
     async def close(self, runtime: Runtime) -> None:
-        if runtime.live.listener is not None:
-            await runtime.live.listener.close()
+        await self._listens.close(runtime)
 
     # ------------------------------------------------------------ messages in a session
 

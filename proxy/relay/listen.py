@@ -1,8 +1,10 @@
-"""One upstream `subscriptions/listen` stream per legacy session (docs/translation.md §3.7).
+"""One upstream `subscriptions/listen` kept matching a filter (docs/translation.md §3.7): the
+listen a caller's legacy sessions share (relay/session_listens.py), and the cache's own watch.
 
-The filter is recomputed from session state whenever it may have changed; a changed filter
-opens a new listen, waits for its acknowledgement, then closes the old one. A lost stream is
-reopened with backoff, and the client is told to refetch what it may have missed.
+The filter is recomputed from its owner's state whenever it may have changed; a changed filter
+opens a new listen, waits for its acknowledgement, then closes the old one, so nothing is lost
+meanwhile (what arrives during the overlap may come twice). A lost stream is reopened with
+backoff, and the owner is told to refetch what it may have missed.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ class _Listen:
     closing: bool = False
 
 
-class SessionListener:
+class UpstreamListener:
     def __init__(
         self,
         *,
@@ -54,8 +56,15 @@ class SessionListener:
         self._active: _Listen | None = None
         self._lock = asyncio.Lock()
 
+    def running(self) -> tuple[JSONDict, asyncio.Future[JSONDict]] | None:
+        """The filter of the listen running now and its acknowledgement (None: none runs)."""
+        active = self._active
+        if active is None or active.closing or active.task is None or active.task.done():
+            return None
+        return active.filter, active.acked
+
     async def refresh(self) -> JSONDict:
-        """Make the upstream listen match the session's current filter; returns the ack."""
+        """Make the upstream listen match the owner's current filter; returns the ack."""
         async with self._lock:
             wanted = self._current_filter()
             active = self._active

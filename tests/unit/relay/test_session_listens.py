@@ -11,7 +11,7 @@ import pytest
 
 from proxy.errors import ProxyError
 from proxy.protocol import jsonrpc
-from proxy.relay.session_listens import SessionListens, Translated
+from proxy.relay.session_listens import SessionListens, Translated, covers, wants
 from proxy.upstream.errors import UpstreamProtocolError
 
 JSONDict = dict[str, Any]
@@ -26,17 +26,21 @@ class Store:
 
 
 class Listener:
-    """The session's upstream listen: each refresh acknowledges `ack`, or fails."""
+    """The caller's upstream listen: each serve acknowledges `ack`, or fails."""
 
     def __init__(self, ack: JSONDict | None) -> None:
         self.ack = ack
         self.refreshes = 0
+        self.renewals = 0
 
-    async def refresh(self) -> JSONDict:
+    async def serve(self, wanted: JSONDict) -> JSONDict:
         self.refreshes += 1
         if self.ack is None:
             raise UpstreamProtocolError("up", "the listen broke")
         return self.ack
+
+    def renew_later(self) -> None:
+        self.renewals += 1
 
 
 def session(subscribe: bool = True) -> Any:
@@ -45,14 +49,8 @@ def session(subscribe: bool = True) -> Any:
 
 def runtime(listener: Listener) -> Any:
     live = Translated()
-    live.listener = listener
-    spawned: list[Any] = []
-
-    def spawn(work: Any, name: str) -> None:
-        spawned.append(name)
-        work.close()  # not run: only that it was started
-
-    return SimpleNamespace(live=live, tasks=SimpleNamespace(spawn=spawn, spawned=spawned))
+    live.listen = listener  # type: ignore[assignment]  # joined already
+    return SimpleNamespace(live=live)
 
 
 def listens(store: Store) -> SessionListens:
@@ -86,8 +84,32 @@ async def test_an_upstream_without_subscriptions_refuses_them_at_once() -> None:
 
 
 async def test_unsubscribing_filters_at_once_and_re_listens_in_the_background() -> None:
-    store, current = Store(), session()
+    store, current, listener = Store(), session(), Listener({})
     current.subscriptions = frozenset({"file:///a", "file:///b"})
-    run = runtime(Listener({}))
-    await listens(store).unsubscribe(current, run, "file:///a")
-    assert current.subscriptions == {"file:///b"} and run.tasks.spawned == ["re-listen"]
+    await listens(store).unsubscribe(current, runtime(listener), "file:///a")
+    assert current.subscriptions == {"file:///b"} and listener.renewals == 1
+
+
+LISTS = {"tools": {"listChanged": True}, "resources": {"subscribe": True}}
+
+
+def heard(subscriptions: set[str], list_changes: bool, method: str, params: JSONDict | None = None) -> bool:
+    state: Any = SimpleNamespace(server_capabilities=LISTS, subscriptions=frozenset(subscriptions))
+    return wants(state, list_changes, jsonrpc.notification(method, params))
+
+
+def test_a_session_hears_updates_only_of_what_it_subscribes_to_and_list_changes_once_it_streams() -> None:
+    assert heard({"file:///a"}, False, "notifications/resources/updated", {"uri": "file:///a"})
+    assert not heard({"file:///a"}, True, "notifications/resources/updated", {"uri": "file:///b"})
+    assert heard(set(), True, "notifications/tools/list_changed")
+    assert not heard(set(), False, "notifications/tools/list_changed")
+    assert not heard(set(), True, "notifications/prompts/list_changed")  # not advertised upstream
+    assert not heard({"file:///a"}, True, "notifications/message", {"level": "error"})
+
+
+def test_a_running_listen_covers_a_filter_it_asks_for_all_of() -> None:
+    asked = {"toolsListChanged": True, "resourceSubscriptions": ["file:///a", "file:///b"]}
+    assert covers(asked, {"resourceSubscriptions": ["file:///b"]})
+    assert covers(asked, {"toolsListChanged": True})
+    assert not covers(asked, {"resourceSubscriptions": ["file:///c"]})
+    assert not covers(asked, {"promptsListChanged": True})
