@@ -53,7 +53,7 @@ from .messages import (
 )
 from .replicas import Steering
 from .reply import STARTED, RequestReply, SseStream, end_with_error, error_reply, relay_reply
-from .steer import Replay, modern_topics
+from .steer import LOCAL, Replay, modern_topics
 
 log = structlog.get_logger(__name__)
 
@@ -269,7 +269,7 @@ class McpEndpoint:
         # tasks/update and tasks/cancel act on the task's call: served by the replica running it.
         request_state = params.get("requestState") is not None
         topics = modern_topics(checked.method, legacy_upstream=era is Era.LEGACY, request_state=request_state)
-        decision = await self._steering.decide(topics, body, caller.principal)
+        decision = await self._steering.decide(topics, body, caller.principal) if topics else LOCAL
         if isinstance(decision, Replay):
             replayed = await self._steering.replay(request, raw, decision, request_id=body["id"])
             if replayed is not None:

@@ -27,7 +27,7 @@ from .messages import Record, error_code, extension_ids
 from .replicas import Steering
 from .reply import RequestReply, SseStream, error_reply, json_response
 from .resume import EventIds, lost_stream_events, open_event_id
-from .steer import Replay, Topic, decide, legacy_topics
+from .steer import LOCAL, Replay, Topic, decide, legacy_topics
 
 log = structlog.get_logger(__name__)
 SessionHost = LegacySessionHost[Any]  # whichever backend the upstream needs
@@ -113,7 +113,8 @@ class LegacyEndpoint:
         # input requests come) and tasks/cancel (which stops its call) are served by the replica
         # running the call.
         topics = legacy_topics(kind, body["method"])
-        decision = await self._steering.decide(topics, body, session.principal, session)
+        # Most messages are about nothing another replica may own: no lookup, no await.
+        decision = await self._steering.decide(topics, body, session.principal, session) if topics else LOCAL
         gone: str | None = None  # a stream holder found gone
         if isinstance(decision, Replay):
             replayed = await self._steering.replay(request, raw, decision)
