@@ -179,11 +179,16 @@ class Bench:
                 with servers.redis(self.procs) as redis_url:
                     env = {"MCP_ERA_PROXY_STORE__URL": redis_url, "MCP_ERA_PROXY_SECURITY__SECRET": "bench-" + "s" * 26}
                     variants = [
-                        ("d-store", {}, "same, sessions on Redis", "store.url: one Redis round trip per request"),
+                        (
+                            "d-store",
+                            {},
+                            "same, sessions on Redis",
+                            "store.url, defaults: the record from this replica's tracked copy (store.tracking)",
+                        ),
                         (
                             "d-store-cached",
-                            {"MCP_ERA_PROXY_STORE__READ_CACHE_MS": "1000"},
-                            "same, store.read_cache_ms 1000",
+                            {"MCP_ERA_PROXY_STORE__READ_CACHE_MS": "1000", "MCP_ERA_PROXY_STORE__TRACKING": "false"},
+                            "same, untracked, store.read_cache_ms 1000",
                             "a session's state read at most once a second per replica",
                         ),
                     ]
