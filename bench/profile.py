@@ -73,7 +73,7 @@ def _bucket(name: str, file: str) -> str:
     return "other Python"
 
 
-def summarize_profile(path: Path, top: int = 10) -> list[str]:
+def summarize_profile(path: Path, top: int = 15) -> list[str]:
     """py-spy raw (collapsed) stacks: self time by package, top functions by self time, and the
     proxy's own functions by inclusive time (coroutine stacks as py-spy sees them)."""
     by_bucket: dict[str, int] = {}
