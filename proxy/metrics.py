@@ -48,6 +48,7 @@ KNOWN_METHODS = frozenset(
 OUTCOMES = ("ok", "error", "rejected", "cancelled", "upstream_error", "shutdown")
 # The kinds of `streams_open`, exported (as 0) from the start.
 STREAM_KINDS = ("downstream_get", "downstream_listen", "downstream_sse", "upstream_listen")
+STORE_READ_SOURCES = ("copy", "recent", "store")  # where a session record came from (store_session_reads)
 
 
 def method_label(method: object) -> str:
@@ -184,6 +185,15 @@ class Metrics:
             ["op", "kind"],
             registry=r,
         )
+        self.store_session_reads = Counter(
+            PREFIX + "store_session_reads_total",
+            "Session records legacy requests needed from the shared store, by where they came from: copy "
+            "(this replica's copy, kept while Redis reports changes: store.tracking), recent (read less than "
+            "store.read_cache_ms ago), store (a round trip). All store while tracking is on: its connection "
+            "is down (store_tracking_down in the log).",
+            ["source"],
+            registry=r,
+        )
         self.client_requests = Counter(
             PREFIX + "client_requests",
             "Downstream requests by client (clientInfo name and version, cut to a bounded form; past "
@@ -219,6 +229,8 @@ class Metrics:
         self.event_loop_tasks.set_function(_loop_tasks)
         for kind in STREAM_KINDS:
             self.streams_open.labels(kind)
+        for source in STORE_READ_SOURCES:
+            self.store_session_reads.labels(source)
         self.sessions_open.labels("legacy")
 
     @functools.cached_property

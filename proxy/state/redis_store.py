@@ -87,6 +87,9 @@ class RedisSessionStore:
         self._claim = client.register_script(_CLAIM)
         self._offer = client.register_script(_OFFER)
         metrics.store_up.set(1)
+        # Children resolved once: labels() takes a lock, and this is every legacy request.
+        reads = metrics.store_session_reads
+        self._read_copy, self._read_recent, self._read_store = (reads.labels(s) for s in ("copy", "recent", "store"))
 
     # ------------------------------------------------------------ the store interface
 
@@ -107,9 +110,12 @@ class RedisSessionStore:
         tracking = self._tracking
         watched = tracking is not None and tracking.healthy()
         if watched and self._copied(session, key):
+            self._read_copy.inc()
             return session
         if self._read_cache_s and self._recent(session):
+            self._read_recent.inc()
             return session
+        self._read_store.inc()
         started, epoch = self._clock(), tracking.epoch if tracking is not None else 0
         if watched:
             self._reading[key] = self._reading.get(key, 0) + 1

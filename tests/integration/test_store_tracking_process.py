@@ -1,14 +1,16 @@
 """The store's tracked copies in a proxy process as it runs in production (on uvloop, which the
 in-process tests do not use): the tracking connection comes up, the process logs nothing but JSON,
-and a session's requests are served from the copy instead of one store call each
-(docs/operate/replicas.md §Cost)."""
+and a session's requests are served from the copy instead of one store call each, as the
+store_session_reads metric shows (docs/operate/replicas.md §Cost)."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -72,5 +74,12 @@ def test_a_proxy_process_serves_a_sessions_requests_from_its_tracked_copy(
             reply = legacy_client.call(endpoint, session, request_id, "tools/call", {"name": "echo", "arguments": {}})
             assert reply.status == 200 and b'"result"' in reply.body, reply
         reads = store_reads(store.url)
+        with urllib.request.urlopen(f"http://127.0.0.1:{proxy.port}/metrics", timeout=10) as response:
+            exposition = response.read().decode()
     assert reads < CALLS // 10, f"{reads} store reads for {CALLS} requests: the tracked copy was not used"
+    served = {
+        source: float(value)
+        for source, value in re.findall(r'mcp_era_proxy_store_session_reads_total\{source="(\w+)"\} (\S+)', exposition)
+    }
+    assert served["copy"] >= CALLS - reads and served["store"] >= 1, served  # what operators see of it
     assert "store_tracking_down" not in events(log)
