@@ -30,18 +30,21 @@ class Access:
         self.forward_authorization = settings.upstream.forward_authorization and not self._identifier.resource_server
         # Headers whose value the proxy hashes (the caller's identity) or writes into JSON (trace
         # context in `_meta`), lower-cased. The others it only compares or relays as they came.
-        self._text_headers = frozenset(
-            {"authorization", *meta.TRACE_KEYS, (settings.security.identity_header or "authorization").lower()}
+        self._text_headers = tuple(
+            sorted({"authorization", *meta.TRACE_KEYS, (settings.security.identity_header or "authorization").lower()})
         )
 
     def check_headers(self, request: web.BaseRequest) -> None:
         """aiohttp decodes header bytes that are not UTF-8 with surrogate escapes; such a value
-        cannot be hashed or written as JSON, so it is refused in a header the proxy reads so."""
-        for name, value in request.headers.items():
-            if not value.isascii() and name.lower() in self._text_headers and not _is_utf8(value):
-                raise ProxyError(
-                    jsonrpc.INVALID_REQUEST, f"Invalid Request: header {name} is not valid UTF-8", refused=True
-                )
+        cannot be hashed or written as JSON, so it is refused in a header the proxy reads so.
+        (Those few names are looked up: a request carries many more headers than that.)"""
+        getall = request.headers.getall
+        for name in self._text_headers:
+            for value in getall(name, ()):
+                if not value.isascii() and not _is_utf8(value):
+                    raise ProxyError(
+                        jsonrpc.INVALID_REQUEST, f"Invalid Request: header {name} is not valid UTF-8", refused=True
+                    )
 
     async def caller(self, request: web.BaseRequest, *, same_era: bool = False, legacy: bool = False) -> Caller:
         """Who calls; `same_era`: the request goes upstream as it came, with the headers it brought.

@@ -27,7 +27,7 @@ from ..protocol import task_extension as te
 from ..protocol.classify import SESSIONLESS, Route, classify_post
 from ..protocol.headers import PROTOCOL_VERSION_HEADER, SESSION_HEADER
 from ..protocol.methods import CACHEABLE_METHODS, CORE_CLIENT_NOTIFICATIONS
-from ..protocol.modern_validate import header_view, validate_request
+from ..protocol.modern_validate import HeaderLookup, validate_request
 from ..protocol.status import Rejection
 from ..protocol.versions import Era
 from ..relay.detect import EraDetector
@@ -195,7 +195,7 @@ class McpEndpoint:
         self._access.check_headers(request)
         # Before anything reaches the upstream (era detection included): refused here in
         # resource_server mode without a valid token.
-        await self._access.caller(request)
+        caller = await self._access.caller(request)
         if client_checks.too_deep(body, self._max_depth, raw):
             raise ProxyError.rejected(client_checks.depth_rejection(self._max_depth))
         session_id = request.headers.get(SESSION_HEADER)
@@ -221,7 +221,6 @@ class McpEndpoint:
             return response
         if route is Route.LEGACY_SESSIONLESS:
             raise ProxyError.rejected(SESSIONLESS)
-        caller = await self._access.caller(request)
         if route is Route.LEGACY_INITIALIZE:
             return await self._legacy.initialize(host, body, caller, record)
         assert session_id is not None  # session-less legacy messages were refused above
@@ -248,7 +247,7 @@ class McpEndpoint:
         problem = client_checks.message_problem(body)
         if problem is not None:
             raise ProxyError.rejected(problem)
-        checked = validate_request(body, header_view(request.headers.items()))
+        checked = validate_request(body, HeaderLookup(request.headers))
         if isinstance(checked, Rejection):
             raise ProxyError.rejected(checked)
         params = jsonrpc.params_of(body)

@@ -7,9 +7,9 @@ relevant request headers (lower-cased names, every value received), never a sock
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from . import jsonrpc, meta
 from .capabilities import extensions_problem
@@ -26,7 +26,29 @@ from .status import Rejection
 from .versions import MODERN_VERSIONS
 
 JSONDict = dict[str, Any]
-Headers = Mapping[str, Sequence[str]]  # lower-cased header name -> every value received
+
+
+class Headers(Protocol):
+    """The request's headers as validation reads them: every value received under a lower-cased
+    name, or None. A dict made by `header_view` is one; so is `HeaderLookup` over a case-insensitive
+    multidict (aiohttp's request headers), which looks up only the few names asked for instead of
+    copying every header first."""
+
+    def get(self, name: str, /) -> Sequence[str] | None: ...
+
+
+class HeaderLookup:
+    """`Headers` over any object with a case-insensitive `getall(name, default)` (multidict)."""
+
+    __slots__ = ("_getall",)
+
+    def __init__(self, headers: Any) -> None:
+        self._getall = headers.getall
+
+    def get(self, name: str, /) -> Sequence[str] | None:
+        values: Sequence[str] | None = self._getall(name, None)
+        return values
+
 
 # Methods 2026-07-28 removed: a modern server answers them 404 / -32601 (basic/versioning.mdx).
 REMOVED_METHODS = frozenset(
