@@ -76,7 +76,7 @@ def _iso(seconds: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(seconds))
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: made for every request, and frozen fields cost a call each
 class Sighting:
     """One request of a client, as the endpoint saw it."""
 
@@ -115,11 +115,14 @@ class ClientReport:
                 self._spelled[raw] = row
         row.last_seen = self._clock()
         row.requests += 1
-        row.sessions += sighting.opened_session
-        row.input_rounds += sighting.input_round
-        row.listens += sighting.listen
-        row.tasks += sighting.task
-        if len(row.extensions) < 64:  # bounded; only ids not seen as they are cost a regular expression
+        if sighting.opened_session or sighting.input_round or sighting.listen or sighting.task:  # few do
+            row.sessions += sighting.opened_session
+            row.input_rounds += sighting.input_round
+            row.listens += sighting.listen
+            row.tasks += sighting.task
+        if (
+            sighting.extensions and len(row.extensions) < 64
+        ):  # bounded; only ids not seen as they are cost a regular expression
             row.extensions.update(
                 clean(e, _NAME_MAX) for e in list(sighting.extensions)[:64] if e not in row.extensions
             )

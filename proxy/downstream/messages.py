@@ -77,14 +77,19 @@ def extension_ids(capabilities: object) -> list[str]:
 
 def legacy_sighting(body: Any, client_info: object, version: object) -> Sighting:
     """A legacy client's message (or batch) in its session."""
-    items = body if isinstance(body, list) else [body]
-    first = items[0] if items and isinstance(items[0], dict) else {}
+    if isinstance(body, dict):  # the usual: one message, no generator
+        first: dict[str, Any] = body
+        answers = "method" not in body
+    else:
+        items = body if isinstance(body, list) else [body]
+        first = items[0] if items and isinstance(items[0], dict) else {}
+        answers = any(isinstance(i, dict) and "method" not in i for i in items)
     method = first.get("method")
     return Sighting(
         client_info,
         version,
         "legacy",
-        input_round=any(isinstance(i, dict) and "method" not in i for i in items),  # its answers
+        input_round=answers,  # its answers
         listen=method in _LISTENING,
         task=(isinstance(method, str) and method.startswith("tasks/")) or "task" in jsonrpc.params_of(first),
     )
