@@ -249,7 +249,7 @@ class LegacyEndpoint:
         try:
             await sse.start()
             while True:
-                message = await stream_handle.queue.get()
+                message = await stream_handle.get()
                 if message is None:
                     break
                 await sse.send(message)
