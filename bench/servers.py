@@ -9,7 +9,7 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from bench.harness import Processes, say
@@ -48,14 +48,17 @@ def proxy(
     env: dict[str, str] | None = None,
     tree: Path | None = None,
     port: int = 0,
+    launcher: Sequence[str] = (sys.executable, "-m"),
+    timeout: float = 60.0,
 ) -> Iterator[tuple[str, int]]:
     """`python -m proxy` in front of `url` (or a stdio `command`); (its /mcp URL, its pid). With
     `tree`, that tree's code (started in it, PYTHONPATH on it); with `port`, told that port (an older
-    tree may not take port 0), else it picks one and its one listener is found."""
+    tree may not take port 0), else it picks one and its one listener is found. `launcher` runs the
+    module (bench/instructions.py: under a counter or valgrind)."""
     target = ["--upstream", url] if url else ["--upstream-command", str(command)]
-    argv = [sys.executable, "-m", "proxy", *target, "--upstream-era", era, "--listen", f"127.0.0.1:{port}"]
+    argv = [*launcher, "proxy", *target, "--upstream-era", era, "--listen", f"127.0.0.1:{port}"]
     argv += ["--log-level", level]
-    with procs.listening(f"proxy-{name}", argv, tree_env(tree, env), port=port, cwd=tree) as process:
+    with procs.listening(f"proxy-{name}", argv, tree_env(tree, env), timeout, port=port, cwd=tree) as process:
         yield f"http://127.0.0.1:{process.port}/mcp", process.proc.pid
 
 
@@ -74,10 +77,16 @@ def redis(procs: Processes) -> Iterator[str]:
 
 
 @contextlib.contextmanager
-def bare_hop(procs: Processes, upstream: str, name: str = "bare-hop") -> Iterator[tuple[str, int]]:
+def bare_hop(
+    procs: Processes,
+    upstream: str,
+    name: str = "bare-hop",
+    launcher: Sequence[str] = (sys.executable, "-m"),
+    timeout: float = 60.0,
+) -> Iterator[tuple[str, int]]:
     """bench/bare_hop.py in front of `upstream`; (its /mcp URL, its pid)."""
-    argv = [sys.executable, "-m", "bench.bare_hop", "--upstream", upstream, "--port", "0"]
-    with procs.listening(name, argv) as process:
+    argv = [*launcher, "bench.bare_hop", "--upstream", upstream, "--port", "0"]
+    with procs.listening(name, argv, timeout=timeout) as process:
         yield f"http://127.0.0.1:{process.port}/mcp", process.proc.pid
 
 
