@@ -21,7 +21,7 @@ from ..auth.identity import Identifier
 from ..cluster.forward import Forwarder
 from ..config import Settings
 from ..errors import ProxyError
-from ..metrics import Metrics, RequestMetrics, method_label
+from ..metrics import Metrics, method_label
 from ..protocol import client_checks, jsonrpc
 from ..protocol import task_extension as te
 from ..protocol.classify import SESSIONLESS, Route, classify_post
@@ -30,6 +30,7 @@ from ..protocol.methods import CACHEABLE_METHODS, CORE_CLIENT_NOTIFICATIONS
 from ..protocol.modern_validate import HeaderLookup, validate_request
 from ..protocol.status import Rejection
 from ..protocol.versions import Era
+from ..relay.channel import Caller
 from ..relay.detect import EraDetector
 from ..relay.failures import UpstreamFailures
 from ..relay.legacy_sessions import LegacySessionHost
@@ -92,10 +93,11 @@ class McpEndpoint:
         # Where a message about something another replica owns is served (downstream/steer.py).
         self._steering = Steering(forwarder, tasks)
         self._legacy = LegacyEndpoint(self._access, self._steering, metrics, self._keepalive_s, sealer, boot)
-        self._request_metrics = RequestMetrics(metrics)
+        self._request_metrics = metrics.requests
         # POSTs being handled, each with the event its end sets (drain waits on them), and those
         # cut at shutdown: their cancellation is the proxy's, answered with SHUTTING_DOWN.
-        self._posts: dict[asyncio.Task[Any], asyncio.Event] = {}
+        # The POSTs under way; each one's Event is made only when a drain waits for it.
+        self._posts: dict[asyncio.Task[Any], asyncio.Event | None] = {}
         self._cut: set[asyncio.Task[Any]] = set()
         # The access log line is built (and the session id hashed) only when info is logged.
         self._log_requests = logging.getLevelNamesMapping()[settings.logging.level.upper()] <= logging.INFO
@@ -114,9 +116,8 @@ class McpEndpoint:
         started = time.perf_counter()
         record = Record(self._tracing.downstream("POST", request.headers))
         task = asyncio.current_task()
-        ended = asyncio.Event()
         if task is not None:
-            self._posts[task] = ended
+            self._posts[task] = None
         try:
             try:
                 response = await self._post(request, record)
@@ -133,9 +134,9 @@ class McpEndpoint:
                 task.uncancel()  # the proxy's own cancellation: the client is still there
                 response = await self._cut_reply(request, record)
         finally:
-            ended.set()
             if task is not None:
-                self._posts.pop(task, None)
+                if (ended := self._posts.pop(task, None)) is not None:
+                    ended.set()
                 self._cut.discard(task)
         record.status = response.status
         self._observe(record, started)
@@ -154,7 +155,13 @@ class McpEndpoint:
 
     async def _posts_ended(self, tasks: list[asyncio.Task[Any]], within_s: float) -> None:
         """Wait (at most `within_s`) until the POSTs of `tasks` have ended."""
-        waits = [asyncio.ensure_future(self._posts[task].wait()) for task in tasks if task in self._posts]
+        waits = []
+        for task in tasks:
+            if task in self._posts:
+                ended = self._posts[task]
+                if ended is None:
+                    ended = self._posts[task] = asyncio.Event()
+                waits.append(asyncio.ensure_future(ended.wait()))
         if waits:
             await asyncio.wait(waits, timeout=within_s)
         for wait in waits:
@@ -211,7 +218,7 @@ class McpEndpoint:
         record.upstream_era = era.value
         if route is Route.MODERN:
             record.downstream_era = "modern"
-            return await self._modern(request, raw, body, record, era)
+            return await self._modern(request, raw, body, record, era, caller)
         host = self._router[era].legacy
         if host is None:  # legacy client, legacy HTTP upstream: the upstream's own session
             if any(jsonrpc.kind(item) == "invalid" for item in (body if isinstance(body, list) else [body])):
@@ -234,7 +241,7 @@ class McpEndpoint:
     # ------------------------------------------------------------ modern clients
 
     async def _modern(
-        self, request: web.Request, raw: bytes, body: Any, record: Record, era: Era
+        self, request: web.Request, raw: bytes, body: Any, record: Record, era: Era, caller: Caller
     ) -> web.StreamResponse:
         """Validate exactly as a 2026-07-28 server must, then translate or relay it."""
         kind = jsonrpc.kind(body)
@@ -263,7 +270,8 @@ class McpEndpoint:
         route = self._router[era]
         if route.modern_bytes and checked.method not in CACHEABLE_METHODS and checked.method != "subscriptions/listen":
             return await self._bytes(request, "POST", raw, record, legacy=False, message=body)
-        caller = await self._access.caller(request, same_era=era is Era.MODERN)
+        if era is Era.MODERN:  # same era: the request goes on with the headers it brought
+            caller = await self._access.caller(request, same_era=True)
         # A retry of a call parked on a legacy upstream is served where the call is parked;
         # tasks/update and tasks/cancel act on the task's call: served by the replica running it.
         request_state = params.get("requestState") is not None
