@@ -4,9 +4,17 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from typing import Any
+import time
+from bisect import bisect_left
+from collections.abc import Callable, Iterator
+from typing import cast
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge
+from prometheus_client import metrics as prometheus_metrics
+from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.registry import Collector
+from prometheus_client.samples import Sample
+from prometheus_client.utils import floatToGoString
 
 PREFIX = "mcp_era_proxy_"
 
@@ -55,43 +63,89 @@ def method_label(method: object) -> str:
     return method if isinstance(method, str) and method in KNOWN_METHODS else "other"
 
 
-class RequestMetrics:
-    """The per-request counter and histogram, with their labelled children kept (label values are
-    bounded, so this stays small): `labels()` validates and locks on every call otherwise."""
+_REQUEST_LABELS = ("method", "downstream_era", "upstream_era", "outcome")
+_DURATION_LABELS = ("method", "downstream_era", "upstream_era")
+_DURATION_BOUNDS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
+_DURATION_LE = (*(cast(Callable[[float], str], floatToGoString)(bound) for bound in _DURATION_BOUNDS), "+Inf")
 
-    def __init__(self, metrics: Metrics) -> None:
-        self._metrics = metrics
-        self._children: dict[tuple[str, ...], tuple[Any, Any]] = {}
+
+class RequestMetrics(Collector):
+    """`requests_total` and `request_duration_seconds`, which every downstream message counts in.
+
+    Kept as plain numbers and made into samples only when scraped: a prometheus_client child takes
+    a lock, and a histogram's walks its buckets in Python, on every observation, which was the
+    largest share of the proxy's own work per request after the protocol itself. The exposition is
+    a Counter's and a Histogram's of these names, `_created` series included (unless
+    PROMETHEUS_DISABLE_CREATED_SERIES says otherwise, as for those). The event loop's thread both
+    counts and serves /metrics, so nothing is read half-written."""
+
+    # What the reference page says of them (scripts/gen_docs.py): name, type, labels, meaning.
+    documented = (
+        (PREFIX + "requests_total", "counter", _REQUEST_LABELS, "Downstream JSON-RPC messages handled, by outcome."),
+        (
+            PREFIX + "request_duration_seconds",
+            "histogram",
+            _DURATION_LABELS,
+            "Time from receiving a downstream message to the end of its reply.",
+        ),
+    )
+
+    def __init__(self, registry: CollectorRegistry, clock: Callable[[], float] = time.time) -> None:
+        self._clock = clock
+        # Label values are bounded (method_label, OUTCOMES, the eras), so these stay small.
+        self._counts: dict[tuple[str, str, str, str], list[float]] = {}  # [count, created]
+        # The count in each bucket (the last one +Inf), then the sum, then when it was created.
+        self._durations: dict[tuple[str, str, str], list[float]] = {}
+        registry.register(self)
 
     def observe(self, method: str, downstream_era: str, upstream_era: str, outcome: str, seconds: float) -> None:
-        key = (method, downstream_era, upstream_era, outcome)
-        children = self._children.get(key)
-        if children is None:
-            children = self._children[key] = (
-                self._metrics.requests.labels(*key),
-                self._metrics.request_duration.labels(method, downstream_era, upstream_era),
-            )
-        children[0].inc()
-        children[1].observe(seconds)
+        counted = self._counts.get((method, downstream_era, upstream_era, outcome))
+        if counted is None:
+            counted = self._counts[(method, downstream_era, upstream_era, outcome)] = [0, self._clock()]
+        counted[0] += 1
+        timed = self._durations.get((method, downstream_era, upstream_era))
+        if timed is None:
+            timed = [0] * (len(_DURATION_LE)) + [0.0, self._clock()]
+            self._durations[(method, downstream_era, upstream_era)] = timed
+        timed[bisect_left(_DURATION_BOUNDS, seconds)] += 1  # the first bound >= seconds, as `le` means
+        timed[-2] += seconds
+
+    def collect(self) -> Iterator[Metric]:
+        created = _created_series()
+        (requests_name, _, _, requests_help), (duration_name, _, _, duration_help) = self.documented
+        requests = CounterMetricFamily(requests_name, requests_help, labels=_REQUEST_LABELS)
+        for key, (count, since) in self._counts.items():
+            requests.add_metric(key, count, created=since if created else None)
+        yield requests
+        duration = HistogramMetricFamily(duration_name, duration_help, labels=_DURATION_LABELS)
+        for labels, timed in self._durations.items():
+            buckets, total = [], 0.0
+            for le, count in zip(_DURATION_LE, timed, strict=False):
+                total += count
+                buckets.append((le, total))
+            duration.add_metric(labels, buckets, timed[-2])
+            if created:
+                series = dict(zip(_DURATION_LABELS, labels, strict=True))
+                duration.samples.append(Sample(duration_name + "_created", series, timed[-1]))
+        yield duration
+
+    def describe(self) -> Iterator[Metric]:
+        (requests_name, _, _, requests_help), (duration_name, _, _, duration_help) = self.documented
+        yield CounterMetricFamily(requests_name, requests_help, labels=_REQUEST_LABELS)
+        yield HistogramMetricFamily(duration_name, duration_help, labels=_DURATION_LABELS)
+
+
+def _created_series() -> bool:
+    """Whether `_created` series are exported: prometheus_client's own switch (an environment variable
+    read at import, or disable_created_metrics())."""
+    return bool(getattr(prometheus_metrics, "_use_created", True))
 
 
 class Metrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry if registry is not None else CollectorRegistry(auto_describe=True)
         r = self.registry
-        self.requests = Counter(
-            PREFIX + "requests_total",
-            "Downstream JSON-RPC messages handled, by outcome.",
-            ["method", "downstream_era", "upstream_era", "outcome"],
-            registry=r,
-        )
-        self.request_duration = Histogram(
-            PREFIX + "request_duration_seconds",
-            "Time from receiving a downstream message to the end of its reply.",
-            ["method", "downstream_era", "upstream_era"],
-            registry=r,
-            buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60),
-        )
+        self.requests = RequestMetrics(r)  # requests_total and request_duration_seconds
         self.sessions_open = Gauge(
             PREFIX + "sessions_open", "Legacy sessions currently held by the proxy.", ["downstream_era"], registry=r
         )
