@@ -19,7 +19,7 @@ class Row:
     notes: list[str] = field(default_factory=list)
     c1: Load | None = None
     c32: Load | None = None
-    baseline: str | None = None  # the row "added p50@1" is measured against
+    baseline: str | None = None  # the row the "added" latencies are measured against
     total_requests: int = 0
     spread: tuple[str, str] | None = None  # rps range over the repeats, @1 and @32
     cpu1: float | None = None  # CPU µs per request of the process under test, median of the runs @1
@@ -63,24 +63,27 @@ def render(
     lines.append("")
     lines.append(
         "| scenario | rps@1 | p50@1 (ms) | p99@1 | rps@32 | p50@32 | p99@32 | CPU µs/req@1 | CPU µs/req@32 "
-        "| added p50@1 (ms) | notes |"
+        "| added p50@1 (ms) | added p99@1 | added p50@32 | added p99@32 | notes |"
     )
-    lines.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+    lines.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
     for row in measured:
         assert row.c1 is not None and row.c32 is not None
-        added = "—"
-        base = rows.get(row.baseline or "")
-        if base is not None and base.c1 is not None:
-            delta = row.c1.p50_ms - base.c1.p50_ms
-            added = f"{delta:+.3f}" + ("" if row.baseline == "a" else f" vs ({row.baseline})")
         lines.append(
             f"| {row.label} | {row.c1.rps:.0f} | {ms(row.c1.p50_ms)} | {ms(row.c1.p99_ms)} | "
             f"{row.c32.rps:.0f} | {ms(row.c32.p50_ms, 2)} | {ms(row.c32.p99_ms, 2)} | "
-            f"{cpu_text(row.cpu1)} | {cpu_text(row.cpu32)} | {added} | "
+            f"{cpu_text(row.cpu1)} | {cpu_text(row.cpu32)} | {' | '.join(added(row, rows.get(row.baseline or '')))} | "
             f"{'; '.join(row.notes + ([f'rps range @1 {row.spread[0]}, @32 {row.spread[1]}'] if row.spread else []))} |"
         )
     lines.append("")
-    lines.append("Added p50@1 is over (a) (for the peer bridges: over the proxy's (g) row; negative = faster).")
+    lines.append(
+        "Added = the row's p50 or p99 minus that of (a), at the same concurrency: what the hop adds "
+        "(for the peer bridges: over the proxy's (g) row; negative = faster)."
+        + (
+            " (a) was run as the reference for the added columns, though `--only` did not name it."
+            if args.reference_added
+            else ""
+        )
+    )
     lines.append("")
     if mem is not None:
         lines.append(
@@ -105,6 +108,20 @@ def render(
             lines.append("```")
         lines.append("")
     return "\n".join(lines), targets
+
+
+def added(row: Row, base: Row | None) -> list[str]:
+    """The added p50@1, p99@1, p50@32 and p99@32 of `row` over `base` (its baseline), in ms."""
+    if base is None or base.c1 is None or base.c32 is None or row.c1 is None or row.c32 is None:
+        return ["—"] * 4
+    suffix = "" if row.baseline == "a" else f" vs ({row.baseline})"
+    pairs = (
+        (row.c1.p50_ms, base.c1.p50_ms, 3),
+        (row.c1.p99_ms, base.c1.p99_ms, 3),
+        (row.c32.p50_ms, base.c32.p50_ms, 2),
+        (row.c32.p99_ms, base.c32.p99_ms, 2),
+    )
+    return [f"{mine - theirs:+.{digits}f}{suffix}" for mine, theirs, digits in pairs]
 
 
 def judge(rows: dict[str, Row], mem: dict[str, Any] | None) -> list[str]:
