@@ -42,9 +42,11 @@ def render(
     args: argparse.Namespace,
     facts: dict[str, str],
     started: float,
+    streams: dict[str, Any] | None = None,
 ) -> tuple[str, list[str]]:
     """latest.md: the table of `measured`, the memory line (`mem`, from bench/sessions_rss.py), the
-    targets met or not, and the `profiles`; (the text, the target lines)."""
+    GET streams line (`streams`, from bench/streams.py), the targets met or not, and the
+    `profiles`; (the text, the target lines)."""
     rows = {row.key: row for row in measured}
     lines = ["# mcp-era-proxy benchmark", ""]
     lines.append(" · ".join(f"**{k}**: {v}" for k, v in facts.items()))
@@ -92,6 +94,8 @@ def render(
             f"opened in {mem['seconds']} s) = **{mem['kb_per_session']:.2f} KB per session**."
         )
         lines.append("")
+    if streams is not None:
+        lines.extend(streams_lines(streams))
     targets = judge(rows, mem)
     if targets:
         lines.append("## Targets")
@@ -108,6 +112,36 @@ def render(
             lines.append("```")
         lines.append("")
     return "\n".join(lines), targets
+
+
+def streams_lines(streams: dict[str, Any]) -> list[str]:
+    """The cost of N legacy sessions each holding a GET stream (bench/streams.py's JSON line)."""
+    stages = streams["stages"]
+    base, opened, held = stages["base"], stages["sessions"], stages["streams"]
+
+    def mib(stage: dict[str, int]) -> str:
+        return f"{stage['rss_kb'] / 1024:.1f}"
+
+    count = streams["sessions"]
+    return [
+        f"**GET streams** (`python -m bench.streams --sessions {count}`: {count} legacy sessions of one "
+        "caller, each holding a GET stream, in front of a 2026-07-28 upstream that serves "
+        "`subscriptions/listen`; figures of the proxy process, read after each stage):",
+        "",
+        "| sessions | RSS base → sessions → streams (MiB) | KB per stream | KB per session with its stream "
+        "| descriptors (sessions → streams) | upstream connections (upstream listens) "
+        "| sessions that got exactly theirs | wrong |",
+        "|---:|---|---:|---:|---|---:|---:|---:|",
+        f"| {count} | {mib(base)} → {mib(opened)} → {mib(held)} | {streams['kb_per_stream']:.2f} "
+        f"| {streams['kb_per_session_with_stream']:.2f} | {opened['fds']} → {held['fds']} "
+        f"| {held['upstream_connections']} ({held['upstream_listens_open']}) "
+        f"| {streams['received_exactly_what_they_subscribed_to']}/{count} | {streams['wrong']} |",
+        "",
+        "KB per stream = (streams - sessions) RSS / N; KB per session with its stream = (subscribed - base) "
+        "RSS / N, the session, its stream and its subscription. A session got exactly its own when it "
+        "received the upstream's list changes and its own resource's update, in order.",
+        "",
+    ]
 
 
 def added(row: Row, base: Row | None) -> list[str]:

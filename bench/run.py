@@ -40,6 +40,7 @@ class Bench:
         self.procs = procs
         self.rows: list[Row] = []
         self.memory: dict[str, Any] | None = None
+        self.streams: dict[str, Any] | None = None  # bench/streams.py's JSON line
         self.profiles: dict[str, list[str]] = {}
 
     def wanted(self, key: str) -> bool:
@@ -264,6 +265,8 @@ class Bench:
                     )
         if self.wanted("g"):
             self.run_stdio()
+        if self.wanted("streams"):
+            self.measure_streams()
 
     def run_stdio(self) -> None:
         env = {"BENCH_TOOL": "echo", "BENCH_ARGS": '{"message":"hi"}'}
@@ -318,6 +321,30 @@ class Bench:
             self.memory = json.loads(done.stdout.strip().splitlines()[-1])
             say(f"  memory: {self.memory}")
 
+    def measure_streams(self) -> None:
+        """bench/streams.py in a process of its own (it starts and stops its upstream and proxy):
+        `--streams` legacy sessions of one caller, each holding a GET stream. Bounded: past its own
+        time limit it is sent SIGTERM (it stops what it started), then killed."""
+        count, limit = self.args.streams, 300
+        say(f"streams: {count} legacy sessions of one caller, each holding a GET stream (bench.streams)")
+        argv = [sys.executable, "-m", "bench.streams", "--sessions", str(count), "--time-limit", str(limit)]
+        with (self.procs.logs / "streams.log").open("w") as log:
+            child = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=log, text=True, start_new_session=True)
+            try:
+                out, _ = child.communicate(timeout=limit + 60)
+            finally:
+                if child.poll() is None:  # timed out, or this harness is stopping
+                    child.terminate()
+                    try:
+                        child.wait(timeout=30)
+                    except subprocess.TimeoutExpired:
+                        child.kill()
+                        child.wait()
+        if child.returncode != 0:
+            raise RuntimeError(f"bench.streams failed ({child.returncode}): see {self.procs.logs / 'streams.log'}")
+        self.streams = json.loads(out.strip().splitlines()[-1])
+        say(f"  streams: {self.streams}")
+
 
 def proxy_knows(section: str) -> bool:
     """Whether this proxy build has a settings section (the response cache may not be there yet)."""
@@ -346,7 +373,10 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=3, help="wrk runs per measurement; the median stands")
     parser.add_argument("--warmup", type=int, default=1, help="seconds of warm-up load before each scenario")
     parser.add_argument("--sessions", type=int, default=10_000, help="idle legacy sessions for the memory line")
-    parser.add_argument("--only", type=lambda s: set(s.split(",")), default=set(), help="e.g. a,b,c,mem")
+    parser.add_argument(
+        "--streams", type=int, default=1000, help="legacy sessions each holding a GET stream for the streams line"
+    )
+    parser.add_argument("--only", type=lambda s: set(s.split(",")), default=set(), help="e.g. a,b,c,mem,streams")
     parser.add_argument("--quick", action="store_true", help="same as --only b,c,d,e: the CPU/req targets")
     parser.add_argument("--profile", action="store_true", help="py-spy the proxy during its @32 runs")
     parser.add_argument("--out", type=Path, default=BENCH / "results")
@@ -381,9 +411,13 @@ def main() -> int:
         "g-supergateway",
     ]
     bench.rows.sort(key=lambda row: order.index(row.key) if row.key in order else len(order))
-    text, _ = render(bench.rows, bench.memory, bench.profiles, args, facts, started)
+    text, _ = render(bench.rows, bench.memory, bench.profiles, args, facts, started, bench.streams)
     (args.out / "latest.md").write_text(text + "\n")
-    runs = {row.key: {"cpu_us@1": row.cpu1, "cpu_us@32": row.cpu32, "runs": row.runs} for row in bench.rows}
+    runs: dict[str, Any] = {
+        row.key: {"cpu_us@1": row.cpu1, "cpu_us@32": row.cpu32, "runs": row.runs} for row in bench.rows
+    }
+    if bench.streams is not None:
+        runs["streams"] = bench.streams
     (args.out / "latest-runs.json").write_text(json.dumps(runs, indent=1) + "\n")
     try:
         chart(bench.rows, args.out / "latest.png")
