@@ -43,10 +43,11 @@ def render(
     facts: dict[str, str],
     started: float,
     streams: dict[str, Any] | None = None,
+    loads: tuple[tuple[float, ...], tuple[float, ...]] | None = None,
 ) -> tuple[str, list[str]]:
     """latest.md: the table of `measured`, the memory line (`mem`, from bench/sessions_rss.py), the
     GET streams line (`streams`, from bench/streams.py), the targets met or not, and the
-    `profiles`; (the text, the target lines)."""
+    `profiles`; `loads`, the load average at start and end; (the text, the target lines)."""
     rows = {row.key: row for row in measured}
     lines = ["# mcp-era-proxy benchmark", ""]
     lines.append(" · ".join(f"**{k}**: {v}" for k, v in facts.items()))
@@ -61,6 +62,12 @@ def render(
         "under test (the server wrk talks to; for (a) the upstream), sampled from /proc right before "
         "and after each run, over the requests wrk completed in it; median of the runs. Steadier than "
         "rps on a shared machine."
+        + (
+            f" Load average (1/5/15 min) at start {' / '.join(f'{x:.2f}' for x in loads[0])}, "
+            f"at end {' / '.join(f'{x:.2f}' for x in loads[1])}."
+            if loads
+            else ""
+        )
     )
     lines.append("")
     lines.append(

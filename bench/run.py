@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shlex
 import subprocess
 import sys
@@ -389,6 +390,7 @@ def main() -> int:
     )
     if args.reference_added:
         args.only.add("a")
+    load_start = os.getloadavg()
     logs, procs, started, facts = begin(args.out, machine)
     bench = Bench(args, procs)
     try:
@@ -411,7 +413,8 @@ def main() -> int:
         "g-supergateway",
     ]
     bench.rows.sort(key=lambda row: order.index(row.key) if row.key in order else len(order))
-    text, _ = render(bench.rows, bench.memory, bench.profiles, args, facts, started, bench.streams)
+    loads = (load_start, os.getloadavg())
+    text, _ = render(bench.rows, bench.memory, bench.profiles, args, facts, started, bench.streams, loads)
     (args.out / "latest.md").write_text(text + "\n")
     runs: dict[str, Any] = {
         row.key: {"cpu_us@1": row.cpu1, "cpu_us@32": row.cpu32, "runs": row.runs} for row in bench.rows
