@@ -2,6 +2,7 @@
 and after.
 
     python -m bench.compare --before REV [--after REV|worktree] [--rows c,d,e] [--duration 3] [--repeat 5]
+                            [--profile]
 
 Row by row (the rows of bench/run.py: c, d, d-store, e; b as a control), both proxies run at once in
 front of the same upstream: one of REV's code, checked out with `git worktree add --detach` into a
@@ -14,7 +15,10 @@ with one real request and warmed up; then the wrk runs alternate, before, after,
 bench/run.py): median, min and max of the runs per side, and after/before. Row (b) runs this
 checkout's bare hop on both sides: its ratio is what the machine's noise alone gives. Output: the
 table on stdout, bench/results/compare.md (revisions, date, load average at start and end) and
-compare-runs.json (every run). The whole run is bounded (`--timeout`); every process it starts is
+compare-runs.json (every run). With `--profile`, each side's proxy (not the control's hop) is
+sampled by py-spy during one extra, unrecorded @32 run after a row's runs, and both summaries (self
+time by package, the top 15 frames by self time, the proxy's functions) go into compare.md. The
+whole run is bounded (`--timeout`); every process it starts is
 stopped by its pid."""
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ from bench import servers
 from bench.calls import expect_echo, legacy_call, legacy_session, modern_call
 from bench.harness import BENCH, REPO, Processes, begin, machine, say
 from bench.load import Load, wrk
+from bench.profile import finish_profile, start_profile
 from bench.report import cpu_text
 from tests.support.procs import reserved_port
 
@@ -161,6 +166,7 @@ class Compare:
         self.procs = procs
         self.sides = sides
         self.results: list[Measured] = []
+        self.profiles: dict[str, list[str]] = {}  # 'row side': py-spy summary (--profile)
 
     def run(self) -> None:
         with ExitStack() as shared:
@@ -224,6 +230,14 @@ class Compare:
                             f"{load.rps:.0f} rps, CPU {cpu_text(load.cpu_us)} µs/req, {load.errors} errors"
                         )
             self.results.extend(measured.values())
+            if self.args.profile and not scenario.control:
+                for name in SIDES:  # an extra, unrecorded @32 run per side: sampling must not skew the runs
+                    url, pid, wrk_env = targets[name]
+                    key = f"compare-{scenario.key}-{name}"
+                    profiler = start_profile(self.args.out, key, pid, self.args.duration)
+                    wrk(url, script, 32, 2, self.args.duration, wrk_env)
+                    if (summary := finish_profile(key, profiler)) is not None:
+                        self.profiles[f"{scenario.key} {name}"] = summary
 
 
 # ---------------------------------------------------------------- report
@@ -259,6 +273,7 @@ def render(
     facts: dict[str, str],
     started: float,
     loads: tuple[tuple[float, float, float], tuple[float, float, float]],
+    profiles: dict[str, list[str]],
 ) -> str:
     def load_text(load: tuple[float, float, float]) -> str:
         return " / ".join(f"{x:.2f}" for x in load)
@@ -274,7 +289,8 @@ def render(
         "",
         f"`python -m bench.compare --before {args.before} --after {args.after} --rows {','.join(args.rows)} "
         f"--duration {args.duration} --repeat {args.repeat} --connections "
-        f"{','.join(str(c) for c in args.connections)}`: both proxies up at once in front of the same upstream, "
+        f"{','.join(str(c) for c in args.connections)}{' --profile' if args.profile else ''}`: "
+        "both proxies up at once in front of the same upstream, "
         f"after a {args.warmup} s warm-up each; {args.repeat} wrk run(s) of {args.duration} s per side, alternating "
         "before, after, after, before... (the first side swaps every round). "
         "CPU µs/req: utime + stime of the proxy process over the requests wrk "
@@ -300,6 +316,18 @@ def render(
             f"| {ratio(middle(ca), middle(cb))} | {ratio(ca[0] if ca else None, cb[0] if cb else None)} "
             f"| {rb or 0:.0f} | {ra or 0:.0f} | {ratio(ra, rb)} | {errors or ''} |"
         )
+    if profiles:
+        lines += [
+            "",
+            f"## Profiles (py-spy, proxy process, one extra unrecorded {args.duration} s run @32 per side)",
+            "",
+            "Self time by package, the top 15 frames by self time, then the proxy's own functions by "
+            "inclusive time; raw stacks in `profile-compare-<row>-<side>.txt`.",
+            "",
+        ]
+        for key, summary in profiles.items():
+            row, side = key.split(" ")
+            lines += [f"**({row}) {side}**: {sides[side].label}", "```", *summary, "```", ""]
     return "\n".join(lines)
 
 
@@ -327,6 +355,8 @@ def connection_list(text: str) -> list[int]:
 def budget(args: argparse.Namespace) -> int:
     """Seconds the run may take before it is stopped: three times what it should, plus start-up."""
     per_row: int = 2 * (args.warmup + 15) + args.repeat * 2 * len(args.connections) * (args.duration + 2)
+    if args.profile:
+        per_row += 2 * (args.duration + 30)
     return 180 + 3 * len(args.rows) * per_row
 
 
@@ -379,6 +409,11 @@ def compare_main() -> int:
         help="wrk connections, e.g. 1,32 (default 32)",
     )
     parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="after the runs, py-spy each side's proxy during one extra @32 run; summaries in compare.md",
+    )
+    parser.add_argument(
         "--timeout", type=int, default=0, metavar="S", help="stop after this many seconds (default: 3x expected)"
     )
     parser.add_argument(
@@ -419,7 +454,7 @@ def compare_main() -> int:
         procs.stop_all()
     load_end = os.getloadavg()
     assert compare is not None
-    text = render(compare.results, compare.sides, args, facts, started, (load_start, load_end))
+    text = render(compare.results, compare.sides, args, facts, started, (load_start, load_end), compare.profiles)
     (args.out / "compare.md").write_text(text + "\n")
     runs: dict[str, Any] = {
         f"{item.scenario.key}@{item.connections}": {

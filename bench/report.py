@@ -19,7 +19,7 @@ class Row:
     notes: list[str] = field(default_factory=list)
     c1: Load | None = None
     c32: Load | None = None
-    baseline: str | None = None  # the row "added p50@1" is measured against
+    baseline: str | None = None  # the row the "added" latencies are measured against
     total_requests: int = 0
     spread: tuple[str, str] | None = None  # rps range over the repeats, @1 and @32
     cpu1: float | None = None  # CPU µs per request of the process under test, median of the runs @1
@@ -42,9 +42,12 @@ def render(
     args: argparse.Namespace,
     facts: dict[str, str],
     started: float,
+    streams: dict[str, Any] | None = None,
+    loads: tuple[tuple[float, ...], tuple[float, ...]] | None = None,
 ) -> tuple[str, list[str]]:
     """latest.md: the table of `measured`, the memory line (`mem`, from bench/sessions_rss.py), the
-    targets met or not, and the `profiles`; (the text, the target lines)."""
+    GET streams line (`streams`, from bench/streams.py), the targets met or not, and the
+    `profiles`; `loads`, the load average at start and end; (the text, the target lines)."""
     rows = {row.key: row for row in measured}
     lines = ["# mcp-era-proxy benchmark", ""]
     lines.append(" · ".join(f"**{k}**: {v}" for k, v in facts.items()))
@@ -59,28 +62,37 @@ def render(
         "under test (the server wrk talks to; for (a) the upstream), sampled from /proc right before "
         "and after each run, over the requests wrk completed in it; median of the runs. Steadier than "
         "rps on a shared machine."
+        + (
+            f" Load average (1/5/15 min) at start {' / '.join(f'{x:.2f}' for x in loads[0])}, "
+            f"at end {' / '.join(f'{x:.2f}' for x in loads[1])}."
+            if loads
+            else ""
+        )
     )
     lines.append("")
     lines.append(
         "| scenario | rps@1 | p50@1 (ms) | p99@1 | rps@32 | p50@32 | p99@32 | CPU µs/req@1 | CPU µs/req@32 "
-        "| added p50@1 (ms) | notes |"
+        "| added p50@1 (ms) | added p99@1 | added p50@32 | added p99@32 | notes |"
     )
-    lines.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+    lines.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
     for row in measured:
         assert row.c1 is not None and row.c32 is not None
-        added = "—"
-        base = rows.get(row.baseline or "")
-        if base is not None and base.c1 is not None:
-            delta = row.c1.p50_ms - base.c1.p50_ms
-            added = f"{delta:+.3f}" + ("" if row.baseline == "a" else f" vs ({row.baseline})")
         lines.append(
             f"| {row.label} | {row.c1.rps:.0f} | {ms(row.c1.p50_ms)} | {ms(row.c1.p99_ms)} | "
             f"{row.c32.rps:.0f} | {ms(row.c32.p50_ms, 2)} | {ms(row.c32.p99_ms, 2)} | "
-            f"{cpu_text(row.cpu1)} | {cpu_text(row.cpu32)} | {added} | "
+            f"{cpu_text(row.cpu1)} | {cpu_text(row.cpu32)} | {' | '.join(added(row, rows.get(row.baseline or '')))} | "
             f"{'; '.join(row.notes + ([f'rps range @1 {row.spread[0]}, @32 {row.spread[1]}'] if row.spread else []))} |"
         )
     lines.append("")
-    lines.append("Added p50@1 is over (a) (for the peer bridges: over the proxy's (g) row; negative = faster).")
+    lines.append(
+        "Added = the row's p50 or p99 minus that of (a), at the same concurrency: what the hop adds "
+        "(for the peer bridges: over the proxy's (g) row; negative = faster)."
+        + (
+            " (a) was run as the reference for the added columns, though `--only` did not name it."
+            if args.reference_added
+            else ""
+        )
+    )
     lines.append("")
     if mem is not None:
         lines.append(
@@ -89,6 +101,8 @@ def render(
             f"opened in {mem['seconds']} s) = **{mem['kb_per_session']:.2f} KB per session**."
         )
         lines.append("")
+    if streams is not None:
+        lines.extend(streams_lines(streams))
     targets = judge(rows, mem)
     if targets:
         lines.append("## Targets")
@@ -105,6 +119,50 @@ def render(
             lines.append("```")
         lines.append("")
     return "\n".join(lines), targets
+
+
+def streams_lines(streams: dict[str, Any]) -> list[str]:
+    """The cost of N legacy sessions each holding a GET stream (bench/streams.py's JSON line)."""
+    stages = streams["stages"]
+    base, opened, held = stages["base"], stages["sessions"], stages["streams"]
+
+    def mib(stage: dict[str, int]) -> str:
+        return f"{stage['rss_kb'] / 1024:.1f}"
+
+    count = streams["sessions"]
+    return [
+        f"**GET streams** (`python -m bench.streams --sessions {count}`: {count} legacy sessions of one "
+        "caller, each holding a GET stream, in front of a 2026-07-28 upstream that serves "
+        "`subscriptions/listen`; figures of the proxy process, read after each stage):",
+        "",
+        "| sessions | RSS base → sessions → streams (MiB) | KB per stream | KB per session with its stream "
+        "| descriptors (sessions → streams) | upstream connections (upstream listens) "
+        "| sessions that got exactly theirs | wrong |",
+        "|---:|---|---:|---:|---|---:|---:|---:|",
+        f"| {count} | {mib(base)} → {mib(opened)} → {mib(held)} | {streams['kb_per_stream']:.2f} "
+        f"| {streams['kb_per_session_with_stream']:.2f} | {opened['fds']} → {held['fds']} "
+        f"| {held['upstream_connections']} ({held['upstream_listens_open']}) "
+        f"| {streams['received_exactly_what_they_subscribed_to']}/{count} | {streams['wrong']} |",
+        "",
+        "KB per stream = (streams - sessions) RSS / N; KB per session with its stream = (subscribed - base) "
+        "RSS / N, the session, its stream and its subscription. A session got exactly its own when it "
+        "received the upstream's list changes and its own resource's update, in order.",
+        "",
+    ]
+
+
+def added(row: Row, base: Row | None) -> list[str]:
+    """The added p50@1, p99@1, p50@32 and p99@32 of `row` over `base` (its baseline), in ms."""
+    if base is None or base.c1 is None or base.c32 is None or row.c1 is None or row.c32 is None:
+        return ["—"] * 4
+    suffix = "" if row.baseline == "a" else f" vs ({row.baseline})"
+    pairs = (
+        (row.c1.p50_ms, base.c1.p50_ms, 3),
+        (row.c1.p99_ms, base.c1.p99_ms, 3),
+        (row.c32.p50_ms, base.c32.p50_ms, 2),
+        (row.c32.p99_ms, base.c32.p99_ms, 2),
+    )
+    return [f"{mine - theirs:+.{digits}f}{suffix}" for mine, theirs, digits in pairs]
 
 
 def judge(rows: dict[str, Row], mem: dict[str, Any] | None) -> list[str]:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shlex
 import subprocess
 import sys
@@ -31,6 +32,8 @@ from bench.profile import finish_profile, start_profile
 from bench.report import Row, chart, cpu_text, render
 from tests.support import peers
 
+AGAINST_A = {"b", "c", "d", "e", "f", "g"}  # the rows (by first letter) whose added latencies are over (a)
+
 
 class Bench:
     def __init__(self, args: argparse.Namespace, procs: Processes) -> None:
@@ -38,6 +41,7 @@ class Bench:
         self.procs = procs
         self.rows: list[Row] = []
         self.memory: dict[str, Any] | None = None
+        self.streams: dict[str, Any] | None = None  # bench/streams.py's JSON line
         self.profiles: dict[str, list[str]] = {}
 
     def wanted(self, key: str) -> bool:
@@ -111,6 +115,7 @@ class Bench:
                     "modern_tools_call.lua",
                     cpu_pid=upstream_pid,
                 )
+            if self.wanted("a-list") and not self.args.reference_added:
                 say("(a2) direct, tools/list")
                 status, reply = modern_list(modern)
                 say(f"  check (a2): tools/list -> HTTP {status} {short(reply)}")
@@ -206,7 +211,7 @@ class Bench:
                                     key,
                                     f"({key}) {title}",
                                     [note],
-                                    baseline="d",
+                                    baseline="a",
                                 ),
                                 url,
                                 "legacy_tools_call.lua",
@@ -261,6 +266,8 @@ class Bench:
                     )
         if self.wanted("g"):
             self.run_stdio()
+        if self.wanted("streams"):
+            self.measure_streams()
 
     def run_stdio(self) -> None:
         env = {"BENCH_TOOL": "echo", "BENCH_ARGS": '{"message":"hi"}'}
@@ -315,6 +322,30 @@ class Bench:
             self.memory = json.loads(done.stdout.strip().splitlines()[-1])
             say(f"  memory: {self.memory}")
 
+    def measure_streams(self) -> None:
+        """bench/streams.py in a process of its own (it starts and stops its upstream and proxy):
+        `--streams` legacy sessions of one caller, each holding a GET stream. Bounded: past its own
+        time limit it is sent SIGTERM (it stops what it started), then killed."""
+        count, limit = self.args.streams, 300
+        say(f"streams: {count} legacy sessions of one caller, each holding a GET stream (bench.streams)")
+        argv = [sys.executable, "-m", "bench.streams", "--sessions", str(count), "--time-limit", str(limit)]
+        with (self.procs.logs / "streams.log").open("w") as log:
+            child = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=log, text=True, start_new_session=True)
+            try:
+                out, _ = child.communicate(timeout=limit + 60)
+            finally:
+                if child.poll() is None:  # timed out, or this harness is stopping
+                    child.terminate()
+                    try:
+                        child.wait(timeout=30)
+                    except subprocess.TimeoutExpired:
+                        child.kill()
+                        child.wait()
+        if child.returncode != 0:
+            raise RuntimeError(f"bench.streams failed ({child.returncode}): see {self.procs.logs / 'streams.log'}")
+        self.streams = json.loads(out.strip().splitlines()[-1])
+        say(f"  streams: {self.streams}")
+
 
 def proxy_knows(section: str) -> bool:
     """Whether this proxy build has a settings section (the response cache may not be there yet)."""
@@ -343,13 +374,23 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=3, help="wrk runs per measurement; the median stands")
     parser.add_argument("--warmup", type=int, default=1, help="seconds of warm-up load before each scenario")
     parser.add_argument("--sessions", type=int, default=10_000, help="idle legacy sessions for the memory line")
-    parser.add_argument("--only", type=lambda s: set(s.split(",")), default=set(), help="e.g. a,b,c,mem")
+    parser.add_argument(
+        "--streams", type=int, default=1000, help="legacy sessions each holding a GET stream for the streams line"
+    )
+    parser.add_argument("--only", type=lambda s: set(s.split(",")), default=set(), help="e.g. a,b,c,mem,streams")
     parser.add_argument("--quick", action="store_true", help="same as --only b,c,d,e: the CPU/req targets")
     parser.add_argument("--profile", action="store_true", help="py-spy the proxy during its @32 runs")
     parser.add_argument("--out", type=Path, default=BENCH / "results")
     args = parser.parse_args()
     if args.quick:
         args.only = args.only or {"b", "c", "d", "e"}
+    # the rows' added latencies are over (a): it runs whenever one of them does (without (a2))
+    args.reference_added = (
+        bool(args.only) and "a" not in args.only and any(k.split("-")[0] in AGAINST_A for k in args.only)
+    )
+    if args.reference_added:
+        args.only.add("a")
+    load_start = os.getloadavg()
     logs, procs, started, facts = begin(args.out, machine)
     bench = Bench(args, procs)
     try:
@@ -372,9 +413,14 @@ def main() -> int:
         "g-supergateway",
     ]
     bench.rows.sort(key=lambda row: order.index(row.key) if row.key in order else len(order))
-    text, _ = render(bench.rows, bench.memory, bench.profiles, args, facts, started)
+    loads = (load_start, os.getloadavg())
+    text, _ = render(bench.rows, bench.memory, bench.profiles, args, facts, started, bench.streams, loads)
     (args.out / "latest.md").write_text(text + "\n")
-    runs = {row.key: {"cpu_us@1": row.cpu1, "cpu_us@32": row.cpu32, "runs": row.runs} for row in bench.rows}
+    runs: dict[str, Any] = {
+        row.key: {"cpu_us@1": row.cpu1, "cpu_us@32": row.cpu32, "runs": row.runs} for row in bench.rows
+    }
+    if bench.streams is not None:
+        runs["streams"] = bench.streams
     (args.out / "latest-runs.json").write_text(json.dumps(runs, indent=1) + "\n")
     try:
         chart(bench.rows, args.out / "latest.png")
