@@ -150,7 +150,7 @@ class ForwardedCall:
         trace: Mapping[str, str] | None = None,
         poll_interval_ms: int = 1000,
     ) -> ForwardedCall:
-        return cls(
+        call = cls(
             ForwardedCallState(
                 request=request,
                 legacy_version=legacy_version,
@@ -166,6 +166,8 @@ class ForwardedCall:
                 poll_interval_ms=poll_interval_ms,
             )
         )
+        call._profile = profile  # what the state was made from: not made again for the first request
+        return call
 
     @property
     def method(self) -> str:

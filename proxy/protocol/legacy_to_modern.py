@@ -32,7 +32,7 @@ _MODERN_RESULT_FIELDS = ("resultType", "ttlMs", "cacheScope")
 _LEGACY_ONLY_PARAMS = ("task",)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: made for every request, and frozen fields cost a call each
 class ClientProfile:
     """What a modern upstream must be told about the legacy client on every request."""
 

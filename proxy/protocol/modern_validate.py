@@ -75,7 +75,7 @@ BACKING_CAPABILITY = {
 }
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: made for every request, and frozen fields cost a call each
 class ModernRequest:
     message: JSONDict
     method: str
