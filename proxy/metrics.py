@@ -12,6 +12,7 @@ from typing import cast
 from prometheus_client import CollectorRegistry, Counter, Gauge
 from prometheus_client import metrics as prometheus_metrics
 from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.metrics import MetricWrapperBase
 from prometheus_client.registry import Collector
 from prometheus_client.samples import Sample
 from prometheus_client.utils import floatToGoString
@@ -79,9 +80,9 @@ class RequestMetrics(Collector):
     PROMETHEUS_DISABLE_CREATED_SERIES says otherwise, as for those). The event loop's thread both
     counts and serves /metrics, so nothing is read half-written."""
 
-    # What the reference page says of them (scripts/gen_docs.py): name, type, labels, meaning.
+    # What they are (Metrics.described): family name, type, labels, meaning.
     documented = (
-        (PREFIX + "requests_total", "counter", _REQUEST_LABELS, "Downstream JSON-RPC messages handled, by outcome."),
+        (PREFIX + "requests", "counter", _REQUEST_LABELS, "Downstream JSON-RPC messages handled, by outcome."),
         (
             PREFIX + "request_duration_seconds",
             "histogram",
@@ -286,6 +287,20 @@ class Metrics:
         for source in STORE_READ_SOURCES:
             self.store_session_reads.labels(source)
         self.sessions_open.labels("legacy")
+
+    def described(self) -> list[tuple[str, str, tuple[str, ...], str]]:
+        """(family name, type, label names, meaning) of every metric registered here (a counter's
+        series is its name with `_total`): what the reference page lists and the deploy checks
+        hold the dashboard and alerts to."""
+        out: list[tuple[str, str, tuple[str, ...], str]] = [
+            (value._name, str(value._type), tuple(value._labelnames), value._documentation)
+            for value in vars(self).values()
+            if isinstance(value, MetricWrapperBase)
+        ]
+        out += [
+            entry for value in vars(self).values() if isinstance(value, RequestMetrics) for entry in value.documented
+        ]
+        return sorted(out)
 
     @functools.cached_property
     def store_up(self) -> Gauge:

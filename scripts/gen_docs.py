@@ -187,34 +187,19 @@ def configuration() -> str:
 
 
 def metrics() -> str:
-    from prometheus_client.metrics import MetricWrapperBase
 
-    from proxy.metrics import KNOWN_METHODS, OUTCOMES, STREAM_KINDS, Metrics, RequestMetrics
+    from proxy.metrics import KNOWN_METHODS, OUTCOMES, STREAM_KINDS, Metrics
 
     registry = Metrics()
     _ = registry.store_up  # registered by the first store that reports: on the page all the same
-    # (name, type, labels, meaning) of each: prometheus_client's metrics, and the two every
-    # request counts in, which the proxy keeps itself (proxy/metrics.py, RequestMetrics).
-    described = [
-        (
-            value._name + ("_total" if value._type == "counter" else ""),
-            value._type,
-            value._labelnames,
-            value._documentation,
-        )
-        for value in vars(registry).values()
-        if isinstance(value, MetricWrapperBase)
-    ]
-    described += [
-        entry for value in vars(registry).values() if isinstance(value, RequestMetrics) for entry in value.documented
-    ]
-    families = {family.name + ("_total" if family.type == "counter" else "") for family in registry.registry.collect()}
+    described = registry.described()
+    families = {family.name for family in registry.registry.collect()}
     if families != {name for name, *_ in described}:
         raise DocsError(f"metrics registered outside Metrics' attributes: {families}")
     rows = []
-    for name, kind, label_names, meaning in sorted(described):
+    for name, kind, label_names, meaning in described:
         labels = ", ".join(f"`{label}`" for label in label_names)
-        rows.append([f"`{name}`", kind, labels, meaning])
+        rows.append([f"`{name}{'_total' if kind == 'counter' else ''}`", kind, labels, meaning])
     return "".join(
         [
             header("Metrics", "`proxy/metrics.py`"),

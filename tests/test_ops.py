@@ -22,7 +22,6 @@ from typing import Any
 import pytest
 import yaml
 from prometheus_client import generate_latest
-from prometheus_client.metrics import MetricWrapperBase
 
 from proxy.metrics import KNOWN_METHODS, OUTCOMES, STREAM_KINDS, Metrics
 
@@ -106,7 +105,7 @@ def exported() -> dict[str, frozenset[str]]:
     metrics = Metrics()
     metrics.store_up.set(1)  # registered only where a store reports (absent without one)
     families = {family.name: family.type for family in metrics.registry.collect()}
-    declared = {w._name: tuple(w._labelnames) for w in vars(metrics).values() if isinstance(w, MetricWrapperBase)}
+    declared = {name: labels for name, _, labels, _ in metrics.described()}
     assert set(declared) == set(families), "Metrics has a collector that is not an attribute (or the reverse)"
     series: dict[str, frozenset[str]] = {"up": frozenset()}
     for name, kind in families.items():
