@@ -199,8 +199,9 @@ class ModernToLegacy:
         removed = method_problem(request.method, None)
         if removed is not None:
             return Outcome(removed.reply(request_id), removed.status)
-        interactive = request.method in INPUT_REQUIRED_METHODS and any(
-            k in request.capabilities for k in ALL_INPUT_CAPABILITIES
+        # It may ask the client for input: a method that can, from a client that declares a way to answer.
+        interactive = request.method in INPUT_REQUIRED_METHODS and not ALL_INPUT_CAPABILITIES.keys().isdisjoint(
+            request.capabilities
         )
         declared = self.declared(request)
         try:
