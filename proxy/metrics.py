@@ -64,6 +64,63 @@ def method_label(method: object) -> str:
     return method if isinstance(method, str) and method in KNOWN_METHODS else "other"
 
 
+class TallyCell:
+    """One labelled series of a Tally: `inc` adds to a plain number."""
+
+    __slots__ = ("created", "value")
+
+    def __init__(self, created: float) -> None:
+        self.value = 0.0
+        self.created = created
+
+    def inc(self, amount: float = 1.0) -> None:
+        self.value += amount
+
+
+class Tally(Collector):
+    """A counter the hot path adds to (once per request or more): `labels(...)` gives a cell whose
+    `inc` adds to a plain number, exported when scraped exactly as a prometheus_client Counter of
+    this name would be (its `_created` series too). That Counter's children take a lock and check
+    they are observable on every `inc`; the event loop's thread both counts and serves /metrics."""
+
+    def __init__(
+        self,
+        name: str,
+        documentation: str,
+        labelnames: tuple[str, ...],
+        registry: CollectorRegistry,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.name = name.removesuffix("_total")
+        self.documentation = documentation
+        self.labelnames = labelnames
+        self._clock = clock
+        self._cells: dict[tuple[str, ...], TallyCell] = {}
+        registry.register(self)
+
+    def labels(self, *values: str) -> TallyCell:
+        if len(values) != len(self.labelnames):
+            raise ValueError(f"{self.name}: {len(self.labelnames)} label values expected, got {values!r}")
+        cell = self._cells.get(values)
+        if cell is None:
+            cell = self._cells[values] = TallyCell(self._clock())
+        return cell
+
+    @property
+    def documented(self) -> tuple[tuple[str, str, tuple[str, ...], str], ...]:
+        return ((self.name, "counter", self.labelnames, self.documentation),)
+
+    def collect(self) -> Iterator[Metric]:
+        created = _created_series()
+        family = CounterMetricFamily(self.name, self.documentation, labels=self.labelnames)
+        for values, cell in self._cells.items():
+            family.add_metric(values, cell.value, created=cell.created if created else None)
+        yield family
+
+    def describe(self) -> Iterator[Metric]:
+        yield CounterMetricFamily(self.name, self.documentation, labels=self.labelnames)
+
+
 _REQUEST_LABELS = ("method", "downstream_era", "upstream_era", "outcome")
 _DURATION_LABELS = ("method", "downstream_era", "upstream_era")
 _DURATION_BOUNDS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
@@ -240,21 +297,21 @@ class Metrics:
             ["op", "kind"],
             registry=r,
         )
-        self.store_session_reads = Counter(
+        self.store_session_reads = Tally(  # every legacy request with a shared store
             PREFIX + "store_session_reads_total",
             "Session records legacy requests needed from the shared store, by where they came from: copy "
             "(this replica's copy, kept while Redis reports changes: store.tracking), recent (read less than "
             "store.read_cache_ms ago), store (a round trip). All store while tracking is on: its connection "
             "is down (store_tracking_down in the log).",
-            ["source"],
-            registry=r,
+            ("source",),
+            r,
         )
-        self.client_requests = Counter(
+        self.client_requests = Tally(  # every request
             PREFIX + "client_requests",
             "Downstream requests by client (clientInfo name and version, cut to a bounded form; past "
             "clients.max_tracked distinct clients, `other`), protocol version and era: who still speaks legacy.",
-            ["client", "client_version", "protocol_version", "era"],
-            registry=r,
+            ("client", "client_version", "protocol_version", "era"),
+            r,
         )
         self.streams_resumed = Counter(
             PREFIX + "streams_resumed_total",
@@ -298,7 +355,10 @@ class Metrics:
             if isinstance(value, MetricWrapperBase)
         ]
         out += [
-            entry for value in vars(self).values() if isinstance(value, RequestMetrics) for entry in value.documented
+            entry
+            for value in vars(self).values()
+            if isinstance(value, RequestMetrics | Tally)
+            for entry in value.documented
         ]
         return sorted(out)
 

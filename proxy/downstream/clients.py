@@ -51,7 +51,7 @@ class ClientRow:
     listens: int = 0
     tasks: int = 0
     extensions: set[str] = field(default_factory=set)
-    counter: Any = None  # its child of mcp_era_proxy_client_requests_total (labels() locks: once)
+    counter: Any = None  # its cell of mcp_era_proxy_client_requests_total (resolved once)
 
     def as_json(self) -> dict[str, Any]:
         return {

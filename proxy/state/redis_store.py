@@ -87,7 +87,7 @@ class RedisSessionStore:
         self._claim = client.register_script(_CLAIM)
         self._offer = client.register_script(_OFFER)
         metrics.store_up.set(1)
-        # Children resolved once: labels() takes a lock, and this is every legacy request.
+        # Cells resolved once: every legacy request counts in one.
         reads = metrics.store_session_reads
         self._read_copy, self._read_recent, self._read_store = (reads.labels(s) for s in ("copy", "recent", "store"))
 

@@ -10,7 +10,7 @@ import pytest
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client import metrics as prometheus_metrics
 
-from proxy.metrics import PREFIX, Metrics, RequestMetrics
+from proxy.metrics import PREFIX, Metrics, RequestMetrics, Tally
 
 BOUNDS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 # Each at, just below and just above a bucket's bound, and past the last: `le` is inclusive.
@@ -73,3 +73,22 @@ def test_a_sample_is_readable_from_the_registry_as_before() -> None:
     )
     assert metrics.registry.get_sample_value(PREFIX + "request_duration_seconds_count", labels) == 2
     assert metrics.registry.get_sample_value(PREFIX + "request_duration_seconds_sum", labels) == pytest.approx(0.202)
+
+
+@pytest.mark.parametrize("created", [True, False])
+def test_a_tally_is_exposed_as_a_counter_of_its_name(monkeypatch: pytest.MonkeyPatch, created: bool) -> None:
+    monkeypatch.setattr(prometheus_metrics, "_use_created", created)
+    registry, ours_registry = CollectorRegistry(), CollectorRegistry()
+    labels = ("client", "era")
+    counter = Counter(PREFIX + "client_requests", "Requests by client.", labels, registry=registry)
+    tally = Tally(PREFIX + "client_requests", "Requests by client.", labels, ours_registry)
+    counter.labels("never", "legacy")
+    tally.labels("never", "legacy")  # made, never counted: exported as 0
+    for n, values in enumerate([("a", "legacy"), ("b", "modern"), ("a", "legacy")] * 4):
+        counter.labels(*values).inc(n % 3 + 0.5)
+        tally.labels(*values).inc(n % 3 + 0.5)
+    expected, got = generate_latest(registry), generate_latest(ours_registry)
+    assert without_created_values(got) == without_created_values(expected)
+    assert (b"_created" in got) is created
+    with pytest.raises(ValueError):
+        tally.labels("only one")
