@@ -22,13 +22,26 @@ project_venv
 bash "$REPO/scripts/setup-services.sh"
 [ "$QUICK" -eq 1 ] || bash "$REPO/scripts/setup-peers.sh"
 cd "$REPO"
+# Byte code, compiled once beside the checks below rather than by every process of the run: each
+# pytest process (the controller and every worker) imports every test module, rewriting its asserts
+# (5 s of CPU apiece), and the tests start hundreds of Python processes (proxies, peers, taps) that
+# import the proxy and tests/support. Cached in __pycache__ (.gitignore) even where
+# PYTHONDONTWRITEBYTECODE is set, as in some CI images: there nothing would ever be cached, and
+# every one of them would compile it all again. A collection error shows in the run itself.
+(
+  .venv/bin/python -m compileall -q proxy tests >/dev/null || true
+  env -u PYTHONDONTWRITEBYTECODE .venv/bin/pytest --collect-only -q -p no:cacheprovider -n 0 tests \
+    >/dev/null 2>&1 || true
+) &
+byte_code=$!
+trap 'kill "$byte_code" 2>/dev/null || true' EXIT
 if [ "$QUICK" -eq 0 ]; then
   # The deploy lint (helm, node and promtool processes, 40 s) runs beside the Python checks below,
   # which use one core; its report is printed after theirs, and a failure of it fails the run.
   deploy_report="$(mktemp)"
   LINT_DEPLOY_PYTEST=0 bash scripts/lint-deploy.sh >"$deploy_report" 2>&1 &
   deploy_lint=$!
-  trap 'kill "$deploy_lint" 2>/dev/null || true; rm -f "$deploy_report"' EXIT
+  trap 'kill "$byte_code" "$deploy_lint" 2>/dev/null || true; rm -f "$deploy_report"' EXIT
 fi
 .venv/bin/ruff check proxy tests scripts bench
 .venv/bin/ruff format --check proxy tests scripts bench
@@ -58,6 +71,8 @@ if [ "$QUICK" -eq 1 ]; then
   selection=(tests/unit tests/hostile tests/integration tests/test_architecture.py tests/test_docs.py
     tests/test_self_contained.py)
   names_tests "$@" && selection=()
+  wait "$byte_code"
+  trap - EXIT
   exec .venv/bin/pytest "${selection[@]}" "$@"
 fi
 # The deploy lint's own pytest step (the chart's rules and dashboard in a real Prometheus) is left
@@ -66,6 +81,7 @@ deploy_status=0
 wait "$deploy_lint" || deploy_status=$?
 cat "$deploy_report"
 [ "$deploy_status" -eq 0 ] || { echo "the deploy lint failed (exit $deploy_status)" >&2; exit "$deploy_status"; }
-trap - EXIT
 rm -f "$deploy_report"
+wait "$byte_code"
+trap - EXIT
 exec .venv/bin/pytest "$@"

@@ -89,22 +89,24 @@ def reserved_ports(count: int) -> int:
 
 def listening_ports(pid: int) -> set[int]:
     """The TCP ports the process `pid` or any of its descendants listens on (Linux /proc)."""
-    listening: dict[str, int] = {}  # socket inode -> port
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        with contextlib.suppress(OSError), open(table) as rows:
-            next(rows)
-            for row in rows:
-                fields = row.split()
-                if fields[3] == "0A":  # TCP_LISTEN
-                    listening[fields[9]] = int(fields[1].rsplit(":", 1)[1], 16)
-    found = set()
+    sockets: set[str] = set()  # the inodes of the sockets the process tree holds
     for owner in (pid, *descendants(pid)):
         with contextlib.suppress(OSError):
             for fd in os.listdir(f"/proc/{owner}/fd"):
                 with contextlib.suppress(OSError):
                     target = os.readlink(f"/proc/{owner}/fd/{fd}")
-                    if target.startswith("socket:[") and target[8:-1] in listening:
-                        found.add(listening[target[8:-1]])
+                    if target.startswith("socket:["):
+                        sockets.add(target[8:-1])
+    # The socket tables list every socket of the machine (thousands in TIME_WAIT while the suite
+    # runs): read only when the tree holds a socket at all.
+    found = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6") if sockets else ():
+        with contextlib.suppress(OSError), open(table) as rows:
+            next(rows)
+            for row in rows:
+                fields = row.split(None, 10)
+                if fields[3] == "0A" and fields[9] in sockets:  # TCP_LISTEN
+                    found.add(int(fields[1].rsplit(":", 1)[1], 16))
     return found
 
 
@@ -196,8 +198,10 @@ class Process:
                 if port and _taken(port, self.log):
                     raise PortTaken(f"127.0.0.1:{port} was taken before {self.argv[0]} could listen on it")
                 raise RuntimeError(f"process exited with {self.proc.returncode} before listening:\n{_tail(self.log)}")
-            held = listening_ports(self.proc.pid)
             want = port or (announced(self.output()) if announced is not None else None)
+            # Until its log announces a port, whatever it listens on does not tell (and the scan of
+            # its process tree costs far more than reading the log).
+            held = listening_ports(self.proc.pid) if want or announced is None else set()
             if want and want in held:
                 self.port = want
                 return want
@@ -291,26 +295,39 @@ def on_reserved_port(launch: Callable[[int], Process], *, timeout: float = 30.0)
 # ------------------------------------------------------------ finding processes by PID (Linux /proc)
 
 
-def children_of(pid: int) -> list[int]:
-    out = []
+def _parents() -> dict[int, int]:
+    """Every live process's parent, from one pass over /proc."""
+    parents = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
         try:
             with open(f"/proc/{entry}/stat") as stat:
-                fields = stat.read().rsplit(") ", 1)[1].split()
+                fields = stat.read().rsplit(") ", 1)[1].split(None, 2)
         except OSError:
             continue
-        if int(fields[1]) == pid:
-            out.append(int(entry))
-    return out
+        parents[int(entry)] = int(fields[1])
+    return parents
+
+
+def children_of(pid: int) -> list[int]:
+    return [child for child, parent in _parents().items() if parent == pid]
 
 
 def descendants(pid: int) -> list[int]:
-    found = []
-    for child in children_of(pid):
-        found.append(child)
-        found.extend(descendants(child))
+    """Children first, each followed by its own descendants; from one pass over /proc (a pass per
+    child would read every process's stat again for each)."""
+    children: dict[int, list[int]] = {}
+    for child, parent in _parents().items():
+        children.setdefault(parent, []).append(child)
+    found: list[int] = []
+
+    def walk(parent: int) -> None:
+        for child in children.get(parent, ()):
+            found.append(child)
+            walk(child)
+
+    walk(pid)
     return found
 
 
