@@ -47,14 +47,17 @@ from bench.calls import CAPS_KEY, LEGACY, MODERN, VERSION_KEY, legacy_session, m
 from bench.compare import checked_out, this_checkout
 from bench.harness import BENCH, REPO, Processes, begin, machine, say
 
-ROWS = {"b": "modern", "c": "modern", "d": "modern", "e": "legacy"}
+ROWS = {"b": "modern", "c": "modern", "d": "modern", "d-store": "modern", "e": "legacy"}
 TITLES = {
     "b": "(b) bare aiohttp hop → modern",
     "c": "(c) proxy modern → modern (pass-through)",
     "d": "(d) proxy legacy client → modern",
+    "d-store": "(d-store) the same, sessions on Redis (tracked copies, the default)",
     "e": "(e) proxy modern client → legacy",
 }
 IN_FLIGHT = 8
+STORE_SECRET = "bench-instructions-" + "s" * 24
+STORE: list[str] = []  # the redis-server's URL, once the d-store row started one
 WARMUP = 200
 ACCEPT = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
 
@@ -73,7 +76,7 @@ def package(key: str) -> str:
 
 def request_for(row: str, url: str) -> tuple[dict[str, str], dict[str, Any]]:
     """The headers and body of the row's tools/call (for (d), in a fresh legacy session)."""
-    if row == "d":
+    if row in ("d", "d-store"):
         headers = {"Mcp-Session-Id": legacy_session(url), "MCP-Protocol-Version": LEGACY, **ACCEPT}
         return headers, {"jsonrpc": "2.0", "method": "tools/call", "params": {"name": "echo", "arguments": {}}}
     params = {"name": "echo", "arguments": {}, "_meta": {VERSION_KEY: MODERN, CAPS_KEY: {}}}
@@ -122,12 +125,17 @@ def wait_for(path: Path, within_s: float) -> None:
 def serving(
     procs: Processes, row: str, upstream: str, tree: Path | None, launcher: list[str], name: str
 ) -> Iterator[tuple[str, int]]:
+    env = (
+        {"MCP_ERA_PROXY_STORE__URL": STORE[0], "MCP_ERA_PROXY_SECURITY__SECRET": STORE_SECRET}
+        if row == "d-store"
+        else None
+    )
     if row == "b":
         with servers.bare_hop(procs, upstream, name, launcher=launcher, timeout=180) as served:
             yield served
     else:
         with servers.proxy(
-            procs, name, url=upstream, era=ROWS[row], tree=tree, launcher=launcher, timeout=180
+            procs, name, url=upstream, era=ROWS[row], tree=tree, launcher=launcher, timeout=180, env=env
         ) as served:
             yield served
 
@@ -226,7 +234,12 @@ def render(
 
 def main() -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.instructions", description=__doc__.split("\n")[0])
-    parser.add_argument("--rows", type=lambda s: s.split(","), default=list(ROWS), help="some of b,c,d,e")
+    parser.add_argument(
+        "--rows",
+        type=lambda s: s.split(","),
+        default=["b", "c", "d", "e"],
+        help="some of b,c,d,d-store,e (default b,c,d,e)",
+    )
     parser.add_argument("--before", metavar="REV", help="also count REV's proxy (a temporary worktree)")
     parser.add_argument("--requests", type=int, default=400, help="counted calls per row (default 400)")
     parser.add_argument("--callgrind", action="store_true", help="also count instructions (valgrind)")
@@ -251,6 +264,8 @@ def main() -> int:
                 trees["before"] = tree
             trees["after" if args.before else "this"] = None
             labels["after" if args.before else "this"] = this_checkout()
+            if "d-store" in args.rows:
+                STORE.append(stack.enter_context(servers.redis(procs)))
             for row in args.rows:
                 with servers.upstream(procs, ROWS[row]) as (upstream, _):
                     for side, tree in trees.items():
