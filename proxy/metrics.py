@@ -121,76 +121,61 @@ class Tally(Collector):
         yield CounterMetricFamily(self.name, self.documentation, labels=self.labelnames)
 
 
-_REQUEST_LABELS = ("method", "downstream_era", "upstream_era", "outcome")
-_DURATION_LABELS = ("method", "downstream_era", "upstream_era")
-_DURATION_BOUNDS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
-_DURATION_LE = (*(cast(Callable[[float], str], floatToGoString)(bound) for bound in _DURATION_BOUNDS), "+Inf")
+class Timing(Collector):
+    """A histogram every request observes: the count in each bucket and the sum kept as plain
+    numbers, exported when scraped exactly as a prometheus_client Histogram of this name would be
+    (its `_created` series too). That Histogram takes a lock and walks its buckets in Python on
+    every observation; the event loop's thread both observes and serves /metrics."""
 
-
-class RequestMetrics(Collector):
-    """`requests_total` and `request_duration_seconds`, which every downstream message counts in.
-
-    Kept as plain numbers and made into samples only when scraped: a prometheus_client child takes
-    a lock, and a histogram's walks its buckets in Python, on every observation, which was the
-    largest share of the proxy's own work per request after the protocol itself. The exposition is
-    a Counter's and a Histogram's of these names, `_created` series included (unless
-    PROMETHEUS_DISABLE_CREATED_SERIES says otherwise, as for those). The event loop's thread both
-    counts and serves /metrics, so nothing is read half-written."""
-
-    # What they are (Metrics.described): family name, type, labels, meaning.
-    documented = (
-        (PREFIX + "requests", "counter", _REQUEST_LABELS, "Downstream JSON-RPC messages handled, by outcome."),
-        (
-            PREFIX + "request_duration_seconds",
-            "histogram",
-            _DURATION_LABELS,
-            "Time from receiving a downstream message to the end of its reply.",
-        ),
-    )
-
-    def __init__(self, registry: CollectorRegistry, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        name: str,
+        documentation: str,
+        labelnames: tuple[str, ...],
+        bounds: tuple[float, ...],
+        registry: CollectorRegistry,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.name = name
+        self.documentation = documentation
+        self.labelnames = labelnames
+        self._bounds = bounds
+        self._le = (*(cast(Callable[[float], str], floatToGoString)(bound) for bound in bounds), "+Inf")
         self._clock = clock
-        # Label values are bounded (method_label, OUTCOMES, the eras), so these stay small.
-        self._counts: dict[tuple[str, str, str, str], list[float]] = {}  # [count, created]
-        # The count in each bucket (the last one +Inf), then the sum, then when it was created.
-        self._durations: dict[tuple[str, str, str], list[float]] = {}
+        # Per label values: the count in each bucket (the last one +Inf), then the sum, then when
+        # the series was created. Label values are bounded by their callers, so this stays small.
+        self._series: dict[tuple[str, ...], list[float]] = {}
         registry.register(self)
 
-    def observe(self, method: str, downstream_era: str, upstream_era: str, outcome: str, seconds: float) -> None:
-        counted = self._counts.get((method, downstream_era, upstream_era, outcome))
-        if counted is None:
-            counted = self._counts[(method, downstream_era, upstream_era, outcome)] = [0, self._clock()]
-        counted[0] += 1
-        timed = self._durations.get((method, downstream_era, upstream_era))
+    def observe(self, values: tuple[str, ...], seconds: float) -> None:
+        timed = self._series.get(values)
         if timed is None:
-            timed = [0] * (len(_DURATION_LE)) + [0.0, self._clock()]
-            self._durations[(method, downstream_era, upstream_era)] = timed
-        timed[bisect_left(_DURATION_BOUNDS, seconds)] += 1  # the first bound >= seconds, as `le` means
+            if len(values) != len(self.labelnames):
+                raise ValueError(f"{self.name}: {len(self.labelnames)} label values expected, got {values!r}")
+            timed = self._series[values] = [0] * len(self._le) + [0.0, self._clock()]
+        timed[bisect_left(self._bounds, seconds)] += 1  # the first bound >= seconds, as `le` means
         timed[-2] += seconds
+
+    @property
+    def documented(self) -> tuple[tuple[str, str, tuple[str, ...], str], ...]:
+        return ((self.name, "histogram", self.labelnames, self.documentation),)
 
     def collect(self) -> Iterator[Metric]:
         created = _created_series()
-        (requests_name, _, _, requests_help), (duration_name, _, _, duration_help) = self.documented
-        requests = CounterMetricFamily(requests_name, requests_help, labels=_REQUEST_LABELS)
-        for key, (count, since) in self._counts.items():
-            requests.add_metric(key, count, created=since if created else None)
-        yield requests
-        duration = HistogramMetricFamily(duration_name, duration_help, labels=_DURATION_LABELS)
-        for labels, timed in self._durations.items():
+        family = HistogramMetricFamily(self.name, self.documentation, labels=self.labelnames)
+        for values, timed in self._series.items():
             buckets, total = [], 0.0
-            for le, count in zip(_DURATION_LE, timed, strict=False):
+            for le, count in zip(self._le, timed, strict=False):
                 total += count
                 buckets.append((le, total))
-            duration.add_metric(labels, buckets, timed[-2])
+            family.add_metric(values, buckets, timed[-2])
             if created:
-                series = dict(zip(_DURATION_LABELS, labels, strict=True))
-                duration.samples.append(Sample(duration_name + "_created", series, timed[-1]))
-        yield duration
+                series = dict(zip(self.labelnames, values, strict=True))
+                family.samples.append(Sample(self.name + "_created", series, timed[-1]))
+        yield family
 
     def describe(self) -> Iterator[Metric]:
-        (requests_name, _, _, requests_help), (duration_name, _, _, duration_help) = self.documented
-        yield CounterMetricFamily(requests_name, requests_help, labels=_REQUEST_LABELS)
-        yield HistogramMetricFamily(duration_name, duration_help, labels=_DURATION_LABELS)
+        yield HistogramMetricFamily(self.name, self.documentation, labels=self.labelnames)
 
 
 def _created_series() -> bool:
@@ -203,7 +188,20 @@ class Metrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry if registry is not None else CollectorRegistry(auto_describe=True)
         r = self.registry
-        self.requests = RequestMetrics(r)  # requests_total and request_duration_seconds
+        # Every downstream message counts in these two.
+        self.requests = Tally(
+            PREFIX + "requests_total",
+            "Downstream JSON-RPC messages handled, by outcome.",
+            ("method", "downstream_era", "upstream_era", "outcome"),
+            r,
+        )
+        self.request_duration = Timing(
+            PREFIX + "request_duration_seconds",
+            "Time from receiving a downstream message to the end of its reply.",
+            ("method", "downstream_era", "upstream_era"),
+            (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60),
+            r,
+        )
         self.sessions_open = Gauge(
             PREFIX + "sessions_open", "Legacy sessions currently held by the proxy.", ["downstream_era"], registry=r
         )
@@ -355,12 +353,16 @@ class Metrics:
             if isinstance(value, MetricWrapperBase)
         ]
         out += [
-            entry
-            for value in vars(self).values()
-            if isinstance(value, RequestMetrics | Tally)
-            for entry in value.documented
+            entry for value in vars(self).values() if isinstance(value, Tally | Timing) for entry in value.documented
         ]
         return sorted(out)
+
+    def observe_request(
+        self, method: str, downstream_era: str, upstream_era: str, outcome: str, seconds: float
+    ) -> None:
+        """One downstream message handled: counted by outcome, its time observed."""
+        self.requests.labels(method, downstream_era, upstream_era, outcome).inc()
+        self.request_duration.observe((method, downstream_era, upstream_era), seconds)
 
     @functools.cached_property
     def store_up(self) -> Gauge:

@@ -93,7 +93,6 @@ class McpEndpoint:
         # Where a message about something another replica owns is served (downstream/steer.py).
         self._steering = Steering(forwarder, tasks)
         self._legacy = LegacyEndpoint(self._access, self._steering, metrics, self._keepalive_s, sealer, boot)
-        self._request_metrics = metrics.requests
         # POSTs being handled, each with the event its end sets (drain waits on them), and those
         # cut at shutdown: their cancellation is the proxy's, answered with SHUTTING_DOWN.
         # The POSTs under way; each one's Event is made only when a drain waits for it.
@@ -429,7 +428,7 @@ class McpEndpoint:
         record.span.finish(
             record.method, record.downstream_era, record.upstream_era, record.outcome, record.status, record.error_code
         )
-        self._request_metrics.observe(
+        self._metrics.observe_request(
             method_label(record.method), record.downstream_era, record.upstream_era, record.outcome, elapsed
         )
         if not self._log_requests:

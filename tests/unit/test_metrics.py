@@ -1,4 +1,4 @@
-"""The per-request metrics the proxy keeps itself (proxy/metrics.py, RequestMetrics) are exposed
+"""The per-request metrics the proxy keeps itself (proxy/metrics.py, Tally and Timing) are exposed
 exactly as prometheus_client's Counter and Histogram of the same names would be."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client import metrics as prometheus_metrics
 
-from proxy.metrics import PREFIX, Metrics, RequestMetrics, Tally
+from proxy.metrics import PREFIX, Metrics, Tally, Timing
 
 BOUNDS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 # Each at, just below and just above a bucket's bound, and past the last: `le` is inclusive.
@@ -51,11 +51,13 @@ def test_the_exposition_is_a_counters_and_a_histograms(monkeypatch: pytest.Monke
     monkeypatch.setattr(prometheus_metrics, "_use_created", created)
     registry, counter, histogram = reference()
     ours_registry = CollectorRegistry()
-    ours = RequestMetrics(ours_registry)
+    requests = Tally(counter._name + "_total", counter._documentation, tuple(counter._labelnames), ours_registry)
+    timing = Timing(histogram._name, histogram._documentation, tuple(histogram._labelnames), BOUNDS, ours_registry)
     for key, seconds in zip(itertools.cycle(KEYS), SECONDS * 3, strict=False):
         counter.labels(*key).inc()
         histogram.labels(*key[:3]).observe(seconds)
-        ours.observe(*key, seconds)
+        requests.labels(*key).inc()
+        timing.observe(key[:3], seconds)
     expected, got = generate_latest(registry), generate_latest(ours_registry)
     assert without_created_values(got) == without_created_values(expected)
     assert (b"_created" in got) is created
@@ -64,8 +66,8 @@ def test_the_exposition_is_a_counters_and_a_histograms(monkeypatch: pytest.Monke
 
 def test_a_sample_is_readable_from_the_registry_as_before() -> None:
     metrics = Metrics()
-    metrics.requests.observe("tools/call", "legacy", "modern", "ok", 0.002)
-    metrics.requests.observe("tools/call", "legacy", "modern", "ok", 0.2)
+    metrics.observe_request("tools/call", "legacy", "modern", "ok", 0.002)
+    metrics.observe_request("tools/call", "legacy", "modern", "ok", 0.2)
     labels = {"method": "tools/call", "downstream_era": "legacy", "upstream_era": "modern"}
     assert metrics.registry.get_sample_value(PREFIX + "requests_total", {**labels, "outcome": "ok"}) == 2
     assert (
