@@ -120,9 +120,8 @@ class ClientReport:
             row.input_rounds += sighting.input_round
             row.listens += sighting.listen
             row.tasks += sighting.task
-        if (
-            sighting.extensions and len(row.extensions) < 64
-        ):  # bounded; only ids not seen as they are cost a regular expression
+        # Bounded; only ids not seen as they are cost a regular expression.
+        if sighting.extensions and len(row.extensions) < 64:
             row.extensions.update(
                 clean(e, _NAME_MAX) for e in list(sighting.extensions)[:64] if e not in row.extensions
             )
