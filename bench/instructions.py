@@ -57,7 +57,6 @@ TITLES = {
 }
 IN_FLIGHT = 8
 STORE_SECRET = "bench-instructions-" + "s" * 24
-STORE: list[str] = []  # the redis-server's URL, once the d-store row started one
 WARMUP = 200
 ACCEPT = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
 
@@ -123,13 +122,15 @@ def wait_for(path: Path, within_s: float) -> None:
 
 @contextlib.contextmanager
 def serving(
-    procs: Processes, row: str, upstream: str, tree: Path | None, launcher: list[str], name: str
+    procs: Processes,
+    row: str,
+    upstream: str,
+    tree: Path | None,
+    launcher: list[str],
+    name: str,
+    env: dict[str, str] | None,
 ) -> Iterator[tuple[str, int]]:
-    env = (
-        {"MCP_ERA_PROXY_STORE__URL": STORE[0], "MCP_ERA_PROXY_SECURITY__SECRET": STORE_SECRET}
-        if row == "d-store"
-        else None
-    )
+    """The row's process (`env`: the proxy's settings beyond the defaults), once it listens."""
     if row == "b":
         with servers.bare_hop(procs, upstream, name, launcher=launcher, timeout=180) as served:
             yield served
@@ -141,21 +142,23 @@ def serving(
 
 
 def bytecodes(
-    procs: Processes, row: str, upstream: str, tree: Path | None, requests: int, work: Path
+    procs: Processes, row: str, upstream: str, tree: Path | None, requests: int, work: Path, env: dict[str, str] | None
 ) -> dict[str, float]:
     """Bytecodes per request by function (bench/opcount.py)."""
     out = work / f"opcount-{row}-{os.getpid()}-{time.monotonic_ns()}.json"
     launcher = [sys.executable, "-m", "bench.opcount", str(out)]
     if tree is not None:  # the module runs from that tree; bench.opcount from this checkout
         launcher = [sys.executable, str(REPO / "bench" / "opcount.py"), str(out)]
-    with serving(procs, row, upstream, tree, launcher, f"opcount-{row}") as (url, pid):
+    with serving(procs, row, upstream, tree, launcher, f"opcount-{row}", env) as (url, pid):
         counted(url, row, requests, lambda: os.kill(pid, signal.SIGUSR1), lambda: os.kill(pid, signal.SIGUSR2))
         wait_for(out, 60)
     counts: dict[str, int] = json.loads(out.read_text())
     return {key: value / requests for key, value in counts.items()}
 
 
-def instructions(procs: Processes, row: str, upstream: str, tree: Path | None, requests: int, work: Path) -> float:
+def instructions(
+    procs: Processes, row: str, upstream: str, tree: Path | None, requests: int, work: Path, env: dict[str, str] | None
+) -> float:
     """User-space instructions per request under callgrind (collection on only while counting)."""
     prefix = work / f"callgrind-{row}-{time.monotonic_ns()}"
     launcher = ["valgrind", "--tool=callgrind", "-q", "--instr-atstart=no", f"--callgrind-out-file={prefix}.%p"]
@@ -164,7 +167,7 @@ def instructions(procs: Processes, row: str, upstream: str, tree: Path | None, r
     def control(pid: int, *args: str) -> None:
         subprocess.run(["callgrind_control", *args, str(pid)], check=True, capture_output=True, timeout=60)
 
-    with serving(procs, row, upstream, tree, launcher, f"callgrind-{row}") as (url, pid):
+    with serving(procs, row, upstream, tree, launcher, f"callgrind-{row}", env) as (url, pid):
         counted(url, row, requests, lambda: control(pid, "-i", "on"), lambda: control(pid, "-d"))
     for dump in glob.glob(f"{prefix}.*.1"):  # the dump made when counting stopped
         for line in Path(dump).read_text(errors="replace").splitlines():
@@ -260,24 +263,28 @@ def main() -> int:
         with ExitStack() as stack:
             trees: dict[str, Path | None] = {}
             if args.before:
-                tree, labels["before"] = stack.enter_context(checked_out(args.before))
-                trees["before"] = tree
+                before_tree, labels["before"] = stack.enter_context(checked_out(args.before))
+                trees["before"] = before_tree
             trees["after" if args.before else "this"] = None
             labels["after" if args.before else "this"] = this_checkout()
+            envs: dict[str, dict[str, str]] = {}  # a row's proxy settings beyond the defaults
             if "d-store" in args.rows:
-                STORE.append(stack.enter_context(servers.redis(procs)))
+                store = stack.enter_context(servers.redis(procs))
+                envs["d-store"] = {"MCP_ERA_PROXY_STORE__URL": store, "MCP_ERA_PROXY_SECURITY__SECRET": STORE_SECRET}
             for row in args.rows:
                 with servers.upstream(procs, ROWS[row]) as (upstream, _):
                     for side, tree in trees.items():
                         if row == "b" and side == "before":
                             continue  # the hop is not the proxy's code: counted once
                         say(f"{row}/{side}: counting bytecodes")
-                        counts = bytecodes(procs, row, upstream, tree, args.requests, work)
+                        counts = bytecodes(procs, row, upstream, tree, args.requests, work, envs.get(row))
                         own = sum(v for k, v in counts.items() if package(k).startswith("proxy"))
                         result: dict[str, Any] = {"bytecodes": counts, "own": own}
                         if args.callgrind:
                             say(f"{row}/{side}: counting instructions (callgrind)")
-                            result["instructions"] = instructions(procs, row, upstream, tree, args.requests, work)
+                            result["instructions"] = instructions(
+                                procs, row, upstream, tree, args.requests, work, envs.get(row)
+                            )
                         results[f"{row}/{side}"] = result
                         say(f"  {sum(counts.values()):,.0f} bytecodes/req, the proxy's own {own:,.0f}")
     finally:
