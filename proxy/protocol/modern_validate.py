@@ -7,7 +7,7 @@ relevant request headers (lower-cased names, every value received), never a sock
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -30,9 +30,9 @@ JSONDict = dict[str, Any]
 
 class Headers(Protocol):
     """The request's headers as validation reads them: every value received under a lower-cased
-    name, or None. A dict made by `header_view` is one; so is `HeaderLookup` over a case-insensitive
-    multidict (aiohttp's request headers), which looks up only the few names asked for instead of
-    copying every header first."""
+    name, or None. A dict keyed by lower-cased names is one; so is `HeaderLookup` over a
+    case-insensitive multidict (aiohttp's request headers), which looks up only the few names asked
+    for instead of copying every header first."""
 
     def get(self, name: str, /) -> Sequence[str] | None: ...
 
@@ -83,16 +83,6 @@ class ModernRequest:
     capabilities: JSONDict
     client_info: JSONDict | None
     log_level: str | None
-
-
-def header_view(pairs: Iterable[tuple[str, str]]) -> dict[str, list[str]]:
-    """Collect the MCP request-metadata headers from (name, value) pairs."""
-    out: dict[str, list[str]] = {}
-    for name, value in pairs:
-        lowered = name.lower()
-        if lowered.startswith("mcp-"):
-            out.setdefault(lowered, []).append(value)
-    return out
 
 
 def _single(headers: Headers, name: str) -> str | Rejection | None:

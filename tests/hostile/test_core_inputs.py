@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from multidict import CIMultiDict
 
 from proxy.protocol import jsonrpc, meta
 from proxy.protocol import legacy_tasks as lt
@@ -25,7 +26,7 @@ from proxy.protocol.forwarded_call import Fail as ForwardFail
 from proxy.protocol.forwarded_call import Finish, ForwardedCall
 from proxy.protocol.headers import decode_header_value, encode_header_value
 from proxy.protocol.legacy_to_modern import ClientProfile
-from proxy.protocol.modern_validate import ModernRequest, header_view, validate_request
+from proxy.protocol.modern_validate import HeaderLookup, ModernRequest, validate_request
 from proxy.protocol.outcome import UpstreamFailure
 from proxy.protocol.parked_call import DownstreamRequest, ParkedCall, ReplyClient
 from proxy.protocol.request_state import RequestStateCodec, StateClaims, params_digest
@@ -187,7 +188,7 @@ def test_validate_request_accepts_or_refuses_every_request(data: st.DataObject) 
     message = data.draw(hs.messages())
     if jsonrpc.kind(message) != "request":
         return
-    headers = header_view(data.draw(header_pairs(message)))
+    headers = HeaderLookup(CIMultiDict(data.draw(header_pairs(message))))
     checked = validate_request(message, headers)
     assert isinstance(checked, (ModernRequest, Rejection))
     if isinstance(checked, Rejection):
@@ -205,7 +206,7 @@ def test_any_declared_extensions_are_carried_whole_or_refused_as_invalid_params(
     envelope = {meta.PROTOCOL_VERSION: LATEST_MODERN, meta.CLIENT_CAPABILITIES: {"extensions": extensions}}
     body = jsonrpc.request(1, "tools/list", {"_meta": envelope})
     checked = validate_request(
-        body, header_view([("Mcp-Protocol-Version", LATEST_MODERN), ("Mcp-Method", "tools/list")])
+        body, HeaderLookup(CIMultiDict([("Mcp-Protocol-Version", LATEST_MODERN), ("Mcp-Method", "tools/list")]))
     )
     if extensions_problem({"extensions": extensions}) is not None:
         assert isinstance(checked, Rejection), checked

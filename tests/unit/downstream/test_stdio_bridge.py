@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from multidict import CIMultiDict
 
 from proxy.downstream.bridge_messages import (
     LEGACY,
@@ -19,7 +20,7 @@ from proxy.downstream.bridge_messages import (
 )
 from proxy.downstream.stdio import LineSplitter
 from proxy.protocol import jsonrpc
-from proxy.protocol.modern_validate import header_view, validate_request
+from proxy.protocol.modern_validate import HeaderLookup, validate_request
 
 ENVELOPE = {
     "io.modelcontextprotocol/protocolVersion": "2026-07-28",
@@ -60,7 +61,7 @@ def test_the_first_decisive_message_chooses_the_era(message: object, era: str | 
 )
 def test_modern_headers_pass_the_endpoints_validation(message: dict[str, object]) -> None:
     headers = modern_headers(message)
-    checked = validate_request(message, header_view(headers.items()))
+    checked = validate_request(message, HeaderLookup(CIMultiDict(headers.items())))
     assert not hasattr(checked, "code"), checked
     assert headers["Accept"] == "application/json, text/event-stream"
 

@@ -8,10 +8,11 @@ import copy
 from typing import Any
 
 import pytest
+from multidict import CIMultiDict
 
 from proxy.protocol import jsonrpc, meta
 from proxy.protocol.headers import ParamHeader
-from proxy.protocol.modern_validate import ModernRequest, header_view, method_problem, validate_request
+from proxy.protocol.modern_validate import HeaderLookup, ModernRequest, method_problem, validate_request
 from proxy.protocol.status import Rejection
 from proxy.protocol.versions import LATEST_LEGACY, LATEST_MODERN, MODERN_VERSIONS
 
@@ -210,7 +211,7 @@ def test_header_names_are_matched_case_insensitively():
         ("mcp-name", "get_weather"),
         ("MCP-PARAM-REGION", "us-west1"),
     ]
-    assert isinstance(validate_request(body, header_view(pairs), lambda name: (REGION,)), ModernRequest)
+    assert isinstance(validate_request(body, HeaderLookup(CIMultiDict(pairs)), lambda name: (REGION,)), ModernRequest)
 
 
 @pytest.mark.parametrize(
@@ -522,10 +523,10 @@ def test_the_log_level_check_comes_before_the_param_header_check():
     assert rejection.code == jsonrpc.INVALID_PARAMS
 
 
-# ---------------------------------------------------------------- header_view
+# ---------------------------------------------------------------- HeaderLookup
 
 
-def test_header_view_keeps_only_mcp_headers_lower_cased_with_every_value_in_order():
+def test_header_lookup_gives_every_value_of_a_name_in_order_whatever_its_case():
     pairs = [
         ("Host", "proxy.example"),
         ("MCP-Protocol-Version", LATEST_MODERN),
@@ -536,16 +537,16 @@ def test_header_view_keeps_only_mcp_headers_lower_cased_with_every_value_in_orde
         ("Mcp-Session-Id", "sid-1"),
         ("Mcp", "no dash"),
     ]
-    assert header_view(pairs) == {
-        "mcp-protocol-version": [LATEST_MODERN],
-        "mcp-param-region": ["us-west1", "us-east1"],
-        "mcp-session-id": ["sid-1"],
-    }
+    headers = HeaderLookup(CIMultiDict(pairs))
+    assert headers.get("mcp-protocol-version") == [LATEST_MODERN]
+    assert headers.get("mcp-param-region") == ["us-west1", "us-east1"]
+    assert headers.get("mcp-session-id") == ["sid-1"]
+    assert headers.get("mcp-method") is None
 
 
-def test_header_view_of_no_mcp_headers_is_empty():
-    assert header_view([]) == {}
-    assert header_view([("Accept", "application/json, text/event-stream")]) == {}
+def test_header_lookup_of_no_such_header_is_none():
+    assert HeaderLookup(CIMultiDict([])).get("mcp-method") is None
+    assert HeaderLookup(CIMultiDict([("Accept", "application/json, text/event-stream")])).get("mcp-method") is None
 
 
 # ---------------------------------------------------------------- row 11: method_problem
