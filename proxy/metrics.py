@@ -150,11 +150,23 @@ class Timing(Collector):
     def observe(self, values: tuple[str, ...], seconds: float) -> None:
         timed = self._series.get(values)
         if timed is None:
+            timed = self.series(values)
+        timed[bisect_left(self._bounds, seconds)] += 1  # the first bound >= seconds, as `le` means
+        timed[-2] += seconds
+
+    def series(self, values: tuple[str, ...]) -> list[float]:
+        """The numbers of one label set (made at first use): the count in each bucket (the last
+        one +Inf), the sum, when the series was created."""
+        timed = self._series.get(values)
+        if timed is None:
             if len(values) != len(self.labelnames):
                 raise ValueError(f"{self.name}: {len(self.labelnames)} label values expected, got {values!r}")
             timed = self._series[values] = [0] * len(self._le) + [0.0, self._clock()]
-        timed[bisect_left(self._bounds, seconds)] += 1  # the first bound >= seconds, as `le` means
-        timed[-2] += seconds
+        return timed
+
+    @property
+    def bounds(self) -> tuple[float, ...]:
+        return self._bounds
 
     @property
     def documented(self) -> tuple[tuple[str, str, tuple[str, ...], str], ...]:
@@ -202,6 +214,8 @@ class Metrics:
             (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60),
             r,
         )
+        self._duration_bounds = self.request_duration.bounds
+        self._request_cells: dict[tuple[str, str, str, str], tuple[TallyCell, list[float]]] = {}
         self.sessions_open = Gauge(
             PREFIX + "sessions_open", "Legacy sessions currently held by the proxy.", ["downstream_era"], registry=r
         )
@@ -360,9 +374,16 @@ class Metrics:
     def observe_request(
         self, method: str, downstream_era: str, upstream_era: str, outcome: str, seconds: float
     ) -> None:
-        """One downstream message handled: counted by outcome, its time observed."""
-        self.requests.labels(method, downstream_era, upstream_era, outcome).inc()
-        self.request_duration.observe((method, downstream_era, upstream_era), seconds)
+        """One downstream message handled: counted by outcome, its time observed. Once per
+        message: both series are found with one lookup (label values are bounded by the callers)."""
+        key = (method, downstream_era, upstream_era, outcome)
+        cells = self._request_cells.get(key)
+        if cells is None:
+            cells = self._request_cells[key] = (self.requests.labels(*key), self.request_duration.series(key[:3]))
+        cells[0].value += 1
+        timed = cells[1]
+        timed[bisect_left(self._duration_bounds, seconds)] += 1
+        timed[-2] += seconds
 
     @functools.cached_property
     def store_up(self) -> Gauge:
