@@ -25,9 +25,20 @@ def era_of(version: str | None) -> Era | None:
     return None
 
 
+# Every pair answered in advance: asked on every legacy request.
+_AT_LEAST = {
+    (version, floor): newer <= older
+    for newer, version in enumerate(LEGACY_VERSIONS)
+    for older, floor in enumerate(LEGACY_VERSIONS)
+}
+
+
 def legacy_at_least(version: str, floor: str) -> bool:
     """True when legacy `version` is `floor` or newer."""
-    return LEGACY_VERSIONS.index(version) <= LEGACY_VERSIONS.index(floor)
+    at_least = _AT_LEAST.get((version, floor))
+    if at_least is None:
+        raise ValueError(f"not a pair of legacy versions: {version!r}, {floor!r}")
+    return at_least
 
 
 def negotiate_legacy(requested: object) -> str:

@@ -75,3 +75,10 @@ def test_pick_modern_takes_the_newest_modern_revision_the_server_lists():
 @pytest.mark.parametrize("supported", [[], list(LEGACY_VERSIONS), ["2099-01-01"], None, LATEST_MODERN, {"v": 1}])
 def test_pick_modern_finds_nothing_without_a_shared_modern_revision(supported):
     assert pick_modern(supported) is None
+
+
+def test_legacy_at_least_refuses_what_is_no_legacy_version():
+    with pytest.raises(ValueError):
+        legacy_at_least("2026-07-28", LATEST_LEGACY)
+    with pytest.raises(ValueError):
+        legacy_at_least(LATEST_LEGACY, "draft")
