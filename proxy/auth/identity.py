@@ -41,6 +41,9 @@ class Identity:
     token: VerifiedToken | None = None  # the caller's verified access token, if it had one
 
 
+_ANONYMOUS = Identity(principal_of(None))
+
+
 def bearer_token(authorization: str | None) -> str | None:
     """The token of an `Authorization: Bearer <token>` header (RFC 6750 §2.1), else None."""
     if not authorization:
@@ -87,6 +90,15 @@ class Identifier:
     @property
     def resource_server(self) -> bool:
         return self._resource_server
+
+    def unverified(self, request: web.BaseRequest) -> Identity | None:
+        """The caller's identity when no token of it is to be verified (no verifier, not a
+        resource server): what `identify` would say, without awaiting. None otherwise."""
+        if self._verifier is not None or self._resource_server:
+            return None
+        header = self._identity_header if self._identity_header is not None else "Authorization"
+        credential = request.headers.get(header)
+        return Identity(principal_of(credential)) if credential else _ANONYMOUS
 
     async def identify(self, request: web.BaseRequest) -> Identity:
         headers = request.headers

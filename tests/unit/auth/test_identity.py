@@ -200,3 +200,27 @@ async def test_each_check_is_counted_by_result(issuer: JwtIssuer) -> None:
     # The scope refusal's token was verified first: two signatures checked.
     assert [count(r) for r in ("verified", "cached", "invalid", "missing", "insufficient_scope")] == [2, 1, 1, 1, 1]
     assert count("keys_unavailable") == 0
+
+
+@pytest.mark.parametrize(
+    ("overrides", "headers"),
+    [
+        ({}, {}),
+        ({}, {"authorization": "Bearer opaque"}),
+        ({}, {"authorization": ""}),
+        ({"security.identity_header": "X-User"}, {"X-User": "carol", "authorization": "Bearer opaque"}),
+        ({"security.identity_header": "X-User"}, {"authorization": "Bearer opaque"}),
+    ],
+)
+async def test_without_a_verifier_the_identity_is_known_without_awaiting(
+    make: Any, overrides: dict[str, str], headers: dict[str, str]
+) -> None:
+    identifier = make(settings_for(None, **overrides))
+    authorization = headers.pop("authorization", None)
+    req = request(authorization, **headers)
+    assert identifier.unverified(req) == await identifier.identify(req)
+
+
+async def test_with_a_verifier_or_as_resource_server_the_identity_is_awaited(issuer: JwtIssuer, make: Any) -> None:
+    assert make(settings_for(issuer)).unverified(request()) is None
+    assert make(settings_for(issuer, **{"auth.mode": "resource_server"})).unverified(request("Bearer x")) is None
