@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .versions import legacy_at_least
+from .versions import LATEST_LEGACY, legacy_at_least
 
 JSONDict = dict[str, Any]
 
@@ -32,7 +32,7 @@ def content_block(block: object, version: str) -> object:
 
 
 def content_list(blocks: object, version: str) -> object:
-    if not isinstance(blocks, list):
+    if not isinstance(blocks, list) or version == LATEST_LEGACY:  # the latest knows every block as it is
         return blocks
     return [content_block(b, version) for b in blocks]
 

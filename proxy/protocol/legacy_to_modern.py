@@ -27,7 +27,7 @@ from .versions import negotiate_legacy, pick_modern
 JSONDict = dict[str, Any]
 
 # Modern-only result fields a legacy client never sees.
-_MODERN_RESULT_FIELDS = ("resultType", "ttlMs", "cacheScope")
+_MODERN_RESULT_FIELDS = frozenset(("resultType", "ttlMs", "cacheScope"))
 # Legacy fields without a modern counterpart (tasks are not bridged).
 _LEGACY_ONLY_PARAMS = ("task",)
 
@@ -82,11 +82,14 @@ def request_meta(profile: ClientProfile, base: object = None) -> JSONDict:
     out.pop(meta.RELATED_TASK, None)
     out[meta.PROTOCOL_VERSION] = profile.modern_version
     out[meta.CLIENT_CAPABILITIES] = profile.capabilities
-    for key, value in ((meta.CLIENT_INFO, profile.client_info), (meta.LOG_LEVEL, profile.log_level)):
-        if value is not None:
-            out[key] = value
-        else:
-            out.pop(key, None)
+    if profile.client_info is not None:
+        out[meta.CLIENT_INFO] = profile.client_info
+    else:
+        out.pop(meta.CLIENT_INFO, None)
+    if profile.log_level is not None:
+        out[meta.LOG_LEVEL] = profile.log_level
+    else:
+        out.pop(meta.LOG_LEVEL, None)
     return out
 
 
@@ -108,7 +111,7 @@ def to_upstream(
         params["inputResponses"] = input_responses
     if request_state is not None:
         params["requestState"] = request_state
-    out = {k: v for k, v in message.items() if k not in ("id", "params")}
+    out = dict(message)  # every other member kept as it came
     out["id"] = upstream_id
     out["params"] = params
     return out
@@ -171,7 +174,10 @@ def classify_result(method: str, result: object) -> Complete | InputRequired | I
 
 
 def result_to_downstream(method: str, result: JSONDict, legacy_version: str) -> JSONDict:
-    out = {k: v for k, v in result.items() if k not in _MODERN_RESULT_FIELDS}
+    out = dict(result)
+    if not _MODERN_RESULT_FIELDS.isdisjoint(out):
+        for name in _MODERN_RESULT_FIELDS:
+            out.pop(name, None)
     result_meta = out.get("_meta")
     if isinstance(result_meta, dict) and meta.SERVER_INFO in result_meta:
         result_meta = {k: v for k, v in result_meta.items() if k != meta.SERVER_INFO}

@@ -463,3 +463,17 @@ def test_an_answer_that_is_not_an_object_is_left_alone(content):
 def test_a_2025_11_25_answer_is_never_rewritten():
     content = {"colors": "red"}
     assert downgrade.elicitation_content(MULTI_SCHEMA, content, "2025-11-25") is content
+
+
+def test_the_latest_legacy_revision_takes_every_content_block_as_it_is() -> None:
+    blocks = [
+        {"type": "audio", "data": "AA==", "mimeType": "audio/wav"},
+        {"type": "resource_link", "uri": "file:///a", "name": "a", "icons": [{"src": "https://x/i.png"}]},
+        {"type": "text", "text": "hi", "icons": []},
+    ]
+    kept = copy.deepcopy(blocks)
+    out = downgrade.result("tools/call", {"content": blocks}, LEGACY_VERSIONS[0])
+    assert out["content"] == kept
+    for older in LEGACY_VERSIONS[1:]:  # each older one changes at least one of them
+        assert downgrade.result("tools/call", {"content": blocks}, older)["content"] != kept
+    assert blocks == kept
