@@ -26,8 +26,6 @@ from .versions import negotiate_legacy, pick_modern
 
 JSONDict = dict[str, Any]
 
-# Modern-only result fields a legacy client never sees.
-_MODERN_RESULT_FIELDS = frozenset(("resultType", "ttlMs", "cacheScope"))
 # Legacy fields without a modern counterpart (tasks are not bridged).
 _LEGACY_ONLY_PARAMS = ("task",)
 
@@ -175,9 +173,9 @@ def classify_result(method: str, result: object) -> Complete | InputRequired | I
 
 def result_to_downstream(method: str, result: JSONDict, legacy_version: str) -> JSONDict:
     out = dict(result)
-    if not _MODERN_RESULT_FIELDS.isdisjoint(out):
-        for name in _MODERN_RESULT_FIELDS:
-            out.pop(name, None)
+    out.pop("resultType", None)  # the modern result's envelope, which no legacy result has
+    out.pop("ttlMs", None)
+    out.pop("cacheScope", None)
     result_meta = out.get("_meta")
     if isinstance(result_meta, dict) and meta.SERVER_INFO in result_meta:
         result_meta = {k: v for k, v in result_meta.items() if k != meta.SERVER_INFO}
