@@ -38,9 +38,11 @@ class Access:
         """aiohttp decodes header bytes that are not UTF-8 with surrogate escapes; such a value
         cannot be hashed or written as JSON, so it is refused in a header the proxy reads so.
         (Those few names are looked up: a request carries many more headers than that.)"""
-        getall = request.headers.getall
+        headers = request.headers
         for name in self._text_headers:
-            for value in getall(name, ()):
+            if name not in headers:  # the usual: most of them are absent
+                continue
+            for value in headers.getall(name):
                 if not value.isascii() and not _is_utf8(value):
                     raise ProxyError(
                         jsonrpc.INVALID_REQUEST, f"Invalid Request: header {name} is not valid UTF-8", refused=True
@@ -65,6 +67,11 @@ class Access:
                 credentials[name] = headers[name]
         return Caller(identity.principal, credentials, _forwarded(request, credentials, legacy) if same_era else {})
 
+    def same_era(self, request: web.BaseRequest, caller: Caller, *, legacy: bool = False) -> Caller:
+        """`caller` (identified for this request) going upstream as it came, with the headers it
+        brought: what `caller(request, same_era=True)` gives, without identifying it again."""
+        return Caller(caller.principal, caller.credentials, _forwarded(request, caller.credentials, legacy))
+
     def probe_credentials(self, request: web.BaseRequest) -> dict[str, str]:
         """What an era probe made for this request carries: the caller's Authorization when it may
         go upstream (a protected upstream refuses an anonymous probe, and its 401, challenge
@@ -85,6 +92,11 @@ def _forwarded(request: web.BaseRequest, credentials: dict[str, str], legacy: bo
     """What a same-era request carries upstream: credentials, trace, its Mcp-* headers; for a legacy
     session also its id and Last-Event-ID (it maps one to one onto the upstream's)."""
     headers = dict(credentials)
+    if not legacy:  # a modern request (every one of them): its Mcp-* headers but a session id
+        for name, value in request.headers.items():
+            if name[:4].lower() == "mcp-" and name.lower() != _SESSION_HEADER_LOWER:
+                headers[name] = value
+        return headers
     for name, value in request.headers.items():
         lowered = name.lower()
         if lowered.startswith(_PASSTHROUGH_PREFIXES):

@@ -222,7 +222,7 @@ class McpEndpoint:
         if host is None:  # legacy client, legacy HTTP upstream: the upstream's own session
             if any(jsonrpc.kind(item) == "invalid" for item in (body if isinstance(body, list) else [body])):
                 raise ProxyError(jsonrpc.INVALID_REQUEST, "not a valid JSON-RPC 2.0 message", refused=True)
-            response = await self._bytes(request, "POST", raw, record, legacy=True, message=body)
+            response = await self._bytes(request, "POST", raw, record, legacy=True, message=body, caller=caller)
             record.sighting = self._byte_sessions.sighting(body, session_id, response.headers.get(SESSION_HEADER))
             return response
         if route is Route.LEGACY_SESSIONLESS:
@@ -268,9 +268,9 @@ class McpEndpoint:
         )
         route = self._router[era]
         if route.modern_bytes and checked.method not in CACHEABLE_METHODS and checked.method != "subscriptions/listen":
-            return await self._bytes(request, "POST", raw, record, legacy=False, message=body)
+            return await self._bytes(request, "POST", raw, record, legacy=False, message=body, caller=caller)
         if era is Era.MODERN:  # same era: the request goes on with the headers it brought
-            caller = await self._access.caller(request, same_era=True)
+            caller = self._access.same_era(request, caller)
         # A retry of a call parked on a legacy upstream is served where the call is parked;
         # tasks/update and tasks/cancel act on the task's call: served by the replica running it.
         request_state = params.get("requestState") is not None
@@ -348,10 +348,15 @@ class McpEndpoint:
         *,
         legacy: bool,
         message: Any = None,
+        caller: Caller | None = None,
     ) -> web.StreamResponse:
+        """`caller`: as identified already for this request (a POST's), else identified here."""
         relay = self._router.byte_relay
         assert relay is not None, "byte for byte needs an HTTP upstream"
-        caller = await self._access.caller(request, same_era=True, legacy=legacy)
+        if caller is None:
+            caller = await self._access.caller(request, same_era=True, legacy=legacy)
+        else:
+            caller = self._access.same_era(request, caller, legacy=legacy)
         # The principal binds what the upstream hands out when the relay has a binding (resource_server).
         forwarded, principal = caller.forwarded, caller.principal
         forward = relay.forward(method, raw, forwarded, legacy=legacy, message=message, principal=principal)
