@@ -234,8 +234,10 @@ class LegacySessionHost(Generic[L]):
         if opened is None:
             return None
         now = self._clock()
-        described = LegacySession.from_id(session_id, principal, opened, now, self._limits.default_log_level)
-        session = await self._store.load(described)
+        session = self._store.held(session_id)
+        if session is None:
+            described = LegacySession.from_id(session_id, principal, opened, now, self._limits.default_log_level)
+            session = await self._store.load(described)
         if session is None or session.principal != principal:
             if self._runtimes.get(session_id) is not None and not self._busy(session_id):
                 await self._release(self._runtimes.pop(session_id))  # ended elsewhere

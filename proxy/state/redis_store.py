@@ -105,6 +105,9 @@ class RedisSessionStore:
         await self.calls("add", pipe.execute())
         self._remember(session)
 
+    def held(self, session_id: str) -> LegacySession | None:
+        return None  # every replica reads the record (or its tracked copy) into a description
+
     async def load(self, session: LegacySession) -> LegacySession | None:
         key = self._record(session.id)
         tracking = self._tracking

@@ -217,13 +217,20 @@ class LegacySession:
         cls, session_id: str, principal: str, opened: OpenedId, now: float, log_level: str | None
     ) -> LegacySession:
         """The session as its id describes it, its changing state at the defaults."""
-        return cls.from_core(
+        core = opened.core or SessionCore()
+        return cls(  # from_core's, made directly: a shared store's every request describes one
             session_id,
             principal,
-            opened.core or SessionCore(),
+            core.legacy_version,
+            core.modern_version,
+            core.client_capabilities,
+            core.upstream_capabilities,
+            core.server_capabilities,
+            core.client_info,
+            log_level,
             created_at=opened.issued_at,
             last_seen=now,
-            log_level=log_level,
+            recorded=core.recorded,
             core_in_store=opened.core is None,
         )
 
@@ -263,6 +270,10 @@ class SessionStore(Protocol):
 
     async def add(self, session: LegacySession) -> None:
         """Record a new session; raises StoreUnavailable when it cannot."""
+
+    def held(self, session_id: str) -> LegacySession | None:
+        """The session as this process holds it, for a store that keeps its sessions here (no
+        description to fill in, nothing to slide); None: `load` it."""
 
     async def load(self, session: LegacySession) -> LegacySession | None:
         """The session with its changing state, its idle time slid; None: it ended or expired."""
@@ -317,6 +328,9 @@ class InMemorySessionStore:
 
     async def add(self, session: LegacySession) -> None:
         self._sessions[session.id] = session
+
+    def held(self, session_id: str) -> LegacySession | None:
+        return self._sessions.get(session_id)
 
     async def load(self, session: LegacySession) -> LegacySession | None:
         return self._sessions.get(session.id)

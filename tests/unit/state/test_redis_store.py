@@ -159,6 +159,7 @@ async def test_the_record_slides_with_use_and_expires_when_idle(clock: Clock, id
     await store.add(session)
     key = store._record(session.id)
     await redis.pexpire(key, 1000)  # as if idle for nearly the whole timeout
+    assert store.held(session.id) is None  # a shared record is always read (and slid)
     assert await store.load(_described(ids, session.id, clock)) is not None
     assert await redis.pttl(key) > 1000 * 100  # slid back to the idle timeout
     await redis.delete(key)  # the TTL ran out (the epoch is older than the session)

@@ -174,11 +174,13 @@ async def test_the_store_adds_loads_saves_counts_and_removes_sessions():
     await store.add(second)
     assert store.count() == 2
     assert await store.load(_session("s1")) is first
+    assert store.held("s1") is first and store.held("s3") is None  # kept here: nothing to describe
     first.log_level = "info"
     await store.save(first)
     assert (await store.load(_session("s1"))).log_level == "info"
     assert await store.remove("s1") is True
     assert await store.load(_session("s1")) is None
+    assert store.held("s1") is None
     assert await store.remove("s1") is False
     await store.save(first)  # a change racing the end does not bring the session back
     assert await store.load(_session("s1")) is None
@@ -226,6 +228,9 @@ def test_another_replica_reads_the_core_from_the_id_alone():
     assert opened.core == CORE
     assert opened.issued_at == START
     session = LegacySession.from_id(session_id, ALICE, opened, START + 5, "warning")
+    assert session == LegacySession.from_core(
+        session_id, ALICE, CORE, created_at=START, last_seen=START + 5, log_level="warning"
+    )
     assert session.core == CORE
     assert (session.log_level, session.initialized, session.subscriptions) == ("warning", False, frozenset())
     assert not session.core_in_store
