@@ -125,7 +125,7 @@ class ClientReport:
             row.extensions.update(
                 clean(e, _NAME_MAX) for e in list(sighting.extensions)[:64] if e not in row.extensions
             )
-        row.counter.inc()
+        row.counter.value += 1  # its TallyCell, counted in place: once per request
 
     def _row(self, info: dict[str, Any], sighting: Sighting) -> ClientRow:
         version = sighting.protocol_version

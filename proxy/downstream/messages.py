@@ -85,14 +85,9 @@ def legacy_sighting(body: Any, client_info: object, version: object) -> Sighting
         first = items[0] if items and isinstance(items[0], dict) else {}
         answers = any(isinstance(i, dict) and "method" not in i for i in items)
     method = first.get("method")
-    return Sighting(
-        client_info,
-        version,
-        "legacy",
-        input_round=answers,  # its answers
-        listen=method in _LISTENING,
-        task=(isinstance(method, str) and method.startswith("tasks/")) or "task" in jsonrpc.params_of(first),
-    )
+    params = first.get("params")
+    task = (isinstance(method, str) and method.startswith("tasks/")) or (isinstance(params, dict) and "task" in params)
+    return Sighting(client_info, version, "legacy", input_round=answers, listen=method in _LISTENING, task=task)
 
 
 class ByteSessions:

@@ -57,9 +57,12 @@ class HostedTasks:
     def takes(self, session: LegacySession, message: JSONDict) -> bool:
         """Whether a request is the hosted tasks' to serve: a tasks/* method or a task-augmented
         call, in a session `serves` answers yes for."""
-        return self.serves(session.legacy_version) and (
-            message["method"] in lt.TASK_METHODS or lt.is_task_request(message)
-        )
+        method = message["method"]
+        if method not in lt.TASK_METHODS:  # the usual: a plain call, asked first as the cheaper test
+            params = message.get("params")
+            if method != "tools/call" or not isinstance(params, dict) or "task" not in params:  # lt.is_task_request
+                return False
+        return self.serves(session.legacy_version)
 
     async def request(
         self,
