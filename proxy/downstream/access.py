@@ -58,6 +58,16 @@ class Access:
         if identity is None:
             identity = self._identifier.unverified(request) or await self._identifier.identify(request)
             request[_IDENTITY] = identity
+        return self._caller(request, identity, same_era, legacy)
+
+    async def post_caller(self, request: web.BaseRequest) -> Caller:
+        """A POST's caller, as `caller(request)` gives it. A POST is identified once and its caller
+        passed on from there (`same_era` for what goes upstream as it came), so it is not
+        remembered on the request (that lookup raises and catches a KeyError every time)."""
+        identity = self._identifier.unverified(request) or await self._identifier.identify(request)
+        return self._caller(request, identity, False, False)
+
+    def _caller(self, request: web.BaseRequest, identity: Identity, same_era: bool, legacy: bool) -> Caller:
         headers = request.headers
         credentials: dict[str, str] = {}
         if self.forward_authorization and "Authorization" in headers:

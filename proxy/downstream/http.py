@@ -201,7 +201,7 @@ class McpEndpoint:
         self._access.check_headers(request)
         # Before anything reaches the upstream (era detection included): refused here in
         # resource_server mode without a valid token.
-        caller = await self._access.caller(request)
+        caller = await self._access.post_caller(request)
         if client_checks.too_deep(body, self._max_depth, raw):
             raise ProxyError.rejected(client_checks.depth_rejection(self._max_depth))
         session_id = request.headers.get(SESSION_HEADER)
@@ -214,7 +214,7 @@ class McpEndpoint:
                 if problem is not None:
                     raise ProxyError.rejected(problem)
         era = await self._era(request)
-        record.upstream_era = era.value
+        record.upstream_era = str(era)  # its value (str's own __str__: no enum property per request)
         if route is Route.MODERN:
             record.downstream_era = "modern"
             return await self._modern(request, raw, body, record, era, caller)
@@ -245,7 +245,7 @@ class McpEndpoint:
         """Validate exactly as a 2026-07-28 server must, then translate or relay it."""
         kind = jsonrpc.kind(body)
         if kind == "notification":
-            return await self._modern_notification(request, raw, body, record, era)
+            return await self._modern_notification(request, raw, body, record, era, caller)
         if kind != "request":
             raise ProxyError(
                 jsonrpc.INVALID_REQUEST, "expected a single JSON-RPC request or notification", refused=True
@@ -296,7 +296,7 @@ class McpEndpoint:
             return await reply.finish(message, status)
 
     async def _modern_notification(
-        self, request: web.Request, raw: bytes, body: dict[str, Any], record: Record, era: Era
+        self, request: web.Request, raw: bytes, body: dict[str, Any], record: Record, era: Era, caller: Caller
     ) -> web.StreamResponse:
         """202 for a modern client's notification. A core one has nothing to act on here (over
         HTTP a closed stream cancels, docs/translation.md §4.1 row 4); an extension's goes on to
@@ -305,8 +305,9 @@ class McpEndpoint:
         if body.get("method") in CORE_CLIENT_NOTIFICATIONS:
             return web.Response(status=202)
         if route.modern_bytes:
-            return await self._bytes(request, "POST", raw, record, legacy=False, message=body)
-        caller = await self._access.caller(request, same_era=era is Era.MODERN)
+            return await self._bytes(request, "POST", raw, record, legacy=False, message=body, caller=caller)
+        if era is Era.MODERN:
+            caller = self._access.same_era(request, caller)
         await route.modern.notify(body, caller)
         return web.Response(status=202)
 

@@ -67,3 +67,8 @@ def test_a_header_read_as_text_must_be_utf8(name: str) -> None:
         checked.check_headers(headers(("Host", "h"), (name, "ok"), (name, "caf\udcc3\udca9")))
     assert name.lower() in refused.value.message
     checked.check_headers(headers(("Host", "h"), ("X-Other", "caf\udcc3\udca9")))  # not read: not checked
+
+
+async def test_a_post_s_caller_is_the_caller_without_the_memo() -> None:
+    checked = access(**{"upstream.forward_authorization": True})
+    assert await checked.post_caller(request(HEADERS)) == await checked.caller(request(HEADERS))
