@@ -38,7 +38,7 @@ from ..relay.routes import Router
 from ..relay.tasks.host import LegacyTaskHost
 from ..state.sealing import Sealer
 from ..state.sessions import short_hash
-from ..tracing import NO_TRACING, Tracing
+from ..tracing import NO_TRACING, NULL_DOWNSTREAM, Tracing
 from .access import Access
 from .clients import ClientReport, Sighting
 from .legacy_http import LegacyEndpoint, SessionHost
@@ -431,9 +431,10 @@ class McpEndpoint:
         elapsed = time.perf_counter() - started
         if record.sighting is not None:
             self._clients.seen(record.sighting)
-        record.span.finish(
-            record.method, record.downstream_era, record.upstream_era, record.outcome, record.status, record.error_code
-        )
+        span = record.span
+        if span is not NULL_DOWNSTREAM:  # tracing on
+            era = record.downstream_era, record.upstream_era
+            span.finish(record.method, *era, record.outcome, record.status, record.error_code)
         self._metrics.observe_request(
             method_label(record.method), record.downstream_era, record.upstream_era, record.outcome, elapsed
         )

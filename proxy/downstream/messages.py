@@ -18,32 +18,21 @@ _LISTENING = frozenset({"resources/subscribe"})
 
 
 class Record:
-    """What the access log and metrics say about one POST."""
+    """What the access log and metrics say about one POST. Its defaults are the class's: a POST
+    sets only what it learns (one is made for every request, and lives only as long)."""
 
-    __slots__ = (
-        "downstream_era",
-        "error_code",
-        "method",
-        "outcome",
-        "request_id",
-        "session",
-        "sighting",
-        "span",
-        "status",
-        "upstream_era",
-    )
+    error_code: object = None  # the JSON-RPC error code of an error reply
+    method: Any = None
+    downstream_era = "legacy"
+    upstream_era = "unknown"
+    outcome = "ok"
+    status = 200
+    session: str | None = None
+    request_id: Any = None
+    sighting: Sighting | None = None  # the client, for the migration report
 
     def __init__(self, span: DownstreamSpan = NULL_DOWNSTREAM) -> None:
         self.span = span  # its trace span (the null one while tracing is off)
-        self.error_code: object = None  # the JSON-RPC error code of an error reply
-        self.method: Any = None
-        self.downstream_era = "legacy"
-        self.upstream_era = "unknown"
-        self.outcome = "ok"
-        self.status = 200
-        self.session: str | None = None
-        self.request_id: Any = None
-        self.sighting: Sighting | None = None  # the client, for the migration report
 
 
 def method_of(body: object) -> object:

@@ -132,6 +132,7 @@ class ForwardedCallState:
 class ForwardedCall:
     def __init__(self, state: ForwardedCallState) -> None:
         self.state = state
+        self.method: str = state.request["method"]  # read at every step; the request never changes
         # Derived from the state, kept to build each round's request without rebuilding them.
         self._profile: l2m.ClientProfile | None = None
         self._param_headers: tuple[ParamHeader, ...] | None = None
@@ -170,11 +171,6 @@ class ForwardedCall:
         return call
 
     @property
-    def method(self) -> str:
-        method: str = self.state.request["method"]
-        return method
-
-    @property
     def done(self) -> bool:
         return self.state.phase == "done"
 
@@ -198,6 +194,8 @@ class ForwardedCall:
     def cancel_task(self) -> SendUpstream | None:
         """The `tasks/cancel` of the task still open upstream (best effort: the driver sends it
         when the call ends without the task's end, and reads nothing of the ack)."""
+        if self.state.task_id is None:  # the usual: the call followed no task
+            return None
         task_id = self.open_task
         if task_id is None:
             return None
@@ -211,10 +209,12 @@ class ForwardedCall:
     # ------------------------------------------------------------ events
 
     def start(self) -> list[Action]:
-        tool = jsonrpc.obj(self.state.request.get("params")).get("name")
-        if self.method == "tools/call" and isinstance(tool, str):
-            self.state.phase = "headers"
-            return [LookupToolHeaders(tool, refresh=False)]
+        if self.method == "tools/call":
+            params = self.state.request.get("params")
+            tool = params.get("name") if isinstance(params, dict) else None
+            if isinstance(tool, str):
+                self.state.phase = "headers"
+                return [LookupToolHeaders(tool, refresh=False)]
         return self._send()
 
     def tool_headers(self, headers: Sequence[ParamHeader]) -> list[Action]:
@@ -332,7 +332,7 @@ class ForwardedCall:
         if state.trace:
             headers = {**state.trace, **headers}
             message = meta.carry_trace(message, headers)
-        elif meta.TRACE_KEYS_SET.intersection(jsonrpc.params_of(message).get("_meta") or ()):
+        elif meta.TRACE_KEYS_SET.intersection(message["params"]["_meta"]):  # to_upstream always makes both
             message = meta.carry_trace(message, headers)  # trace context only in _meta: into headers too
         state.phase = "upstream"
         return [SendUpstream(message, headers, delay_s)]

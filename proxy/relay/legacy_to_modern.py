@@ -285,7 +285,7 @@ class TranslatingBackend:
             upstream=self._upstream.name,
             can_stream=can_stream,
             max_rounds=self._settings.input.max_rounds,
-            trace=meta.trace_of(auth_headers),
+            trace=meta.trace_of(auth_headers) if auth_headers else None,
             poll_interval_ms=self._settings.tasks.poll_interval_ms,
         )
 
@@ -302,7 +302,7 @@ class TranslatingBackend:
         """Execute the call's actions until it finishes (from its start, or from where a round
         taken over left it); an upstream failure raises its ProxyError. With `latest`, each
         exchange goes with the credentials that session part last had."""
-        credentials = meta.without_trace(auth_headers)
+        credentials = meta.without_trace(auth_headers) if auth_headers else {}
         try:
             return await self._run_actions(call, session, runtime, channel, auth_headers, credentials, resumed, latest)
         finally:
