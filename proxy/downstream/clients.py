@@ -101,18 +101,7 @@ class ClientReport:
         self._spelled: dict[tuple[object, object, object, str], ClientRow] = {}
 
     def seen(self, sighting: Sighting) -> None:
-        info = sighting.client_info if isinstance(sighting.client_info, dict) else {}
-        raw = (info.get("name"), info.get("version"), sighting.protocol_version, sighting.era)
-        try:
-            row = self._spelled.get(raw)
-        except TypeError:  # a name or version that is no string (a list): not kept by spelling
-            row = None
-        if row is None:
-            row = self._row(info, sighting)
-            if len(self._spelled) >= 4 * self._max:
-                self._spelled.clear()
-            if all(isinstance(part, str | None) for part in raw):
-                self._spelled[raw] = row
+        row = self._spelled_row(sighting.client_info, sighting.protocol_version, sighting.era)
         row.last_seen = self._clock()
         row.requests += 1
         if sighting.opened_session or sighting.input_round or sighting.listen or sighting.task:  # few do
@@ -127,13 +116,35 @@ class ClientReport:
             )
         row.counter.value += 1  # its TallyCell, counted in place: once per request
 
-    def _row(self, info: dict[str, Any], sighting: Sighting) -> ClientRow:
-        version = sighting.protocol_version
+    def seen_plain(self, client_info: object, protocol_version: object, era: str) -> None:
+        """One request that used none of the features the report counts (most of them): what
+        `seen` does with a Sighting of only these three."""
+        row = self._spelled_row(client_info, protocol_version, era)
+        row.last_seen = self._clock()
+        row.requests += 1
+        row.counter.value += 1
+
+    def _spelled_row(self, client_info: object, protocol_version: object, era: str) -> ClientRow:
+        info = client_info if isinstance(client_info, dict) else {}
+        raw = (info.get("name"), info.get("version"), protocol_version, era)
+        try:
+            row = self._spelled.get(raw)
+        except TypeError:  # a name or version that is no string (a list): not kept by spelling
+            row = None
+        if row is None:
+            row = self._row(info, protocol_version, era)
+            if len(self._spelled) >= 4 * self._max:
+                self._spelled.clear()
+            if all(isinstance(part, str | None) for part in raw):
+                self._spelled[raw] = row
+        return row
+
+    def _row(self, info: dict[str, Any], version: object, era: str) -> ClientRow:
         key = (
             clean(info.get("name"), _NAME_MAX),
             clean(info.get("version"), _VERSION_MAX),
             version if isinstance(version, str) and version in _KNOWN_VERSIONS else OTHER,
-            sighting.era,
+            era,
         )
         row = self._rows.get(key)
         if row is None:

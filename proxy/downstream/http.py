@@ -197,7 +197,8 @@ class McpEndpoint:
             raise ProxyError(jsonrpc.PARSE_ERROR, "Parse error: body is not valid JSON", refused=True) from None
         record.request_id = jsonrpc.id_of(body)
         record.method = method_of(body)
-        record.span.begin(body)  # before any upstream exchange: theirs are its children
+        if record.span is not NULL_DOWNSTREAM:
+            record.span.begin(body)  # before any upstream exchange: theirs are its children
         self._access.check_headers(request)
         # Before anything reaches the upstream (era detection included): refused here in
         # resource_server mode without a valid token.
@@ -232,7 +233,11 @@ class McpEndpoint:
         assert session_id is not None  # session-less legacy messages were refused above
         session = await self._legacy.session(request, host, session_id, caller)
         record.session = session.id
-        record.sighting = legacy_sighting(body, session.client_info, session.legacy_version)
+        sighting = legacy_sighting(body, session.client_info, session.legacy_version)
+        if sighting is None:  # one plain request: counted now, no Sighting made for it
+            self._clients.seen_plain(session.client_info, session.legacy_version, "legacy")
+        else:
+            record.sighting = sighting
         if route is Route.LEGACY_BATCH:
             return await self._legacy.batch(request, host, session, body, caller, record)
         return await self._legacy.message(request, host, session, body, caller, record, raw)

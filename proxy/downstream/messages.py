@@ -64,8 +64,9 @@ def extension_ids(capabilities: object) -> list[str]:
     return [key for key in extensions if isinstance(key, str)] if isinstance(extensions, dict) else []
 
 
-def legacy_sighting(body: Any, client_info: object, version: object) -> Sighting:
-    """A legacy client's message (or batch) in its session."""
+def legacy_sighting(body: Any, client_info: object, version: object) -> Sighting | None:
+    """A legacy client's message (or batch) in its session; None for one plain request, which
+    uses none of the features the report counts (ClientReport.seen_plain)."""
     if isinstance(body, dict):  # the usual: one message, no generator
         first: dict[str, Any] = body
         answers = "method" not in body
@@ -76,7 +77,10 @@ def legacy_sighting(body: Any, client_info: object, version: object) -> Sighting
     method = first.get("method")
     params = first.get("params")
     task = (isinstance(method, str) and method.startswith("tasks/")) or (isinstance(params, dict) and "task" in params)
-    return Sighting(client_info, version, "legacy", input_round=answers, listen=method in _LISTENING, task=task)
+    listen = method in _LISTENING
+    if not (answers or listen or task) and first is body:
+        return None
+    return Sighting(client_info, version, "legacy", input_round=answers, listen=listen, task=task)
 
 
 class ByteSessions:
@@ -102,4 +106,4 @@ class ByteSessions:
         if known is None:
             return None
         self._clients.move_to_end(session_id)  # type: ignore[arg-type]
-        return legacy_sighting(body, *known)
+        return legacy_sighting(body, *known) or Sighting(*known, "legacy")

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import pytest
 from prometheus_client import generate_latest
 
 from proxy.downstream.clients import ClientReport, Sighting
+from proxy.downstream.messages import legacy_sighting
 from proxy.metrics import Metrics
 
 
@@ -72,3 +74,39 @@ def test_a_name_that_is_no_string_is_reported_as_unknown_and_breaks_nothing():
     clients.seen(Sighting({"name": ["a", "list"], "version": {"x": 1}}, "2025-11-25", "legacy"))
     [row] = clients.rows()
     assert (row["name"], row["version"], row["requests"]) == ("unknown", "unknown", 2)
+
+
+def test_a_plain_request_counts_as_a_sighting_of_its_client_alone_would() -> None:
+    plain, plain_metrics = report()
+    full, full_metrics = report()
+    for info, version in [({"name": "host", "version": "1"}, "2025-11-25"), (None, "2025-06-18"), ({"name": ["x"]}, 7)]:
+        plain.seen_plain(info, version, "legacy")
+        full.seen(Sighting(info, version, "legacy"))
+    assert plain.rows() == full.rows()
+
+    def exposed(metrics: Metrics) -> list[bytes]:
+        return [line for line in generate_latest(metrics.registry).splitlines() if b"_created" not in line]
+
+    assert exposed(plain_metrics) == exposed(full_metrics)
+
+
+@pytest.mark.parametrize(
+    ("body", "plain"),
+    [
+        ({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "echo"}}, True),
+        ({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "echo", "task": {}}}, False),
+        ({"jsonrpc": "2.0", "id": 1, "method": "tasks/get", "params": {"taskId": "t"}}, False),
+        ({"jsonrpc": "2.0", "id": 1, "method": "resources/subscribe", "params": {"uri": "u"}}, False),
+        ({"jsonrpc": "2.0", "id": 1, "result": {}}, False),  # an answer to the server's request
+        ([{"jsonrpc": "2.0", "id": 1, "method": "ping"}], False),  # a batch is always sighted whole
+    ],
+)
+def test_a_legacy_message_is_plain_only_when_it_uses_no_counted_feature(body: object, plain: bool) -> None:
+    sighting = legacy_sighting(body, {"name": "host"}, "2025-11-25")
+    assert (sighting is None) is plain
+    if sighting is not None:
+        assert (sighting.client_info, sighting.protocol_version, sighting.era) == (
+            {"name": "host"},
+            "2025-11-25",
+            "legacy",
+        )
