@@ -262,15 +262,22 @@ class McpEndpoint:
         if isinstance(checked, Rejection):
             raise ProxyError.rejected(checked)
         params = jsonrpc.params_of(body)
-        record.sighting = Sighting(
-            checked.client_info,
-            checked.version,
-            "modern",
-            input_round="inputResponses" in params,
-            listen=checked.method == "subscriptions/listen",
-            task=checked.method.startswith("tasks/") or te.declared(checked.capabilities),
-            extensions=extension_ids(checked.capabilities),
-        )
+        extensions = checked.capabilities.get("extensions")  # validated: an object when present
+        input_round = "inputResponses" in params
+        listen = checked.method == "subscriptions/listen"
+        task = checked.method.startswith("tasks/") or (bool(extensions) and te.declared(checked.capabilities))
+        if input_round or listen or task or extensions:
+            record.sighting = Sighting(
+                checked.client_info,
+                checked.version,
+                "modern",
+                input_round=input_round,
+                listen=listen,
+                task=task,
+                extensions=extension_ids(checked.capabilities),
+            )
+        else:  # one plain request: counted now, no Sighting made for it
+            self._clients.seen_plain(checked.client_info, checked.version, "modern")
         route = self._router[era]
         if route.modern_bytes and checked.method not in CACHEABLE_METHODS and checked.method != "subscriptions/listen":
             return await self._bytes(request, "POST", raw, record, legacy=False, message=body, caller=caller)
