@@ -4,6 +4,8 @@ same-era headers picked. The Origin and Host checks are the middleware's (downst
 
 from __future__ import annotations
 
+from itertools import compress
+from operator import itemgetter, methodcaller
 from typing import Any
 
 from aiohttp import web
@@ -18,6 +20,8 @@ from ..relay.channel import Caller
 # Headers carried from the client to the upstream, beside the ones the proxy computes: the trace
 # context (meta.TRACE_KEYS) and these.
 _PASSTHROUGH_PREFIXES = ("mcp-",)
+_IS_MCP = methodcaller("startswith", _PASSTHROUGH_PREFIXES)  # of a lower-cased name
+_NAME = itemgetter(0)
 _SESSION_HEADER_LOWER = SESSION_HEADER.lower()
 # The request's Identity, once computed (RequestKey: aiohttp 3.13 and later; a string before).
 _IDENTITY: Any = web.RequestKey("identity", Identity) if hasattr(web, "RequestKey") else "mcp_era_proxy.identity"
@@ -103,8 +107,13 @@ def _forwarded(request: web.BaseRequest, credentials: dict[str, str], legacy: bo
     session also its id and Last-Event-ID (it maps one to one onto the upstream's)."""
     headers = dict(credentials)
     if not legacy:  # a modern request (every one of them): its Mcp-* headers but a session id
-        for name, value in request.headers.items():
-            if name[:4].lower() == "mcp-" and name.lower() != _SESSION_HEADER_LOWER:
+        # A request carries many headers and a few Mcp-* ones: those are picked out in C (each
+        # pair's name lowered and tested by map, the pairs kept by compress), and only they loop
+        # here. (Pairs on both sides: a multidict's keys() gives each name once.)
+        received = request.headers
+        picked = map(_IS_MCP, map(str.lower, map(_NAME, received.items())))
+        for name, value in compress(received.items(), picked):
+            if name.lower() != _SESSION_HEADER_LOWER:
                 headers[name] = value
         return headers
     for name, value in request.headers.items():

@@ -15,6 +15,8 @@ from proxy.errors import ProxyError
 
 HEADERS = [
     ("Host", "127.0.0.1:8080"),
+    ("X-Forwarded-For", "10.0.0.1"),
+    ("X-Forwarded-For", "10.0.0.2"),  # a repeated name before the Mcp-* ones: the pairs stay aligned
     ("Authorization", "Bearer opaque"),
     ("traceparent", "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"),
     ("Content-Type", "application/json"),
@@ -47,6 +49,13 @@ async def test_same_era_forwards_what_identifying_the_caller_again_would(
     again = await checked.caller(request(HEADERS), same_era=True, legacy=legacy)
     assert checked.same_era(request(HEADERS), caller, legacy=legacy) == again
     forwarded = again.forwarded
+    expected = dict(caller.credentials)  # what goes: each Mcp-* header (and for legacy Last-Event-ID) as it came
+    for name, value in HEADERS:
+        if name.lower().startswith("mcp-") and (legacy or name.lower() != "mcp-session-id"):
+            expected[name] = value
+        elif legacy and name.lower() == "last-event-id":
+            expected[name] = value
+    assert forwarded == expected
     assert forwarded["mcp-name"] == "echo" and forwarded["Mcp-Param-Region"] == "us"
     assert forwarded["MCP-Protocol-Version"] == "2026-07-28" and "X-Mcpish" not in forwarded
     assert ("Mcp-Session-Id" in forwarded) is legacy and ("Last-Event-ID" in forwarded) is legacy
