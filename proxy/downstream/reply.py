@@ -216,7 +216,8 @@ class RequestReply(RequestChannel):
     __slots__ = ("_event_ids", "_keepalive_s", "_opening", "_request", "_slow", "_stream", "can_stream", "closed")
 
     def __init__(self, request: web.BaseRequest, keepalive_s: float, event_ids: EventIds | None = None) -> None:
-        self.can_stream = accepts_sse(request)
+        accept = request.headers.get("Accept", "*/*")  # accepts_sse, inline: every request
+        self.can_stream = "text/event-stream" in accept or "*/*" in accept
         self._request = request
         self._event_ids = event_ids
         self._keepalive_s = keepalive_s
@@ -288,10 +289,12 @@ class RequestReply(RequestChannel):
     async def finish(
         self, message: Any | None, status: int = 200, headers: dict[str, str] | None = None
     ) -> web.StreamResponse:
-        if self._opening is None and not self.started and message is not None:  # the usual: plain JSON
+        if self._opening is None and self._stream is None and message is not None:  # the usual: plain JSON
             if self._slow is not None:
                 self._slow.cancel()
-            return json_response(message, status, headers)
+            return web.Response(
+                body=jsonrpc.encode(message), status=status, content_type="application/json", headers=headers
+            )  # json_response's, inline
         if not await self.streaming() and message is not None:
             return json_response(message, status, headers)
         if message is not None:
