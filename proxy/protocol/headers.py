@@ -73,11 +73,28 @@ def decode_header_value(raw: str) -> str:
     return raw
 
 
+# Names already rendered (tool, prompt and resource names repeat on almost every request):
+# bounded in count and in the length of what is kept.
+_RENDERED_NAMES: dict[str, str | None] = {}
+_RENDERED_NAMES_MAX = 1024
+_RENDERED_NAME_LENGTH_MAX = 256
+
+
 def name_header_value(method: str, params: object) -> str | None:
     field = NAME_BEARING_METHODS.get(method)
     if field is None or not isinstance(params, dict):
         return None
-    return encode_header_value(params.get(field))
+    value = params.get(field)
+    if type(value) is not str:
+        return encode_header_value(value)
+    if value in _RENDERED_NAMES:
+        return _RENDERED_NAMES[value]
+    rendered = encode_header_value(value)
+    if len(value) <= _RENDERED_NAME_LENGTH_MAX:
+        if len(_RENDERED_NAMES) >= _RENDERED_NAMES_MAX:
+            _RENDERED_NAMES.clear()
+        _RENDERED_NAMES[value] = rendered
+    return rendered
 
 
 @dataclass(frozen=True, slots=True)

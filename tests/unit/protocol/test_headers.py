@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from proxy.protocol import headers
 from proxy.protocol.headers import (
     NAME_BEARING_METHODS,
     PARAM_HEADER_PREFIX,
@@ -299,3 +300,17 @@ def test_extracting_header_values_does_not_change_the_arguments():
     snapshot = copy.deepcopy(arguments)
     param_header_values(HEADERS, arguments)
     assert arguments == snapshot
+
+
+@pytest.mark.parametrize("name", ["echo", " padded ", "=?base64?x?=", "naïve", "tab\there", "x" * 300])
+def test_a_name_rendered_again_is_rendered_the_same(name: str) -> None:
+    first = name_header_value("tools/call", {"name": name})
+    assert first == encode_header_value(name)
+    assert name_header_value("tools/call", {"name": name}) == first  # from what was kept, or again
+
+
+def test_the_kept_names_stay_bounded() -> None:
+    for n in range(headers._RENDERED_NAMES_MAX * 2):
+        assert name_header_value("prompts/get", {"name": f"p{n}"}) == f"p{n}"
+    assert len(headers._RENDERED_NAMES) <= headers._RENDERED_NAMES_MAX
+    assert "x" * 300 not in headers._RENDERED_NAMES
