@@ -122,7 +122,11 @@ class LegacyEndpoint:
                 return replayed
             gone = decision.owner.boot  # that replica is gone: served here (for the stream's next home)
         async with RequestReply(request, self._keepalive_s, self._event_ids(session, body["id"])) as reply:
-            message = await self._run(host, session, body, reply, caller, record)
+            # _run's, inline: one await level less under every suspension of the request.
+            try:
+                message = _noted(await host.handle_request(session, body, reply, caller.credentials), record)
+            except ProxyError as exc:
+                message = await _failed(exc, reply, body["id"], record)
             if Topic.SUBSCRIPTION in topics and self._steering.forwarding and message and "result" in message:
                 # Made here; a GET stream that opened elsewhere meanwhile must learn of it too.
                 holder = self._steering.stream_holder(await host.stream_holder(session))
@@ -171,18 +175,8 @@ class LegacyEndpoint:
         try:
             message = await host.handle_request(session, body, reply, caller.credentials)
         except ProxyError as exc:
-            record.outcome = exc.outcome
-            record.error_code = exc.code
-            # A batch shares `reply`: only an error that needs its own HTTP status stops it opening.
-            if exc.status_for(Era.LEGACY) != 200 and not await reply.streaming():
-                raise  # e.g. an upstream 401: relayed with its status and WWW-Authenticate
-            return exc.reply(body["id"])
-        if message is None:
-            record.outcome = "cancelled"
-        elif "error" in message:
-            record.outcome = "error"
-            record.error_code = error_code(message)
-        return message
+            return await _failed(exc, reply, body["id"], record)
+        return _noted(message, record)
 
     async def batch(
         self,
@@ -300,3 +294,24 @@ class LegacyEndpoint:
             return error_reply(session_not_found(), Era.LEGACY)
         await host.close(session.id, reason="deleted")
         return web.Response(status=200)
+
+
+def _noted(message: dict[str, Any] | None, record: Record) -> dict[str, Any] | None:
+    """A request's final message (None: the client cancelled it), its outcome noted."""
+    if message is None:
+        record.outcome = "cancelled"
+    elif "error" in message:
+        record.outcome = "error"
+        record.error_code = error_code(message)
+    return message
+
+
+async def _failed(exc: ProxyError, reply: RequestReply, request_id: Any, record: Record) -> dict[str, Any]:
+    """A request that failed with `exc`: its error reply, its outcome noted; raises `exc` again when
+    it needs an HTTP status of its own and the reply is not a stream yet."""
+    record.outcome = exc.outcome
+    record.error_code = exc.code
+    # A batch shares `reply`: only an error that needs its own HTTP status stops it opening.
+    if exc.status_for(Era.LEGACY) != 200 and not await reply.streaming():
+        raise exc  # e.g. an upstream 401: relayed with its status and WWW-Authenticate
+    return exc.reply(request_id)

@@ -194,7 +194,13 @@ class TranslatingBackend:
             )
         if method in lt.TASK_METHODS:  # no 2026-07-28 method of that name: nothing to ask upstream
             raise ProxyError(jsonrpc.METHOD_NOT_FOUND, f"Method not found: {method} (this proxy hosts no tasks here)")
-        reply = await self._forward(session, runtime, message, channel, auth_headers)
+        key = self._cache.key_for(method, message.get("params"), session.modern_version, session.upstream_capabilities)
+        if key is None:  # most calls: straight through (here: one await level less), nothing to share
+            call = self._new_call(session, message, channel.can_stream, auth_headers)
+            finish = await self._drive(call, session, runtime, channel, auth_headers)
+            reply = final_reply(message, finish, session.legacy_version)
+        else:
+            reply = await self._cached(key, session, runtime, message, channel, auth_headers)
         return self._hosted.listed(session, method, reply)
 
     async def _run_task_call(
@@ -239,21 +245,17 @@ class TranslatingBackend:
             session.modern_version, session.upstream_capabilities, session.client_info, session.log_level
         )
 
-    async def _forward(
+    async def _cached(
         self,
+        key: tuple[Any, ...],
         session: LegacySession,
         runtime: Runtime,
         message: JSONDict,
         channel: ReplyChannel,
         auth_headers: dict[str, str],
     ) -> JSONDict:
+        """A cacheable request (its `key`): from the response cache, or forwarded and kept."""
         method = message["method"]
-        key = self._cache.key_for(method, message.get("params"), session.modern_version, session.upstream_capabilities)
-        if key is None:  # most calls: straight through, no closure, no outcome to share
-            call = self._new_call(session, message, channel.can_stream, auth_headers)
-            return final_reply(
-                message, await self._drive(call, session, runtime, channel, auth_headers), session.legacy_version
-            )
 
         async def load() -> Outcome:
             call = self._new_call(session, message, channel.can_stream, auth_headers)
@@ -303,8 +305,57 @@ class TranslatingBackend:
         taken over left it); an upstream failure raises its ProxyError. With `latest`, each
         exchange goes with the credentials that session part last had."""
         credentials = meta.without_trace(auth_headers) if auth_headers else {}
+        # The actions are run here, not in a coroutine of their own: each await level costs
+        # every suspension of the call (an upstream reply is awaited at the bottom of it).
         try:
-            return await self._run_actions(call, session, runtime, channel, auth_headers, credentials, resumed, latest)
+            actions = deque(call.start() if resumed is None else resumed)
+            while actions:
+                action = actions.popleft()
+                # The common case first: one request upstream, then its result.
+                if type(action) is SendUpstream:
+                    if action.delay_s:
+                        await asyncio.sleep(action.delay_s)
+                    if latest is not None:
+                        credentials = meta.without_trace(latest.auth_headers)
+                    actions.extend(await self._exchange(call, action, credentials, channel))
+                    continue
+                if type(action) is Finish:
+                    return action
+                match action:
+                    case LookupToolHeaders(tool=tool, refresh=refresh):
+                        if refresh:
+                            self._tool_headers.forget(session.principal)
+                        known = self._tool_headers.known(session.principal, tool)
+                        if known is None:
+                            known = await self._tool_headers.fetch(
+                                session.principal, tool, functools.partial(self._list_tools, session, auth_headers)
+                            )
+                        actions.extend(call.tool_headers(known))
+                    case AskClient(asks=asks):
+                        assert runtime is not None  # only a call that can stream asks, and such a call has a session
+                        actions.extend(await self._rounds.ask(call, runtime, channel, asks))
+                        await channel.answered()
+                    case RelayToClient(message=note):
+                        await channel.send(note)
+                    case Renegotiated(version=version):
+                        self._cache.clear("version_renegotiated")
+                        session.modern_version = version
+                        try:
+                            await self._store.save(session, ("modern_version",))
+                        except StoreUnavailable:  # other replicas renegotiate for themselves
+                            log.warning("renegotiated_version_not_shared", version=version)
+                    case SuspectEra(reason=reason):
+                        self._on_era_mismatch(reason)
+                    case InputRound():
+                        self._metrics.input_rounds.labels("legacy_to_modern", method_label(call.method)).inc()
+                        tracing.input_round()
+                    case Log():
+                        self._log(action)
+                    case Fail(failure=failure):
+                        raise self._failures.client_error(failure)
+                    case WithdrawAsks():
+                        pass  # withdrawn where the asks are awaited (InputRounds.ask)
+            raise AssertionError("a forwarded call ended without finishing")  # pragma: no cover
         finally:
             # Given up (the client cancelled, a round timed out, the proxy stops...) while the
             # upstream still runs a task for it: that task is cancelled, best effort.
@@ -313,66 +364,6 @@ class TranslatingBackend:
                 if latest is not None:
                     credentials = meta.without_trace(latest.auth_headers)
                 self._cancels.spawn(cancel, credentials)
-
-    async def _run_actions(
-        self,
-        call: ForwardedCall,
-        session: LegacySession,
-        runtime: Runtime | None,
-        channel: ReplyChannel,
-        auth_headers: Mapping[str, str],
-        credentials: dict[str, str],
-        resumed: list[Action] | None,
-        latest: Translated | None,
-    ) -> Finish:
-        actions = deque(call.start() if resumed is None else resumed)
-        while actions:
-            action = actions.popleft()
-            # The common case first: one request upstream, then its result.
-            if type(action) is SendUpstream:
-                if action.delay_s:
-                    await asyncio.sleep(action.delay_s)
-                if latest is not None:
-                    credentials = meta.without_trace(latest.auth_headers)
-                actions.extend(await self._exchange(call, action, credentials, channel))
-                continue
-            if type(action) is Finish:
-                return action
-            match action:
-                case LookupToolHeaders(tool=tool, refresh=refresh):
-                    if refresh:
-                        self._tool_headers.forget(session.principal)
-                    known = self._tool_headers.known(session.principal, tool)
-                    if known is None:
-                        known = await self._tool_headers.fetch(
-                            session.principal, tool, functools.partial(self._list_tools, session, auth_headers)
-                        )
-                    actions.extend(call.tool_headers(known))
-                case AskClient(asks=asks):
-                    assert runtime is not None  # only a call that can stream asks, and such a call has a session
-                    actions.extend(await self._rounds.ask(call, runtime, channel, asks))
-                    await channel.answered()
-                case RelayToClient(message=note):
-                    await channel.send(note)
-                case Renegotiated(version=version):
-                    self._cache.clear("version_renegotiated")
-                    session.modern_version = version
-                    try:
-                        await self._store.save(session, ("modern_version",))
-                    except StoreUnavailable:  # other replicas renegotiate for themselves
-                        log.warning("renegotiated_version_not_shared", version=version)
-                case SuspectEra(reason=reason):
-                    self._on_era_mismatch(reason)
-                case InputRound():
-                    self._metrics.input_rounds.labels("legacy_to_modern", method_label(call.method)).inc()
-                    tracing.input_round()
-                case Log():
-                    self._log(action)
-                case Fail(failure=failure):
-                    raise self._failures.client_error(failure)
-                case WithdrawAsks():
-                    pass  # withdrawn where the asks are awaited (InputRounds.ask)
-        raise AssertionError("a forwarded call ended without finishing")  # pragma: no cover
 
     async def _exchange(
         self, call: ForwardedCall, send: SendUpstream, credentials: Mapping[str, str], channel: ReplyChannel
