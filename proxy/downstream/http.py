@@ -210,7 +210,7 @@ class McpEndpoint:
         if isinstance(route, Rejection):
             raise ProxyError.rejected(route)
         if route is not Route.MODERN:
-            for item in body if isinstance(body, list) else (body,):
+            for item in (body,) if type(body) is dict else body:  # a dict, or a batch (a list)
                 problem = client_checks.message_problem(item) if isinstance(item, dict) else None
                 if problem is not None:
                     raise ProxyError.rejected(problem)

@@ -220,7 +220,9 @@ class ForwardedCall:
     def tool_headers(self, headers: Sequence[ParamHeader]) -> list[Action]:
         if self.state.phase != "headers":
             return []
-        self.state.param_headers = [{"name": h.name, "path": list(h.path), "type": h.type} for h in headers]
+        self.state.param_headers = (
+            [{"name": h.name, "path": list(h.path), "type": h.type} for h in headers] if headers else []
+        )
         self._param_headers = tuple(headers)
         return self._send()
 

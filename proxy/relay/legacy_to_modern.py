@@ -371,7 +371,7 @@ class TranslatingBackend:
         """Send one upstream request and feed what comes back to the call; relay its notifications
         as they arrive. Returns the actions that follow the reply."""
         headers = {**credentials, **send.headers} if credentials else send.headers
-        sent_id = call.upstream_id
+        attempt = call.state.attempt  # names the request sent (upstream_id), read without building it
         # A hosted task's call may take as long as the task is kept; a request's, its own bound.
         bound_s = channel.exchange_bound_s(self._settings.upstream.request_timeout_s)
         try:
@@ -380,7 +380,7 @@ class TranslatingBackend:
                     async for incoming in messages:
                         actions = call.upstream_message(incoming)
                         # The reply: what follows it (the call may await the next request already).
-                        if not call.awaiting_upstream or call.upstream_id != sent_id:
+                        if not call.awaiting_upstream or call.state.attempt != attempt:
                             return actions
                         for action in actions:  # a notification, or a request dropped
                             if isinstance(action, RelayToClient):
