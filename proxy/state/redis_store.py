@@ -77,6 +77,8 @@ class RedisSessionStore:
         # is the session's _l1 entry. Only trusted while the tracking connection is healthy.
         self._tracking: Tracking | None = None
         self._copies: dict[str, float] = {}
+        # session id -> its hashed part of a key (a hash and a base64 per request otherwise), bounded.
+        self._hashed: dict[str, str] = {}
         self._reading: dict[str, int] = {}  # record keys being read now: how many reads
         self._overtaken: set[str] = set()  # of those, the ones changed meanwhile: not to be kept
         self.copies_served = 0
@@ -243,13 +245,13 @@ class RedisSessionStore:
         return opened.decode() if opened is not None else None
 
     def _round(self, session_id: str, request_key: str) -> str:
-        return f"{self._prefix}{{{key_hash(session_id)}}}:c:{request_key}"
+        return f"{self._prefix}{{{self._hash(session_id)}}}:c:{request_key}"
 
     def _claimant(self, session_id: str, server_id: str) -> str:
-        return f"{self._prefix}{{{key_hash(session_id)}}}:k:{key_hash(server_id)}"
+        return f"{self._prefix}{{{self._hash(session_id)}}}:k:{key_hash(server_id)}"
 
     def _answer(self, session_id: str, server_id: str) -> str:
-        return f"{self._prefix}{{{key_hash(session_id)}}}:r:{key_hash(server_id)}"
+        return f"{self._prefix}{{{self._hash(session_id)}}}:r:{key_hash(server_id)}"
 
     # ------------------------------------------------------------ health
 
@@ -447,10 +449,18 @@ class RedisSessionStore:
 
     def _record(self, session_id: str) -> str:
         # The braces make the hash a Redis Cluster hash tag: a session's keys share a slot.
-        return f"{self._prefix}{{{key_hash(session_id)}}}:s"
+        return f"{self._prefix}{{{self._hash(session_id)}}}:s"
 
     def _tombstone(self, session_id: str) -> str:
-        return f"{self._prefix}{{{key_hash(session_id)}}}:x"
+        return f"{self._prefix}{{{self._hash(session_id)}}}:x"
+
+    def _hash(self, session_id: str) -> str:
+        hashed = self._hashed.get(session_id)
+        if hashed is None:
+            if len(self._hashed) >= _L1_MAX:
+                self._hashed.clear()
+            hashed = self._hashed[session_id] = key_hash(session_id)
+        return hashed
 
     def _now_ms(self) -> int:
         return int(self._clock() * 1000)

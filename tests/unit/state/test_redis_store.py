@@ -15,7 +15,7 @@ import pytest
 
 from proxy.config import StoreConfig
 from proxy.metrics import Metrics
-from proxy.state.redis_connection import Breaker
+from proxy.state.redis_connection import Breaker, key_hash
 from proxy.state.redis_store import RedisSessionStore
 from proxy.state.sealing import Sealer
 from proxy.state.sessions import LegacySession, SessionCore, SessionIds, StoreUnavailable, principal_of
@@ -357,3 +357,11 @@ async def test_replicas_changing_different_fields_at_once_lose_neither(clock: Cl
     seen = await _store(redis, clock).load(_described(ids, session.id, clock))
     assert seen is not None
     assert (seen.log_level, seen.stream_owner) == ("warning", "boot@10.0.0.2:8081")
+
+
+async def test_a_session_s_keys_are_named_by_its_hash_as_kept(clock: Clock, ids: SessionIds) -> None:
+    store = _store(fakeredis.FakeAsyncRedis(), clock)
+    session = _new(ids, clock)
+    assert store._record(session.id) == f"{store._prefix}{{{key_hash(session.id)}}}:s"
+    assert store._record(session.id) == store._record(session.id)  # from what was kept the second time
+    assert store._tombstone(session.id).endswith(f"{{{key_hash(session.id)}}}:x")
