@@ -11,7 +11,7 @@ from multidict import CIMultiDict
 from proxy.config import UpstreamConfig
 from proxy.protocol import jsonrpc
 from proxy.upstream.errors import UpstreamProtocolError
-from proxy.upstream.http import HttpUpstream
+from proxy.upstream.http import HttpUpstream, _media_type
 
 REPLY = jsonrpc.result_response(1, {"resultType": "complete", "content": [{"type": "text", "text": "x" * 1600}]})
 
@@ -44,13 +44,16 @@ class Response:
         self.content_length = length
         self.content = ArrivingInParts(*parts)
 
+    def close(self) -> None:
+        pass
+
 
 def upstream(**config: Any) -> HttpUpstream:
     return HttpUpstream(UpstreamConfig(url="http://127.0.0.1:1/mcp", **config), session=None)  # type: ignore[arg-type]
 
 
 async def messages(up: HttpUpstream, response: Response) -> list[Any]:
-    return [message async for message in up._messages(response)]  # type: ignore[arg-type]
+    return await up._body_messages(response, "application/json")  # type: ignore[arg-type]
 
 
 async def test_a_reply_that_arrives_in_two_reads_is_read_whole() -> None:
@@ -77,3 +80,95 @@ async def test_a_reply_over_max_reply_bytes_fails_naming_the_bound(announced: bo
 async def test_a_reply_exactly_max_reply_bytes_long_is_read() -> None:
     raw = json.dumps(REPLY).encode()
     assert await messages(upstream(max_reply_bytes=len(raw)), Response(raw[:5], raw[5:])) == [REPLY]
+
+
+@pytest.mark.parametrize("status", [200, 201])
+@pytest.mark.parametrize("body", [b"", b" \r\n\t"], ids=["empty", "blank"])
+async def test_an_empty_or_blank_success_body_holds_no_messages_and_counts_as_an_answer(
+    status: int, body: bytes
+) -> None:
+    up = upstream()
+    assert await messages(up, Response(body, status=status)) == []
+    assert up.last_ok is not None
+
+
+@pytest.mark.parametrize("status", [200, 201])
+async def test_a_success_body_that_is_not_json_rpc_fails_and_is_no_answer(status: int) -> None:
+    up = upstream()
+    with pytest.raises(UpstreamProtocolError, match="not JSON"):
+        await messages(up, Response(b"{nope", status=status))
+    with pytest.raises(UpstreamProtocolError, match="not JSON-RPC"):
+        await messages(up, Response(b'{"jsonrpc": "2.0"}', status=status))
+    assert up.last_ok is None
+
+
+@pytest.mark.parametrize(
+    ("header", "expected"),
+    [
+        ("Application/JSON; charset=utf-8", "application/json"),
+        (" text/event-stream ;x=1", "text/event-stream"),
+        ("", ""),
+    ],
+)
+def test_a_media_type_is_read_without_parameters_in_lower_case(header: str, expected: str) -> None:
+    assert _media_type(header) == expected
+
+
+class Session:
+    """Answers every request with the one response it was given."""
+
+    def __init__(self, response: Response) -> None:
+        self.response = response
+
+    async def request(self, method: str, url: str, *, data: bytes | None, headers: dict[str, str]) -> Response:
+        return self.response
+
+
+REPLIES = [
+    (200, "application/json", json.dumps(REPLY).encode()),
+    (200, "application/json", json.dumps([REPLY, REPLY]).encode()),
+    (200, "application/json", b""),
+    (200, "application/json", b"\n "),
+    (200, "application/json", b"{nope"),
+    (200, "application/json", b'{"jsonrpc": "2.0"}'),
+    (200, "application/json; charset=utf-8", json.dumps(REPLY).encode()),
+    (200, "text/plain", json.dumps(REPLY).encode()),
+    (200, "text/html", b"<html>"),
+    (201, "application/json", json.dumps(REPLY).encode()),
+    (202, "application/json", b""),
+    (400, "application/json", json.dumps(REPLY).encode()),
+    (500, "text/plain", b"boom"),
+]
+
+
+@pytest.mark.parametrize(("status", "content_type", "body"), REPLIES)
+async def test_an_exchange_reads_a_whole_reply_as_the_general_reader_does(
+    status: int, content_type: str, body: bytes
+) -> None:
+    """The usual reply (200, application/json) is read on a shorter path: same messages, same
+    errors, and it counts as an answer just as it does there."""
+
+    async def outcome(read: Any) -> tuple[Any, float | None]:
+        up = upstream()
+        up._clock = lambda: 1.0
+        try:
+            result: Any = await read(up)
+        except Exception as exc:
+            result = (type(exc), str(exc))
+        return result, up.last_ok
+
+    def response() -> Response:
+        reply = Response(body, status=status)
+        reply.headers = CIMultiDict({"Content-Type": content_type})
+        return reply
+
+    async def through_exchange(up: HttpUpstream) -> list[Any]:
+        up._session = Session(response())  # type: ignore[assignment]
+        async with up.exchange(jsonrpc.request(1, "ping"), {}) as reply:
+            assert reply.status == status
+            return [message async for message in reply]
+
+    async def general(up: HttpUpstream) -> list[Any]:
+        return await up._body_messages(response(), _media_type(content_type))  # type: ignore[arg-type]
+
+    assert await outcome(through_exchange) == await outcome(general)
