@@ -76,18 +76,6 @@ class HttpUpstream:
     async def close(self) -> None:
         await self._session.close()
 
-    async def _request(self, method: str, body: bytes | None, headers: Mapping[str, str]) -> aiohttp.ClientResponse:
-        """Send one request; a connection that fails becomes the UpstreamError the relays map."""
-        try:
-            return await self._session.request(
-                method,
-                self.url,
-                data=body,
-                headers={**self._static_headers, **headers} if body else self._bodiless_headers(headers),
-            )
-        except (TimeoutError, aiohttp.ClientError) as exc:
-            raise self._unsent(exc) from None
-
     def _unsent(self, exc: BaseException) -> UpstreamError:
         """The UpstreamError for a request that could not be sent."""
         if isinstance(exc, TimeoutError):
@@ -205,8 +193,16 @@ class HttpUpstream:
 
     async def forward(self, method: str, body: bytes | None, headers: Mapping[str, str]) -> aiohttp.ClientResponse:
         """Raw pass-through for same-era traffic: the caller streams the response bytes, then
-        closes the response."""
-        response = await self._request(method, body, headers)
+        closes the response. A connection that fails becomes the UpstreamError the relays map."""
+        try:
+            response = await self._session.request(
+                method,
+                self.url,
+                data=body,
+                headers={**self._static_headers, **headers} if body else self._bodiless_headers(headers),
+            )
+        except (TimeoutError, aiohttp.ClientError) as exc:
+            raise self._unsent(exc) from None
         if response.status < 500:
             self.last_ok = self._clock()
         return response
@@ -274,7 +270,7 @@ class _Exchange:
                 body, sent = None, upstream._bodiless_headers(headers)
             else:
                 body, sent = jsonrpc.encode(message), {**upstream._static_headers, **headers}
-            try:  # HttpUpstream._request, inlined: one coroutine less per request
+            try:
                 response = self._response = await upstream._session.request(
                     method, upstream.url, data=body, headers=sent
                 )

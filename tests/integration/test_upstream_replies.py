@@ -505,3 +505,20 @@ async def test_an_unreachable_upstream_is_named_by_host_and_port_not_by_tls_defa
         assert error["code"] == jsonrpc.UPSTREAM_UNAVAILABLE
         assert f"127.0.0.1:{port}" in error["message"], error
         assert "ssl" not in error["message"] and "refused" in error["message"].lower(), error
+
+
+@pytest.mark.parametrize("era", ERAS)
+async def test_a_whole_reply_that_never_comes_ends_at_the_request_timeout(
+    make_proxy: MakeProxy, raw: RawUpstream, era: Era
+) -> None:
+    """No head at all: the request's deadline ends the exchange, and the client gets -32011."""
+    proxy = await make_proxy(upstream_url=raw.url, **{"upstream.request_timeout_s": 0.3, **era.config})
+
+    async def hang(request: RawRequest, writer: asyncio.StreamWriter) -> None:
+        await raw.release.wait()
+
+    raw.script = hang
+    async with asyncio.timeout(WAIT):
+        reply = await exchange(proxy, era)
+    error = json.loads(reply.body)
+    assert error["id"] == 7 and error["error"]["code"] == jsonrpc.UPSTREAM_TIMEOUT, reply.data
