@@ -54,10 +54,11 @@ _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
 
 def decode(data: bytes | str) -> Any:
     try:
-        raw = data.encode() if isinstance(data, str) else data
-        if len(raw) >= 19 and _LONG_RUN in raw.translate(_DIGITS_AS_ZERO):
-            return _decode_exact(raw)
-        return orjson.loads(raw)
+        if isinstance(data, str):
+            data = data.encode()
+        if _LONG_RUN in data.translate(_DIGITS_AS_ZERO):  # (no length check first: most bodies are longer)
+            return _decode_exact(data)
+        return orjson.loads(data)
     except (orjson.JSONDecodeError, ValueError, RecursionError) as exc:
         raise DecodeError(str(exc)) from None
 
