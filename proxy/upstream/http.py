@@ -162,13 +162,16 @@ class HttpUpstream:
             raise UpstreamProtocolError(self.name, f"sent a reply {self._over_limit}")
         content = response.content
         try:
-            raw = await content.read(limit + 1)
-            if not content.at_eof():  # the usual: a small body is one read
-                parts, size = [raw], len(raw)
-                while size <= limit and (part := await content.read(limit + 1 - size)):
-                    parts.append(part)
-                    size += len(part)
-                raw = b"".join(parts)
+            if content.is_eof():  # the usual: a small body has all arrived with the head, taken without a wait
+                raw = content.read_nowait()
+            else:
+                raw = await content.read(limit + 1)
+                if not content.at_eof():
+                    parts, size = [raw], len(raw)
+                    while size <= limit and (part := await content.read(limit + 1 - size)):
+                        parts.append(part)
+                        size += len(part)
+                    raw = b"".join(parts)
         except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError) as exc:
             raise UpstreamUnavailable(self.name, f"dropped the response ({exc.__class__.__name__})") from None
         if len(raw) > limit:

@@ -36,6 +36,27 @@ class ArrivingInParts:
     def at_eof(self) -> bool:
         return not self._parts
 
+    def is_eof(self) -> bool:
+        return False  # the end has not arrived yet
+
+
+class Arrived:
+    """A body that had all arrived when it is read, as a small reply has with its head: taken as
+    it is (aiohttp's read_nowait), with no read to await."""
+
+    def __init__(self, body: bytes) -> None:
+        self._body = body
+
+    def is_eof(self) -> bool:
+        return True
+
+    def read_nowait(self) -> bytes:
+        body, self._body = self._body, b""
+        return body
+
+    async def read(self, n: int = -1) -> bytes:
+        raise AssertionError("awaited a read of a body that had arrived")
+
 
 class Response:
     def __init__(self, *parts: bytes, status: int = 200, length: int | None = None) -> None:
@@ -67,6 +88,16 @@ async def test_a_reply_of_many_small_reads_is_read_whole() -> None:
     raw = json.dumps(REPLY).encode()
     parts = [raw[i : i + 10] for i in range(0, len(raw), 10)]
     assert await messages(upstream(), Response(*parts)) == [REPLY]
+
+
+async def test_a_reply_that_has_all_arrived_is_taken_without_a_read_and_within_the_bound() -> None:
+    raw = json.dumps(REPLY).encode()
+    response = Response()
+    response.content = Arrived(raw)  # type: ignore[assignment]
+    assert await messages(upstream(max_reply_bytes=len(raw)), response) == [REPLY]
+    response.content = Arrived(raw)  # type: ignore[assignment]
+    with pytest.raises(UpstreamProtocolError, match=r"upstream\.max_reply_bytes"):
+        await messages(upstream(max_reply_bytes=len(raw) - 1), response)
 
 
 @pytest.mark.parametrize("announced", [True, False], ids=["content-length", "chunked"])
