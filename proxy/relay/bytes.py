@@ -30,7 +30,7 @@ from ..protocol.outcome import UpstreamFailure
 from ..protocol.parked_call import invalid_state
 from ..protocol.relayed_reply import EventCheck, Sent
 from ..upstream.errors import UpstreamError, UpstreamUnavailable
-from ..upstream.http import HttpUpstream
+from ..upstream.http import HttpUpstream, close_response
 from .binding import CallerBinding
 from .failures import UpstreamFailures
 from .scopes import Deadline
@@ -303,7 +303,7 @@ class _Forward:
             raise
 
     async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
-        self._response.close()  # set: entering succeeded
+        close_response(self._response)  # set: entering succeeded
         self._end(exc_type, exc)
 
     def _end(self, exc_type: type[BaseException] | None, exc: BaseException | None) -> None:

@@ -211,6 +211,14 @@ class HttpUpstream:
         return response
 
 
+def close_response(response: aiohttp.ClientResponse) -> None:
+    """Close a response the proxy is done with, unless it has ended by itself: aiohttp gives the
+    connection back as soon as the body has all been read, and closing the response then would
+    only mark its (read) stream closed, about 100 bytecodes per request."""
+    if not response.closed or response.connection is not None:
+        response.close()
+
+
 def _unreachable(exc: aiohttp.ClientConnectorError) -> str:
     """Where the connection failed and why: aiohttp's own text names the TLS context instead
     ("Cannot connect to host h:p ssl:default [Connect call failed ...]"), even for http URLs."""
@@ -322,9 +330,9 @@ class _Exchange:
         try:
             if self._stream is not None:
                 await self._stream.aclose()
-            self._response.close()
+            close_response(self._response)
         finally:
             self._span.end(exc)
 
 
-__all__ = ["HttpUpstream", "UpstreamError"]
+__all__ = ["HttpUpstream", "UpstreamError", "close_response"]

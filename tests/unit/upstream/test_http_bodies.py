@@ -11,7 +11,7 @@ from multidict import CIMultiDict
 from proxy.config import UpstreamConfig
 from proxy.protocol import jsonrpc
 from proxy.upstream.errors import UpstreamProtocolError
-from proxy.upstream.http import HttpUpstream, _media_type
+from proxy.upstream.http import HttpUpstream, _media_type, close_response
 
 REPLY = jsonrpc.result_response(1, {"resultType": "complete", "content": [{"type": "text", "text": "x" * 1600}]})
 
@@ -65,8 +65,13 @@ class Response:
         self.content_length = length
         self.content = ArrivingInParts(*parts)
 
+    closed = False  # as aiohttp's: whether the body was read to its end (or it was closed)
+    connection: object = None
+    close_calls = 0
+
     def close(self) -> None:
-        pass
+        self.close_calls += 1
+        self.closed = True
 
 
 def upstream(**config: Any) -> HttpUpstream:
@@ -203,3 +208,19 @@ async def test_an_exchange_reads_a_whole_reply_as_the_general_reader_does(
         return await up._body_messages(response(), _media_type(content_type))  # type: ignore[arg-type]
 
     assert await outcome(through_exchange) == await outcome(general)
+
+
+@pytest.mark.parametrize(
+    ("ended", "connection", "closed"),
+    [
+        (True, None, False),  # read to its end: aiohttp gave the connection back already
+        (True, object(), True),  # ended, its connection not given back yet (a request body still being written)
+        (False, object(), True),  # not read to its end: closing it is what cancels the request upstream
+        (False, None, True),
+    ],
+)
+def test_a_response_is_closed_unless_it_ended_by_itself(ended: bool, connection: object, closed: bool) -> None:
+    response = Response()
+    response.closed, response.connection = ended, connection
+    close_response(response)  # type: ignore[arg-type]
+    assert response.close_calls == (1 if closed else 0)
