@@ -23,6 +23,8 @@ class Route(Enum):
     LEGACY_SESSIONLESS = "legacy_sessionless"
 
 
+_PROTOCOL_VERSION = meta.PROTOCOL_VERSION
+
 SESSIONLESS = Rejection(
     jsonrpc.INVALID_REQUEST,
     "no Mcp-Session-Id: send initialize first (legacy) or per-request _meta (2026-07-28)",
@@ -40,9 +42,11 @@ def classify_post(body: object, session_id: str | None, protocol_version_header:
         return Rejection(jsonrpc.INVALID_REQUEST, "body is not a JSON-RPC message")
     # The reserved protocolVersion key marks a modern request even for `initialize` (a removed
     # method a modern server answers with -32601); legacy clients never set it.
-    request_meta = meta.meta_of(body.get("params"))
-    if request_meta is not None and meta.PROTOCOL_VERSION in request_meta:
-        return Route.MODERN
+    params = body.get("params")  # meta.meta_of, inlined: it runs for every POST
+    if isinstance(params, dict):
+        request_meta = params.get("_meta")
+        if isinstance(request_meta, dict) and _PROTOCOL_VERSION in request_meta:
+            return Route.MODERN
     if body.get("method") == "initialize":
         if protocol_version_header in MODERN_VERSIONS:
             return _missing_meta(protocol_version_header)

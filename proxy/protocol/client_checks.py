@@ -62,15 +62,17 @@ def message_problem(message: jsonrpc.JSONDict) -> Rejection | None:
     method = message.get("method")
     if not isinstance(method, str):
         return None  # a response: its fields are the server's business
-    if not (method.isascii() and method.isprintable()) and _CONTROL.search(method) is not None:
+    # A method that names something is a known one, plain text: no control character to look for.
+    field = _NAME_FIELDS.get(method)
+    if field is None and not (method.isascii() and method.isprintable()) and _CONTROL.search(method) is not None:
         return Rejection(jsonrpc.INVALID_REQUEST, "Invalid Request: the method name holds a control character")
     params = message.get("params")
     if not isinstance(params, dict):
         return None
-    field = _NAME_FIELDS.get(method)
-    if field is not None and field in params and not isinstance(params[field], str):
-        return Rejection(jsonrpc.INVALID_PARAMS, f"Invalid params: {field} must be a string")
-    if method == "notifications/cancelled" and "requestId" in params:
+    if field is not None:
+        if field in params and not isinstance(params[field], str):
+            return Rejection(jsonrpc.INVALID_PARAMS, f"Invalid params: {field} must be a string")
+    elif method == "notifications/cancelled" and "requestId" in params:
         if not jsonrpc.is_request_id(params["requestId"]):
             return Rejection(jsonrpc.INVALID_PARAMS, "Invalid params: requestId must be a string or an integer")
     return None

@@ -54,10 +54,11 @@ _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
 
 def decode(data: bytes | str) -> Any:
     try:
-        raw = data.encode() if isinstance(data, str) else data
-        if len(raw) >= 19 and _LONG_RUN in raw.translate(_DIGITS_AS_ZERO):
-            return _decode_exact(raw)
-        return orjson.loads(raw)
+        if isinstance(data, str):
+            data = data.encode()
+        if _LONG_RUN in data.translate(_DIGITS_AS_ZERO):  # (no length check first: most bodies are longer)
+            return _decode_exact(data)
+        return orjson.loads(data)
     except (orjson.JSONDecodeError, ValueError, RecursionError) as exc:
         raise DecodeError(str(exc)) from None
 
@@ -125,13 +126,19 @@ def canonical(value: Any) -> bytes:
         return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
 
 
+# The types decoded JSON gives a valid request id, tried first (by identity: no bool) before the
+# full check, which also takes their subclasses.
+_ID_TYPES = (int, str)
+
+
 def is_request_id(value: object) -> bool:
     # bool is an int subclass in Python but never a valid id; floats are not allowed either.
-    return (isinstance(value, int) and not isinstance(value, bool)) or isinstance(value, str)
+    return type(value) in _ID_TYPES or (isinstance(value, int | str) and type(value) is not bool)
 
 
 def kind(message: object) -> Kind:
-    """Classify one decoded JSON value as a JSON-RPC message kind."""
+    """Classify one decoded JSON value as a JSON-RPC message kind. It runs several times per
+    request: the usual id (an int or a str) is checked inline, not by a call."""
     if not isinstance(message, dict) or message.get("jsonrpc") != "2.0":
         return "invalid"
     if "method" in message:
@@ -142,22 +149,27 @@ def kind(message: object) -> Kind:
             return "invalid"
         if "id" not in message:
             return "notification"
-        return "request" if is_request_id(message["id"]) else "invalid"
-    if "result" in message and "error" not in message:
-        return "response" if is_request_id(message.get("id")) else "invalid"
-    if "error" in message and "result" not in message and is_error_object(message["error"]):
-        # An error reply may omit its id (or carry null) when the request's id was unreadable.
-        return "response" if message.get("id") is None or is_request_id(message["id"]) else "invalid"
-    return "invalid"
+        request_id = message["id"]
+        return "request" if type(request_id) in _ID_TYPES or is_request_id(request_id) else "invalid"
+    if "error" not in message:
+        if "result" not in message:
+            return "invalid"
+        request_id = message.get("id")
+        return "response" if type(request_id) in _ID_TYPES or is_request_id(request_id) else "invalid"
+    if "result" in message or not is_error_object(message["error"]):
+        return "invalid"
+    # An error reply may omit its id (or carry null) when the request's id was unreadable.
+    request_id = message.get("id")
+    return "response" if request_id is None or is_request_id(request_id) else "invalid"
 
 
 def is_error_object(error: object) -> bool:
     """A JSON-RPC error object: an integer code and a message."""
-    return (
-        isinstance(error, dict)
-        and isinstance(error.get("code"), int)
-        and not isinstance(error.get("code"), bool)
-        and isinstance(error.get("message"), str)
+    if not isinstance(error, dict):
+        return False
+    code = error.get("code")
+    return (type(code) is int or (isinstance(code, int) and type(code) is not bool)) and isinstance(
+        error.get("message"), str
     )
 
 
@@ -168,14 +180,15 @@ def obj(value: object) -> JSONDict:
 
 def params_of(message: JSONDict) -> JSONDict:
     """A message's params when they are an object (a request's may be absent), else {}."""
-    return obj(message.get("params"))
+    params = message.get("params")  # obj() inlined: read for most requests, more than once
+    return params if isinstance(params, dict) else {}
 
 
 def id_of(message: object) -> RequestId | None:
     """The id of a message if it is a readable request id, for error replies."""
     if isinstance(message, dict):
         value = message.get("id")
-        if is_request_id(value):
+        if type(value) in _ID_TYPES or is_request_id(value):
             return value
     return None
 

@@ -30,7 +30,7 @@ from ..protocol.outcome import UpstreamFailure
 from ..protocol.parked_call import invalid_state
 from ..protocol.relayed_reply import EventCheck, Sent
 from ..upstream.errors import UpstreamError, UpstreamUnavailable
-from ..upstream.http import HttpUpstream
+from ..upstream.http import HttpUpstream, close_response
 from .binding import CallerBinding
 from .failures import UpstreamFailures
 from .scopes import Deadline
@@ -142,28 +142,28 @@ class ByteRelay:
                 def rewrite(value: Any) -> Any:
                     return binding.reply(value, principal)
 
-        content_type = headers.get("Content-Type", "").split(";")[0].strip().lower()
-        if response.status in (401, 403) and self._failures.own_credentials:
+        status = response.status
+        if status in (401, 403) and self._failures.own_credentials:
             # The proxy's own credentials refused (resource_server): the client gets a 502, not the challenge.
-            detail = f"answered HTTP {response.status}"
-            failure = UpstreamFailure(upstream.name, "http", jsonrpc.UPSTREAM_UNAVAILABLE, detail, response.status)
-            raise self.refuse(failure)
-        if relayed_reply.streams(response.status, content_type):
-            check = EventCheck(sent, upstream.name, upstream.max_reply_bytes, rewrite)
-            return ByteReply(response.status, returned, None, _Events(self, response.content, check), check)
+            detail = f"answered HTTP {status}"
+            raise self.refuse(UpstreamFailure(upstream.name, "http", jsonrpc.UPSTREAM_UNAVAILABLE, detail, status))
+        content_type = headers.get("Content-Type", "")
+        if content_type != "application/json":  # the usual, already a bare media type in lower case
+            content_type = content_type.split(";")[0].strip().lower()
+            if relayed_reply.streams(status, content_type):  # never a JSON reply
+                check = EventCheck(sent, upstream.name, upstream.max_reply_bytes, rewrite)
+                return ByteReply(status, returned, None, _Events(self, response.content, check), check)
         body = await upstream.read_body(response)
         if rewrite is None:
-            refusal = relayed_reply.check_body(sent, response.status, content_type, body, upstream.name)
+            refusal = relayed_reply.check_body(sent, status, content_type, body, upstream.name)
         else:
-            refusal, body = relayed_reply.check_and_rewrite(
-                sent, response.status, content_type, body, upstream.name, rewrite
-            )
+            refusal, body = relayed_reply.check_and_rewrite(sent, status, content_type, body, upstream.name, rewrite)
         if refusal is not None:
             kept = {name: value for name, value in returned.items() if name in _KEPT_ON_REFUSAL}
             raise self.refuse(refusal.failure, refusal.status, kept)
-        if initialize and response.status >= 400:
+        if initialize and status >= 400:
             self._check_era(body)
-        return ByteReply(response.status, returned, body)
+        return ByteReply(status, returned, body)
 
     def _check_era(self, body: bytes) -> None:
         """A refused initialize (rare: parsed once more) that names 2026-07-28 versions, or an
@@ -246,6 +246,9 @@ class _Forward:
         "_span",
     )
 
+    _response: aiohttp.ClientResponse  # set on entering, as is _span
+    _span: tracing.UpstreamSpan
+
     def __init__(
         self,
         relay: ByteRelay,
@@ -266,49 +269,53 @@ class _Forward:
         self._legacy = legacy
         self._sent = sent
         self._deadline: Deadline | None = None
-        self._response: aiohttp.ClientResponse | None = None
-        self._span = tracing.NULL_UPSTREAM
 
     async def __aenter__(self) -> ByteReply:
-        if self._method == "POST":
-            self._deadline = Deadline(self._relay._request_timeout_s)
-            self._deadline.__enter__()
-        message = self._message if isinstance(self._message, dict) else None
-        span = self._span = tracing.upstream(message, "http", self._method)
-        body = self._body
-        if span is not tracing.NULL_UPSTREAM and message is not None and body is not None:
-            # Traced: a request's `_meta` carries this exchange's context as its headers do (an
-            # upstream such as the mcp SDK reads only `_meta`), so the upstream's span is the
-            # exchange's child. Only then is the body written again; the rest of it as it came.
-            traced = span.message(message)
-            if traced is not message:
-                body = jsonrpc.encode(traced)
+        relay, method = self._relay, self._method
+        if method == "POST":
+            deadline = self._deadline = Deadline(relay._request_timeout_s)
+            deadline.__enter__()
+        message = self._message
+        if not isinstance(message, dict):
+            message = None
+        span = self._span = tracing.upstream(message, "http", method)
+        body, headers = self._body, self._headers
+        if span is not tracing.NULL_UPSTREAM:
+            if message is not None and body is not None:
+                # Traced: a request's `_meta` carries this exchange's context as its headers do (an
+                # upstream such as the mcp SDK reads only `_meta`), so the upstream's span is the
+                # exchange's child. Only then is the body written again; the rest of it as it came.
+                traced = span.message(message)
+                if traced is not message:
+                    body = jsonrpc.encode(traced)
+            headers = span.headers(headers)
+        response = None
         try:
-            response = self._response = await self._relay._upstream.forward(
-                self._method, body, span.headers(self._headers)
-            )
+            response = self._response = await relay._upstream.forward(method, body, headers)
             span.status(response.status)
-            initialize = self._legacy and message is not None and message.get("method") == "initialize"
-            return await self._relay._reply(response, self._sent, self._legacy, self._principal, initialize)
+            legacy = self._legacy
+            initialize = legacy and message is not None and message.get("method") == "initialize"
+            return await relay._reply(response, self._sent, legacy, self._principal, initialize)
         except BaseException as exc:
-            if self._response is not None:
-                self._response.close()
-            self._end(exc)
+            if response is not None:
+                response.close()
+            self._end(type(exc), exc)
             raise
 
     async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
-        if self._response is not None:
-            self._response.close()
-        self._end(exc)
+        close_response(self._response)  # set: entering succeeded
+        self._end(exc_type, exc)
 
-    def _end(self, exc: BaseException | None) -> None:
+    def _end(self, exc_type: type[BaseException] | None, exc: BaseException | None) -> None:
         """Leave the deadline; an upstream failure or the deadline becomes the client's error."""
-        relay = self._relay
         self._span.end(exc)
-        if self._deadline is not None:
+        deadline = self._deadline
+        if deadline is not None:
             try:
-                self._deadline.__exit__(type(exc) if exc is not None else None, exc, None)
+                deadline.__exit__(exc_type, exc, None)
             except TimeoutError:
+                relay = self._relay
                 raise relay._failures.timeout(relay._upstream.name) from None
-        if isinstance(exc, UpstreamError):
+        if exc is not None and isinstance(exc, UpstreamError):
+            relay = self._relay
             raise relay._failures.client_error(exc) from None

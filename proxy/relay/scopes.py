@@ -4,6 +4,7 @@ starts (a call, a relay, a stream) until they end, logs their failures, and ends
 from __future__ import annotations
 
 import asyncio
+from asyncio import current_task, get_running_loop
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, Generic, Literal, Self, TypeVar
 
@@ -102,19 +103,22 @@ class CancelScope:
 
     __slots__ = ("_active", "_task", "_timeout_s", "_timer", "cancelled", "timed_out")
 
+    # `_task` and `_timer` are set on entering (a timer only with a deadline): `_active` guards
+    # every read of `_task`, and `_timeout_s` says whether there is a timer.
+    _task: asyncio.Task[Any] | None
+    _timer: asyncio.TimerHandle
+
     def __init__(self, timeout_s: float | None = None) -> None:
         self._timeout_s = timeout_s
-        self._task: asyncio.Task[Any] | None = None
-        self._timer: asyncio.TimerHandle | None = None
         self._active = False
         self.cancelled = False
         self.timed_out = False
 
     def __enter__(self) -> Self:
-        self._task = asyncio.current_task()
+        self._task = current_task()
         self._active = True
         if self._timeout_s is not None:
-            self._timer = asyncio.get_running_loop().call_later(self._timeout_s, self._expire)
+            self._timer = get_running_loop().call_later(self._timeout_s, self._expire)
         return self
 
     def _expire(self) -> None:
@@ -129,10 +133,11 @@ class CancelScope:
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object) -> bool:
         self._active = False
-        if self._timer is not None:
+        if self._timeout_s is not None:
             self._timer.cancel()
-        if not self.cancelled or self._task is None:
+        if not self.cancelled:  # the usual: the work ended by itself
             return False
+        assert self._task is not None  # only a scope with a task is cancelled
         if self._task.uncancel() != 0 or exc_type is not asyncio.CancelledError:
             return False  # cancelled from elsewhere too, or the work ended otherwise
         if self.timed_out:
@@ -142,13 +147,31 @@ class CancelScope:
 
 class Deadline(CancelScope):
     """A CancelScope with a deadline and nothing else: past it, the work inside ends with
-    TimeoutError; it swallows nothing (nobody else cancels through it)."""
+    TimeoutError; it swallows nothing (nobody else cancels through it). Its own methods, without
+    the checks for a scope without a deadline: it runs for every request."""
 
     __slots__ = ()
 
     def __init__(self, timeout_s: float) -> None:
-        super().__init__(timeout_s)
+        self._timeout_s = timeout_s
+        self._active = False
+        self.cancelled = False
+        self.timed_out = False
+
+    def __enter__(self) -> Self:
+        self._task = current_task()
+        self._active = True
+        timeout_s: float = self._timeout_s  # type: ignore[assignment]  # a Deadline always has one
+        self._timer = get_running_loop().call_later(timeout_s, self._expire)
+        return self
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object) -> Literal[False]:
-        super().__exit__(exc_type, exc, tb)
+        self._active = False
+        self._timer.cancel()
+        if self.cancelled:
+            # As CancelScope.__exit__, but what it would swallow (a `cancel()` that was not the
+            # timeout) goes on.
+            assert self._task is not None  # only a scope with a task is cancelled
+            if self._task.uncancel() == 0 and exc_type is asyncio.CancelledError and self.timed_out:
+                raise TimeoutError from exc
         return False

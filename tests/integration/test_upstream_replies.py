@@ -27,7 +27,7 @@ from tests.support.mcp_client import ACCEPT
 from tests.support.modern_client import ModernClient, read_reply
 from tests.support.raw_http_client import Reply as RawReply
 from tests.support.raw_http_client import raw_exchange
-from tests.support.raw_upstream import RawRequest, RawUpstream, chunk, head, sse, whole
+from tests.support.raw_upstream import LAST_CHUNK, RawRequest, RawUpstream, chunk, head, sse, whole
 
 WAIT = 5.0  # upper bound for anything a test waits for
 SESSION = "upstream-session-1"
@@ -488,6 +488,32 @@ async def test_a_byte_for_byte_reply_over_the_bound_is_upstream_invalid(
     assert error["code"] == jsonrpc.UPSTREAM_INVALID and "upstream.max_reply_bytes" in error["message"]
 
 
+@pytest.mark.parametrize("era", ERAS)
+@pytest.mark.parametrize("size", [990, 2000], ids=["within", "over"])
+async def test_a_chunked_reply_that_arrives_whole_is_held_to_the_bound_too(
+    make_proxy: MakeProxy, raw: RawUpstream, era: Era, size: int
+) -> None:
+    """No Content-Length to refuse it by, and all of it there at once (read without a wait)."""
+    proxy = await make_proxy(upstream_url=raw.url, **{"upstream.max_reply_bytes": 1000, **era.config})
+    answer = jsonrpc.result_response(7, {"content": [{"type": "text", "text": ""}]})
+    padding = size - len(json.dumps(answer).encode())
+    answer["result"]["content"][0]["text"] = "b" * padding
+    body = json.dumps(answer).encode()
+    assert len(body) == size
+
+    async def script(request: RawRequest, writer: asyncio.StreamWriter) -> None:
+        writer.write(head(200, "application/json") + chunk(body) + LAST_CHUNK)
+
+    raw.script = script
+    async with asyncio.timeout(WAIT):
+        reply = await exchange(proxy, era)
+    if size <= 1000:
+        assert json.loads(reply.body) == answer
+    else:
+        error = json.loads(reply.body)["error"]
+        assert error["code"] == jsonrpc.UPSTREAM_INVALID and "upstream.max_reply_bytes" in error["message"]
+
+
 # ---------------------------------------------------------------------------- an upstream that cannot be reached
 
 
@@ -505,3 +531,20 @@ async def test_an_unreachable_upstream_is_named_by_host_and_port_not_by_tls_defa
         assert error["code"] == jsonrpc.UPSTREAM_UNAVAILABLE
         assert f"127.0.0.1:{port}" in error["message"], error
         assert "ssl" not in error["message"] and "refused" in error["message"].lower(), error
+
+
+@pytest.mark.parametrize("era", ERAS)
+async def test_a_whole_reply_that_never_comes_ends_at_the_request_timeout(
+    make_proxy: MakeProxy, raw: RawUpstream, era: Era
+) -> None:
+    """No head at all: the request's deadline ends the exchange, and the client gets -32011."""
+    proxy = await make_proxy(upstream_url=raw.url, **{"upstream.request_timeout_s": 0.3, **era.config})
+
+    async def hang(request: RawRequest, writer: asyncio.StreamWriter) -> None:
+        await raw.release.wait()
+
+    raw.script = hang
+    async with asyncio.timeout(WAIT):
+        reply = await exchange(proxy, era)
+    error = json.loads(reply.body)
+    assert error["id"] == 7 and error["error"]["code"] == jsonrpc.UPSTREAM_TIMEOUT, reply.data

@@ -91,6 +91,7 @@ def test_a_modern_version_header_without_meta_is_missing_required_metadata():
         jsonrpc.request(1, "tools/list"),
         jsonrpc.request(1, "tools/list", {"_meta": "not an object"}),
         jsonrpc.request(1, "tools/list", {"_meta": {meta.CLIENT_CAPABILITIES: {}}}),
+        {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": [{"_meta": {meta.PROTOCOL_VERSION: "x"}}]},
         jsonrpc.notification("notifications/initialized"),
     ],
 )

@@ -79,6 +79,8 @@ def test_well_formed_messages_have_no_problem(message: jsonrpc.JSONDict) -> None
         ({"jsonrpc": "2.0", "id": 1, "method": "tools/list\r\nX-Injected: 1"}, jsonrpc.INVALID_REQUEST),
         ({"jsonrpc": "2.0", "id": 1, "method": "tools/list\x7f"}, jsonrpc.INVALID_REQUEST),
         ({"jsonrpc": "2.0", "method": "notifications/\x00"}, jsonrpc.INVALID_REQUEST),
+        # Looked for in any name but a known one (tools/call is): this one only starts like it.
+        ({"jsonrpc": "2.0", "id": 1, "method": "tools/call\n", "params": {"name": "t"}}, jsonrpc.INVALID_REQUEST),
         ({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": {}}}, jsonrpc.INVALID_PARAMS),
         ({"jsonrpc": "2.0", "id": 1, "method": "prompts/get", "params": {"name": ["a"]}}, jsonrpc.INVALID_PARAMS),
         ({"jsonrpc": "2.0", "id": 1, "method": "resources/read", "params": {"uri": 5}}, jsonrpc.INVALID_PARAMS),

@@ -177,6 +177,27 @@ def test_request_ids_are_strings_or_integers_but_never_booleans_or_floats(value,
     assert jsonrpc.is_request_id(value) is ok
 
 
+class _Int(int):
+    pass
+
+
+class _Str(str):
+    pass
+
+
+def test_subclasses_of_int_and_str_are_ids_too_where_the_exact_types_are_checked_first():
+    """kind and id_of try the exact types decoded JSON gives, then the full check."""
+    for request_id in (_Int(3), _Str("a")):
+        assert jsonrpc.is_request_id(request_id)
+        assert jsonrpc.kind({"jsonrpc": "2.0", "id": request_id, "method": "ping"}) == "request"
+        assert jsonrpc.kind({"jsonrpc": "2.0", "id": request_id, "result": {}}) == "response"
+        assert jsonrpc.id_of({"id": request_id}) == request_id
+    assert jsonrpc.kind({"jsonrpc": "2.0", "id": 1, "error": {"code": _Int(-1), "message": "m"}}) == "response"
+    assert jsonrpc.kind({"jsonrpc": "2.0", "id": False, "result": {}}) == "invalid"
+    assert jsonrpc.kind({"jsonrpc": "2.0", "id": 1.0, "error": {"code": -1, "message": "m"}}) == "invalid"
+    assert jsonrpc.kind({"jsonrpc": "2.0", "id": None, "error": {"code": -1, "message": "m"}}) == "response"
+
+
 @pytest.mark.parametrize(
     ("message", "expected"),
     [

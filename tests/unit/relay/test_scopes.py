@@ -7,7 +7,7 @@ import asyncio
 import pytest
 from structlog.testing import capture_logs
 
-from proxy.relay.scopes import CancelScope, TaskScope
+from proxy.relay.scopes import CancelScope, Deadline, TaskScope
 
 WAIT = 5.0
 
@@ -123,6 +123,77 @@ async def test_a_deadline_inside_a_scope_cancelled_from_elsewhere_lets_the_outer
     async def work() -> str:
         with outer:
             with CancelScope(WAIT):
+                started.set()
+                await asyncio.Event().wait()
+        return "cancelled by the client"
+
+    task = asyncio.create_task(work())
+    async with asyncio.timeout(WAIT):
+        await started.wait()
+        outer.cancel()
+        assert await task == "cancelled by the client"
+
+
+async def test_a_deadline_ends_the_work_as_a_timeout_once_it_has_passed() -> None:
+    with pytest.raises(TimeoutError):
+        async with asyncio.timeout(WAIT):  # the outer bound of the test only
+            with Deadline(0.01) as deadline:
+                await asyncio.Event().wait()
+    assert deadline.timed_out and deadline.cancelled
+    await asyncio.sleep(0)  # no cancellation is left pending for the task
+
+
+async def test_work_that_ends_before_its_deadline_is_not_disturbed_and_the_timer_is_gone() -> None:
+    with Deadline(0.01) as deadline:
+        await asyncio.sleep(0)
+    await asyncio.sleep(0.05)  # past the deadline: nothing is cancelled
+    assert not deadline.timed_out and not deadline.cancelled
+
+
+async def test_a_deadline_swallows_nothing_not_even_a_cancellation_through_it() -> None:
+    started = asyncio.Event()
+    deadline = Deadline(WAIT)
+
+    async def work() -> None:
+        with deadline:
+            started.set()
+            await asyncio.Event().wait()
+
+    task = asyncio.create_task(work())
+    async with asyncio.timeout(WAIT):
+        await started.wait()
+        deadline.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+    assert deadline.cancelled and not deadline.timed_out
+
+
+async def test_a_cancellation_from_elsewhere_goes_on_through_a_deadline_that_passed_too() -> None:
+    started = asyncio.Event()
+
+    async def work() -> None:
+        with Deadline(0.01):
+            started.set()
+            try:
+                await asyncio.Event().wait()
+            finally:
+                asyncio.current_task().cancel()  # type: ignore[union-attr]  # the client went away as well
+                await asyncio.sleep(0)
+
+    task = asyncio.create_task(work())
+    async with asyncio.timeout(WAIT):
+        await started.wait()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+
+async def test_a_deadline_inside_a_scope_cancelled_from_elsewhere_lets_the_scope_end_it() -> None:
+    started = asyncio.Event()
+    outer = CancelScope()
+
+    async def work() -> str:
+        with outer:
+            with Deadline(WAIT):
                 started.set()
                 await asyncio.Event().wait()
         return "cancelled by the client"

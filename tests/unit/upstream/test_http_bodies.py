@@ -11,7 +11,7 @@ from multidict import CIMultiDict
 from proxy.config import UpstreamConfig
 from proxy.protocol import jsonrpc
 from proxy.upstream.errors import UpstreamProtocolError
-from proxy.upstream.http import HttpUpstream
+from proxy.upstream.http import HttpUpstream, _media_type, close_response
 
 REPLY = jsonrpc.result_response(1, {"resultType": "complete", "content": [{"type": "text", "text": "x" * 1600}]})
 
@@ -36,6 +36,27 @@ class ArrivingInParts:
     def at_eof(self) -> bool:
         return not self._parts
 
+    def is_eof(self) -> bool:
+        return False  # the end has not arrived yet
+
+
+class Arrived:
+    """A body that had all arrived when it is read, as a small reply has with its head: taken as
+    it is (aiohttp's read_nowait), with no read to await."""
+
+    def __init__(self, body: bytes) -> None:
+        self._body = body
+
+    def is_eof(self) -> bool:
+        return True
+
+    def read_nowait(self) -> bytes:
+        body, self._body = self._body, b""
+        return body
+
+    async def read(self, n: int = -1) -> bytes:
+        raise AssertionError("awaited a read of a body that had arrived")
+
 
 class Response:
     def __init__(self, *parts: bytes, status: int = 200, length: int | None = None) -> None:
@@ -44,13 +65,21 @@ class Response:
         self.content_length = length
         self.content = ArrivingInParts(*parts)
 
+    closed = False  # as aiohttp's: whether the body was read to its end (or it was closed)
+    connection: object = None
+    close_calls = 0
+
+    def close(self) -> None:
+        self.close_calls += 1
+        self.closed = True
+
 
 def upstream(**config: Any) -> HttpUpstream:
     return HttpUpstream(UpstreamConfig(url="http://127.0.0.1:1/mcp", **config), session=None)  # type: ignore[arg-type]
 
 
 async def messages(up: HttpUpstream, response: Response) -> list[Any]:
-    return [message async for message in up._messages(response)]  # type: ignore[arg-type]
+    return await up._body_messages(response, "application/json")  # type: ignore[arg-type]
 
 
 async def test_a_reply_that_arrives_in_two_reads_is_read_whole() -> None:
@@ -66,6 +95,16 @@ async def test_a_reply_of_many_small_reads_is_read_whole() -> None:
     assert await messages(upstream(), Response(*parts)) == [REPLY]
 
 
+async def test_a_reply_that_has_all_arrived_is_taken_without_a_read_and_within_the_bound() -> None:
+    raw = json.dumps(REPLY).encode()
+    response = Response()
+    response.content = Arrived(raw)  # type: ignore[assignment]
+    assert await messages(upstream(max_reply_bytes=len(raw)), response) == [REPLY]
+    response.content = Arrived(raw)  # type: ignore[assignment]
+    with pytest.raises(UpstreamProtocolError, match=r"upstream\.max_reply_bytes"):
+        await messages(upstream(max_reply_bytes=len(raw) - 1), response)
+
+
 @pytest.mark.parametrize("announced", [True, False], ids=["content-length", "chunked"])
 async def test_a_reply_over_max_reply_bytes_fails_naming_the_bound(announced: bool) -> None:
     raw = json.dumps(REPLY).encode()
@@ -77,3 +116,111 @@ async def test_a_reply_over_max_reply_bytes_fails_naming_the_bound(announced: bo
 async def test_a_reply_exactly_max_reply_bytes_long_is_read() -> None:
     raw = json.dumps(REPLY).encode()
     assert await messages(upstream(max_reply_bytes=len(raw)), Response(raw[:5], raw[5:])) == [REPLY]
+
+
+@pytest.mark.parametrize("status", [200, 201])
+@pytest.mark.parametrize("body", [b"", b" \r\n\t"], ids=["empty", "blank"])
+async def test_an_empty_or_blank_success_body_holds_no_messages_and_counts_as_an_answer(
+    status: int, body: bytes
+) -> None:
+    up = upstream()
+    assert await messages(up, Response(body, status=status)) == []
+    assert up.last_ok is not None
+
+
+@pytest.mark.parametrize("status", [200, 201])
+async def test_a_success_body_that_is_not_json_rpc_fails_and_is_no_answer(status: int) -> None:
+    up = upstream()
+    with pytest.raises(UpstreamProtocolError, match="not JSON"):
+        await messages(up, Response(b"{nope", status=status))
+    with pytest.raises(UpstreamProtocolError, match="not JSON-RPC"):
+        await messages(up, Response(b'{"jsonrpc": "2.0"}', status=status))
+    assert up.last_ok is None
+
+
+@pytest.mark.parametrize(
+    ("header", "expected"),
+    [
+        ("Application/JSON; charset=utf-8", "application/json"),
+        (" text/event-stream ;x=1", "text/event-stream"),
+        ("", ""),
+    ],
+)
+def test_a_media_type_is_read_without_parameters_in_lower_case(header: str, expected: str) -> None:
+    assert _media_type(header) == expected
+
+
+class Session:
+    """Answers every request with the one response it was given."""
+
+    def __init__(self, response: Response) -> None:
+        self.response = response
+
+    async def request(self, method: str, url: str, *, data: bytes | None, headers: dict[str, str]) -> Response:
+        return self.response
+
+
+REPLIES = [
+    (200, "application/json", json.dumps(REPLY).encode()),
+    (200, "application/json", json.dumps([REPLY, REPLY]).encode()),
+    (200, "application/json", b""),
+    (200, "application/json", b"\n "),
+    (200, "application/json", b"{nope"),
+    (200, "application/json", b'{"jsonrpc": "2.0"}'),
+    (200, "application/json; charset=utf-8", json.dumps(REPLY).encode()),
+    (200, "text/plain", json.dumps(REPLY).encode()),
+    (200, "text/html", b"<html>"),
+    (201, "application/json", json.dumps(REPLY).encode()),
+    (202, "application/json", b""),
+    (400, "application/json", json.dumps(REPLY).encode()),
+    (500, "text/plain", b"boom"),
+]
+
+
+@pytest.mark.parametrize(("status", "content_type", "body"), REPLIES)
+async def test_an_exchange_reads_a_whole_reply_as_the_general_reader_does(
+    status: int, content_type: str, body: bytes
+) -> None:
+    """The usual reply (200, application/json) is read on a shorter path: same messages, same
+    errors, and it counts as an answer just as it does there."""
+
+    async def outcome(read: Any) -> tuple[Any, float | None]:
+        up = upstream()
+        up._clock = lambda: 1.0
+        try:
+            result: Any = await read(up)
+        except Exception as exc:
+            result = (type(exc), str(exc))
+        return result, up.last_ok
+
+    def response() -> Response:
+        reply = Response(body, status=status)
+        reply.headers = CIMultiDict({"Content-Type": content_type})
+        return reply
+
+    async def through_exchange(up: HttpUpstream) -> list[Any]:
+        up._session = Session(response())  # type: ignore[assignment]
+        async with up.exchange(jsonrpc.request(1, "ping"), {}) as reply:
+            assert reply.status == status
+            return [message async for message in reply]
+
+    async def general(up: HttpUpstream) -> list[Any]:
+        return await up._body_messages(response(), _media_type(content_type))  # type: ignore[arg-type]
+
+    assert await outcome(through_exchange) == await outcome(general)
+
+
+@pytest.mark.parametrize(
+    ("ended", "connection", "closed"),
+    [
+        (True, None, False),  # read to its end: aiohttp gave the connection back already
+        (True, object(), True),  # ended, its connection not given back yet (a request body still being written)
+        (False, object(), True),  # not read to its end: closing it is what cancels the request upstream
+        (False, None, True),
+    ],
+)
+def test_a_response_is_closed_unless_it_ended_by_itself(ended: bool, connection: object, closed: bool) -> None:
+    response = Response()
+    response.closed, response.connection = ended, connection
+    close_response(response)  # type: ignore[arg-type]
+    assert response.close_calls == (1 if closed else 0)
