@@ -60,7 +60,10 @@ class Sent:
 
     @classmethod
     def of(cls, method: str, message: Any, *, legacy: bool, in_session: bool = False) -> Sent:
-        items = message if isinstance(message, list) else () if message is None else (message,)
+        if isinstance(message, dict):  # the usual: one message, no generator
+            awaited = frozenset((message["id"],)) if jsonrpc.kind(message) == "request" else frozenset()
+            return cls(method, awaited, in_session, legacy)
+        items = message if isinstance(message, list) else ()
         awaited = frozenset(item["id"] for item in items if jsonrpc.kind(item) == "request")
         return cls(method, awaited, in_session, legacy)
 
@@ -174,16 +177,18 @@ def _answers(value: Any, sent: Sent) -> str | None:
         kind = jsonrpc.kind(item)
         if kind in ("request", "notification"):
             return f"sent a {kind} where the reply was due"
-        problem = _answer(item, sent, unanswered)
+        problem = _answer(item, sent, unanswered, kind)
         if problem is not None:
             return problem
     return None
 
 
-def _answer(item: Any, sent: Sent, unanswered: set[Any]) -> str | None:
+def _answer(item: Any, sent: Sent, unanswered: set[Any], kind: str | None = None) -> str | None:
     """Why one message may not be relayed in reply to `sent`, or None: a response must answer one
-    of its requests (and leaves `unanswered`); requests and notifications pass."""
-    kind = jsonrpc.kind(item)
+    of its requests (and leaves `unanswered`); requests and notifications pass. `kind`: the
+    item's jsonrpc.kind, when the caller knows it already."""
+    if kind is None:
+        kind = jsonrpc.kind(item)
     if kind == "invalid":
         return f"sent a message that is not JSON-RPC: {excerpt(str(item))!r}"
     if kind != "response" or sent.method != "POST":
