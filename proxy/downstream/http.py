@@ -280,7 +280,9 @@ class McpEndpoint:
             self._clients.seen_plain(checked.client_info, checked.version, "modern")
         route = self._router[era]
         if route.modern_bytes and checked.method not in CACHEABLE_METHODS and checked.method != "subscriptions/listen":
-            return await self._bytes(request, "POST", raw, record, legacy=False, message=body, caller=caller)
+            return await self._bytes(
+                request, "POST", raw, record, legacy=False, message=body, caller=caller, kind="request"
+            )
         if era is Era.MODERN:  # same era: the request goes on with the headers it brought
             caller = self._access.same_era(request, caller)
         # A retry of a call parked on a legacy upstream is served where the call is parked;
@@ -362,8 +364,10 @@ class McpEndpoint:
         legacy: bool,
         message: Any = None,
         caller: Caller | None = None,
+        kind: str | None = None,
     ) -> web.StreamResponse:
-        """`caller`: as identified already for this request (a POST's), else identified here."""
+        """`caller`: as identified already for this request (a POST's), else identified here;
+        `kind`: the message's jsonrpc.kind, if known."""
         relay = self._router.byte_relay
         assert relay is not None, "byte for byte needs an HTTP upstream"
         if caller is None:
@@ -372,7 +376,7 @@ class McpEndpoint:
             caller = self._access.same_era(request, caller, legacy=legacy)
         # The principal binds what the upstream hands out when the relay has a binding (resource_server).
         forwarded, principal = caller.forwarded, caller.principal
-        forward = relay.forward(method, raw, forwarded, legacy=legacy, message=message, principal=principal)
+        forward = relay.forward(method, raw, forwarded, legacy=legacy, message=message, principal=principal, kind=kind)
         response, record.outcome = await relay_reply(request, forward)
         return response
 

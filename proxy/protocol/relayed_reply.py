@@ -59,9 +59,12 @@ class Sent:
     resumable: bool = False
 
     @classmethod
-    def of(cls, method: str, message: Any, *, legacy: bool, in_session: bool = False) -> Sent:
+    def of(cls, method: str, message: Any, *, legacy: bool, in_session: bool = False, kind: str | None = None) -> Sent:
+        """`kind`: the message's jsonrpc.kind, when the caller found it already."""
         if isinstance(message, dict):  # the usual: one message, no generator
-            awaited = frozenset((message["id"],)) if jsonrpc.kind(message) == "request" else frozenset()
+            if kind is None:
+                kind = jsonrpc.kind(message)
+            awaited = frozenset((message["id"],)) if kind == "request" else frozenset()
             return cls(method, awaited, in_session, legacy)
         items = message if isinstance(message, list) else ()
         awaited = frozenset(item["id"] for item in items if jsonrpc.kind(item) == "request")

@@ -88,13 +88,14 @@ class ByteRelay:
         legacy: bool,
         message: Any = None,
         principal: str | None = None,
+        kind: str | None = None,
     ) -> _Forward:
-        """Relay one request (`message`: its body, decoded); entering yields the reply, leaving
-        closes it. A failure to reach the upstream, or a reply that is no answer, is the client's
-        ProxyError (raised on entering, or by the chunks of a stream). A POST is bounded by the
-        request timeout, body included; GET streams are not. With a binding, `principal` is the
-        caller's: a session id or requestState not sealed for it is refused here (ProxyError),
-        before anything reaches the upstream."""
+        """Relay one request (`message`: its body, decoded; `kind`: its jsonrpc.kind, if known);
+        entering yields the reply, leaving closes it. A failure to reach the upstream, or a reply
+        that is no answer, is the client's ProxyError (raised on entering, or by the chunks of a
+        stream). A POST is bounded by the request timeout, body included; GET streams are not.
+        With a binding, `principal` is the caller's: a session id or requestState not sealed for it
+        is refused here (ProxyError), before anything reaches the upstream."""
         in_session = legacy and any(name.lower() == _SESSION_LOWER for name in headers)
         binding = self.binding if principal is not None else None
         if binding is not None and principal is not None:
@@ -111,7 +112,7 @@ class ByteRelay:
                 message, changed = opened
                 if changed:
                     body = jsonrpc.encode(message)
-        sent = Sent.of(method, message, legacy=legacy, in_session=in_session)
+        sent = Sent.of(method, message, legacy=legacy, in_session=in_session, kind=kind)
         return _Forward(self, method, body, headers, legacy, sent, message, principal if binding else None)
 
     def refuse(

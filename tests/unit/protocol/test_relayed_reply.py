@@ -411,3 +411,9 @@ def test_an_sse_event_carrying_a_request_state_is_re_encoded_however_the_stream_
     [data_line] = [line for line in lines if line.startswith("data: ")]
     assert json.loads(data_line[6:])["result"]["requestState"] == "sealed:s1"
     assert check.unanswered == set() and check.ended() is None
+
+
+def test_what_a_message_awaits_is_the_same_with_its_kind_given() -> None:
+    for message in (REQUEST, jsonrpc.notification("notifications/initialized")):
+        found = Sent.of("POST", message, legacy=False)
+        assert Sent.of("POST", message, legacy=False, kind=jsonrpc.kind(message)) == found
