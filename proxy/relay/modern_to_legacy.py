@@ -345,7 +345,7 @@ class ModernToLegacy:
             raise
         finally:
             if held is not None and not handed_over:
-                if call.finished or not call.tasks:
+                if call.finished or not call.busy:
                     await held.close()
                 else:  # the stream closes once the call has told the upstream it gives up
                     call.tasks.spawn(close_after(call, held), name="legacy-call-close")
@@ -457,7 +457,7 @@ class ModernToLegacy:
         return next((c for c in self._calls if c.hosted_task == task_id and c.upstream_task_id), None)
 
     def unpark(self, call: LegacyCall) -> None:
-        if self._parked.pop(call.park_id, None) is not None:
+        if self._parked and self._parked.pop(call.park_id, None) is not None:
             self._metrics.parked_calls.set(len(self._parked))
             self._ended.set()
 
@@ -474,7 +474,7 @@ class ModernToLegacy:
 
     def forget(self, call: LegacyCall) -> None:
         """A call whose upstream side ended: once its own tasks are done, nothing holds it."""
-        if not call.tasks:
+        if not call.busy:
             self._calls.discard(call)
             self._ended.set()
         else:
