@@ -327,7 +327,10 @@ def _tools_by_task_support(result: object, levels: tuple[str, ...]) -> set[str]:
 
 def runs_tool_calls_as_tasks(server_caps: JSONDict) -> bool:
     """The server said it takes task-augmented tools/call (ServerCapabilities.tasks)."""
-    requests = jsonrpc.obj(jsonrpc.obj(server_caps.get("tasks")).get("requests"))
+    tasks = server_caps.get("tasks")
+    if not isinstance(tasks, dict):  # most servers: no tasks at all, decided in one lookup
+        return False
+    requests = jsonrpc.obj(tasks.get("requests"))
     return isinstance(jsonrpc.obj(requests.get("tools")).get("call"), dict)
 
 

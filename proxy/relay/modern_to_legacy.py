@@ -173,17 +173,24 @@ class ModernToLegacy:
             key = self._cache.key_for(request.method, params, request.version, request.capabilities)
             if key is None:
                 outcome = await self._handle(
-                    request, channel, principal, auth_headers, hosted_for_s=hosted_for_s, hosted_task=hosted_task
+                    request,
+                    params,
+                    channel,
+                    principal,
+                    auth_headers,
+                    hosted_for_s=hosted_for_s,
+                    hosted_task=hosted_task,
                 )
             else:
                 outcome = await self._cache.fetch(
-                    key, principal, lambda: self._handle(request, channel, principal, auth_headers)
+                    key, principal, lambda: self._handle(request, params, channel, principal, auth_headers)
                 )
         return {**outcome.message, "id": request.message["id"]}, outcome.status
 
     async def _handle(
         self,
         request: ModernRequest,
+        params: JSONDict,
         channel: ReplyChannel,
         principal: str,
         auth_headers: dict[str, str],
@@ -191,19 +198,21 @@ class ModernToLegacy:
         hosted_for_s: float | None = None,
         hosted_task: str | None = None,
     ) -> Outcome:
-        """A new request (not a retry carrying requestState) on a pooled legacy session."""
-        request_id = request.message["id"]
+        """A new request (not a retry carrying requestState) on a pooled legacy session; `params`,
+        its params object."""
+        message, method = request.message, request.method
+        request_id = message["id"]
         # Trace context belongs to this request; the pooled session keeps only credentials.
         trace = meta.trace_of(auth_headers)
         auth_headers = meta.without_trace(auth_headers)
-        removed = method_problem(request.method, None)
+        removed = method_problem(method, None)
         if removed is not None:
             return Outcome(removed.reply(request_id), removed.status)
         # It may ask the client for input: a method that can, from a client that declares a way to answer.
-        interactive = request.method in INPUT_REQUIRED_METHODS and not ALL_INPUT_CAPABILITIES.keys().isdisjoint(
+        interactive = method in INPUT_REQUIRED_METHODS and not ALL_INPUT_CAPABILITIES.keys().isdisjoint(
             request.capabilities
         )
-        declared = self.declared(request)
+        declared = self._declared_for(request.capabilities)
         try:
             session = await self.pool.acquire(
                 principal, declared, request.client_info, auth_headers, exclusive=interactive
@@ -213,8 +222,8 @@ class ModernToLegacy:
         except ProxyError as exc:
             self._check_era(exc)
             raise
-        problem = method_problem(request.method, session.modern_capabilities)
-        if problem is not None or request.method == "server/discover":
+        problem = method_problem(method, session.modern_capabilities)
+        if problem is not None or method == "server/discover":
             self.pool.release(session)
             if problem is not None:
                 return Outcome(problem.reply(request_id), problem.status)
@@ -222,16 +231,17 @@ class ModernToLegacy:
             if self.hosted_tasks is not None and m2l.runs_tool_calls_as_tasks(session.server_capabilities):
                 result = mt.advertise(result)
             return Outcome(jsonrpc.result_response(request_id, result))
-        try:
-            await self._ensure_level(session, request.log_level)
-        except (UpstreamError, ProxyError, TimeoutError) as exc:
-            log.warning("upstream_set_level_failed", upstream=self.name, error=str(exc))
-        downstream_token = m2l.progress_token_of(request.message)
+        if request.log_level is not None:
+            try:
+                await self._ensure_level(session, request.log_level)
+            except (UpstreamError, ProxyError, TimeoutError) as exc:
+                log.warning("upstream_set_level_failed", upstream=self.name, error=str(exc))
+        downstream_token = m2l.progress_token_of(message)
         upstream_id = session.next_id()
         upstream_token = f"p{upstream_id}" if downstream_token is not None else None
         machine = ParkedCall.new(
-            method=request.method,
-            params=jsonrpc.params_of(request.message),
+            method=method,
+            params=params,
             capabilities=request.capabilities,
             downstream=DownstreamRequest(request_id, downstream_token, request.log_level),
             principal=principal,
@@ -239,19 +249,20 @@ class ModernToLegacy:
             upstream=self.name,
             upstream_id=upstream_id,
             server_info=session.server_info,
-            cache_hint=self.hint(request.method) if request.method in HINTED_METHODS else None,
+            cache_hint=self.hint(method) if method in HINTED_METHODS else None,
             collect_window_s=self._settings.input.collect_window_s,
             detach_timeout_s=self._settings.upstream.request_timeout_s,
         )
         call = LegacyCall(self, session, machine, interactive=interactive, upstream_token=upstream_token, trace=trace)
-        if request.method == "tools/call":
-            tool, hosted = jsonrpc.params_of(request.message).get("name"), hosted_for_s is not None
-            call.as_task = await self._task_tools.runs_as_task(session, self.name, tool, hosted=hosted)
+        if method == "tools/call":
+            call.as_task = await self._task_tools.runs_as_task(
+                session, self.name, params.get("name"), hosted=hosted_for_s is not None
+            )
         if hosted_for_s is not None:
             call.timeout_s, call.hosted_task = hosted_for_s, hosted_task
         call.bind(session)
         self._calls.add(call)
-        outgoing = meta.carry_trace(m2l.to_upstream(request.message, upstream_id, upstream_token), call.trace)
+        outgoing = meta.carry_trace(m2l.to_upstream(message, upstream_id, upstream_token), trace)
         if interactive:
             call.start_reader(outgoing)
             return await self._attend(call, channel)

@@ -185,7 +185,8 @@ class LegacyUpstreamSession:
 
     @property
     def server_capabilities(self) -> JSONDict:
-        return jsonrpc.obj(self.initialize_result.get("capabilities"))
+        caps = self.initialize_result.get("capabilities")
+        return caps if isinstance(caps, dict) else {}
 
     @property
     def modern_capabilities(self) -> JSONDict:
