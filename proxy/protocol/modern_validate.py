@@ -85,6 +85,8 @@ class ModernRequest:
     log_level: str | None
 
 
+_VERSION_META = meta.PROTOCOL_VERSION
+_CAPABILITIES_META = meta.CLIENT_CAPABILITIES
 _VERSION_KEY = PROTOCOL_VERSION_HEADER.lower()
 _METHOD_KEY = METHOD_HEADER.lower()
 _NAME_KEY = NAME_HEADER.lower()
@@ -112,36 +114,35 @@ def validate_request(
 ) -> ModernRequest | Rejection:
     """Check one modern JSON-RPC request (its kind already known to be "request")."""
     method = body["method"]
-    params = body.get("params")
-    request_meta = params.get("_meta") if isinstance(params, dict) else None
+    params: Any = body.get("params")
+    # A dict wherever version is a string below.
+    request_meta: Any = params.get("_meta") if isinstance(params, dict) else None
+    version = capabilities = None
     if isinstance(request_meta, dict):
-        version = request_meta.get(meta.PROTOCOL_VERSION)
-        capabilities = request_meta.get(meta.CLIENT_CAPABILITIES)
-    else:
-        version = capabilities = None
+        version = request_meta.get(_VERSION_META)
+        capabilities = request_meta.get(_CAPABILITIES_META)
     if not isinstance(version, str) or not isinstance(capabilities, dict):
         return Rejection(
             jsonrpc.INVALID_PARAMS,
             f"params._meta must carry {meta.PROTOCOL_VERSION!r} (string) and {meta.CLIENT_CAPABILITIES!r} (object)",
         )
-    assert isinstance(params, dict) and isinstance(request_meta, dict)
     # Headers mirror the body; both must be present and agree. A header sent once (as it must be)
     # is read in place, not through _one_of.
     values = headers.get(_VERSION_KEY)
     header_version = values[0] if values and len(values) == 1 else _one_of(values, PROTOCOL_VERSION_HEADER)
     values = headers.get(_METHOD_KEY)
     header_method = values[0] if values and len(values) == 1 else _one_of(values, METHOD_HEADER)
-    if isinstance(header_version, Rejection):
-        return header_version
-    if isinstance(header_method, Rejection):
-        return header_method
-    if header_version is None:
-        return _mismatch(f"missing {PROTOCOL_VERSION_HEADER} header")
-    if header_method is None:
-        return _mismatch(f"missing {METHOD_HEADER} header")
-    if header_version != version:
-        return _mismatch(f"{PROTOCOL_VERSION_HEADER} {header_version!r} does not match body {version!r}")
-    if header_method != method:
+    if header_version != version or header_method != method:  # both agree (the body's are strings): no rung fails
+        if isinstance(header_version, Rejection):
+            return header_version
+        if isinstance(header_method, Rejection):
+            return header_method
+        if header_version is None:
+            return _mismatch(f"missing {PROTOCOL_VERSION_HEADER} header")
+        if header_method is None:
+            return _mismatch(f"missing {METHOD_HEADER} header")
+        if header_version != version:
+            return _mismatch(f"{PROTOCOL_VERSION_HEADER} {header_version!r} does not match body {version!r}")
         return _mismatch(f"{METHOD_HEADER} {header_method!r} does not match body method {method!r}")
     field = NAME_BEARING_METHODS.get(method)
     if field is not None:
