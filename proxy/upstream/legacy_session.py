@@ -107,8 +107,11 @@ class LegacyUpstreamSession:
         """Send a request on the session; entering yields its reply, leaving closes it. A request
         that cannot be sent at all fails as an UpstreamError on entering."""
         self.last_used = self._clock()
-        headers = {**self.headers(), **extra_headers} if extra_headers else self.headers()
-        return _Sending(self.name, self.transport.exchange(message, headers))
+        transport = self.transport
+        headers = transport.headers(self)
+        if extra_headers:
+            headers = {**headers, **extra_headers}
+        return _Sending(self.name, transport.exchange(message, headers))
 
     async def send(self, message: JSONDict) -> None:
         """Send a notification or a response to one of the server's requests."""
@@ -340,14 +343,17 @@ class SessionPool:
         group = self._sessions.get(key)
         if group is None:
             group = self._sessions[key] = []
-        elif any(s.closed for s in group):
-            group[:] = [s for s in group if not s.closed]
         session: LegacyUpstreamSession | None = None
-        for candidate in group:  # the least busy one this call may share
-            if (not exclusive or candidate.exclusive is None) and (
+        stale = False
+        for candidate in group:  # the least busy one this call may share (closed ones go below)
+            if candidate.closed:
+                stale = True
+            elif (not exclusive or candidate.exclusive is None) and (
                 session is None or candidate.inflight < session.inflight
             ):
                 session = candidate
+        if stale:
+            group[:] = [s for s in group if not s.closed]
         if session is None:
             pending = self._opening.get(key)
             if pending is not None and not exclusive:
@@ -360,7 +366,8 @@ class SessionPool:
         return session
 
     def release(self, session: LegacyUpstreamSession) -> None:
-        session.inflight = max(0, session.inflight - 1)
+        if session.inflight > 0:
+            session.inflight -= 1
         session.last_used = self._clock()
 
     async def _open(
