@@ -73,14 +73,15 @@ def carry_trace(message: dict[str, Any], headers: dict[str, str]) -> dict[str, A
     """Copy trace context between the request's `_meta` and `headers` (both directions, in place for
     `headers`); returns the message, copied if its `_meta` gained keys."""
     params = message.get("params")
-    request_meta = meta_of(params) or {}
     if not headers:  # nothing to add to `_meta`: only what it carries, if any, goes to headers
-        if request_meta and not TRACE_KEYS_SET.isdisjoint(request_meta):
+        carried = params.get("_meta") if isinstance(params, dict) else None
+        if isinstance(carried, dict) and not TRACE_KEYS_SET.isdisjoint(carried):
             for key in TRACE_KEYS:
-                value = request_meta.get(key)
+                value = carried.get(key)
                 if isinstance(value, str):
                     headers[key] = value
         return message
+    request_meta = meta_of(params) or {}
     lowered = {name.lower(): name for name in headers}
     missing_in_meta = {key: headers[lowered[key]] for key in TRACE_KEYS if key in lowered and key not in request_meta}
     for key in TRACE_KEYS:

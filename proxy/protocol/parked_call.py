@@ -404,13 +404,14 @@ class ParkedCall:
         if jsonrpc.kind(message) != "response":  # e.g. an error that is no error object: not relayable
             return self.upstream_failed(invalid(self.state.upstream, "sent a reply that is not JSON-RPC"))
         state = self.state
-        if state.phase == "parked":
+        phase = state.phase
+        if phase == "parked":
             state.pending.clear()  # the server finished: it waits for nothing any more
             state.stash = {"reply": message}
             return []
-        if state.phase == "done":
+        if phase == "done":
             return []
-        attached = self.attached
+        attached = phase in ("running", "collecting")  # self.attached, read once
         outcome = self._final(message)
         self._end()
         return [Release(), ReplyClient(outcome)] if attached else [Release()]

@@ -327,18 +327,20 @@ class ModernToLegacy:
         the reply (a -32021 while the server goes on), its stream is handed to a task of the call."""
         held: Held | None = None
         handed_over = False
+        machine = call.machine
+        lists_tools = machine.state.method == "tools/list"
         try:
             with Deadline(call.timeout_s):
                 try:
                     held = await call.open(outgoing)
                     messages = aiter(held.reply)
                     async for message in messages:
-                        if call.method == "tools/list" and isinstance(message.get("result"), dict):
+                        if lists_tools and isinstance(message.get("result"), dict):
                             self._task_tools.learn_from(message["result"])
-                        call.feed(call.machine.upstream_message(message))
+                        call.feed(machine.upstream_message(message))
                         outcome = await self._drain(call, channel) if call.outbox else None
                         if outcome is not None:
-                            if call.machine.phase == "detached":
+                            if machine.state.phase == "detached":
                                 call.run_out(messages, held)
                                 handed_over = True
                             return outcome
