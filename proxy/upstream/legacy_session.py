@@ -81,7 +81,7 @@ class LegacyUpstreamSession:
         self._clock = clock
         self.id: str | None = None
         self.version = ""
-        self.initialize_result: JSONDict = {}
+        self.initialize_result = {}
         self._ids = itertools.count(1)
         self.exclusive: CallSink | None = None  # the interactive call that owns this session, if any
         self.inflight = 0
@@ -91,7 +91,6 @@ class LegacyUpstreamSession:
         self.closed = False
         self.progress_routes: dict[str, CallSink] = {}  # upstream progress token -> call
         self.active: set[CallSink] = set()  # calls running on this session
-        self._modern_capabilities: JSONDict | None = None
 
     # ------------------------------------------------------------ wire
 
@@ -187,22 +186,19 @@ class LegacyUpstreamSession:
         self.push_channel = await self.transport.open_push(self, push_wait_s)
 
     @property
-    def server_capabilities(self) -> JSONDict:
-        caps = self.initialize_result.get("capabilities")
-        return caps if isinstance(caps, dict) else {}
+    def initialize_result(self) -> JSONDict:
+        return self._initialize_result
 
-    @property
-    def modern_capabilities(self) -> JSONDict:
-        """The server's capabilities in the modern shape (docs/translation.md §4.2), made once."""
-        caps = self._modern_capabilities
-        if caps is None:
-            caps = self._modern_capabilities = modern_server_capabilities(self.server_capabilities)
-        return caps
-
-    @property
-    def server_info(self) -> JSONDict | None:
-        info = self.initialize_result.get("serverInfo")
-        return info if isinstance(info, dict) else None
+    @initialize_result.setter
+    def initialize_result(self, result: JSONDict) -> None:
+        """What every request reads of the server's InitializeResult is read once, here."""
+        self._initialize_result = result
+        caps = result.get("capabilities")
+        self.server_capabilities: JSONDict = caps if isinstance(caps, dict) else {}
+        # The server's capabilities in the modern shape (docs/translation.md §4.2).
+        self.modern_capabilities: JSONDict = modern_server_capabilities(self.server_capabilities)
+        info = result.get("serverInfo")
+        self.server_info: JSONDict | None = info if isinstance(info, dict) else None
 
     async def close(self, *, delete: bool = True) -> None:
         if self.closed:
