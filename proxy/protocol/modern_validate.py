@@ -230,6 +230,11 @@ def method_problem(method: str, server_capabilities: JSONDict | None) -> Rejecti
         return Rejection(jsonrpc.METHOD_NOT_FOUND, f"Method not found: {method}")
     if server_capabilities is None:
         return None
+    return unbacked_method(method, server_capabilities)
+
+
+def unbacked_method(method: str, server_capabilities: JSONDict) -> Rejection | None:
+    """The second half of method_problem, for a method already known not to be removed."""
     capability = BACKING_CAPABILITY.get(method)
     if capability is not None and capability not in server_capabilities:
         return Rejection(jsonrpc.METHOD_NOT_FOUND, f"Method not found: {method} (the server has no {capability})")

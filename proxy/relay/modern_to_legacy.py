@@ -32,7 +32,7 @@ from ..protocol import modern_to_legacy as m2l
 from ..protocol.capabilities import ALL_INPUT_CAPABILITIES, carried_extensions
 from ..protocol.detection import MODERN_REFUSAL, refused_as_modern
 from ..protocol.methods import HINTED_METHODS, INPUT_REQUIRED_METHODS
-from ..protocol.modern_validate import ModernRequest, method_problem
+from ..protocol.modern_validate import ModernRequest, method_problem, unbacked_method
 from ..protocol.outcome import Outcome, timed_out
 from ..protocol.parked_call import (
     DeliverAnswers,
@@ -222,7 +222,7 @@ class ModernToLegacy:
         except ProxyError as exc:
             self._check_era(exc)
             raise
-        problem = method_problem(method, session.modern_capabilities)
+        problem = unbacked_method(method, session.modern_capabilities)  # not removed: refused above
         if problem is not None or method == "server/discover":
             self.pool.release(session)
             if problem is not None:
