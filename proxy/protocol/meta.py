@@ -61,11 +61,15 @@ TRACE_KEYS_SET = frozenset(TRACE_KEYS)
 
 def trace_of(headers: Mapping[str, str]) -> dict[str, str]:
     """The trace context among `headers` (it belongs to one request)."""
+    if not headers:  # a caller without credentials or trace context: no comprehension to run
+        return {}
     return {k: v for k, v in headers.items() if k.lower() in TRACE_KEYS_SET}
 
 
 def without_trace(headers: Mapping[str, str]) -> dict[str, str]:
     """`headers` but the trace context: what goes on with a session or a task beyond one request."""
+    if not headers:
+        return {}
     return {k: v for k, v in headers.items() if k.lower() not in TRACE_KEYS_SET}
 
 
