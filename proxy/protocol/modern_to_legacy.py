@@ -124,7 +124,12 @@ def to_upstream(message: JSONDict, upstream_id: jsonrpc.RequestId, progress_toke
 
 def progress_token_of(message: JSONDict) -> Any:
     params = message.get("params")
-    request_meta = params.get("_meta") if isinstance(params, dict) else None
+    return progress_token_in(params) if isinstance(params, dict) else None
+
+
+def progress_token_in(params: JSONDict) -> Any:
+    """The progress token of a request whose params object is `params`."""
+    request_meta = params.get("_meta")
     return request_meta.get("progressToken") if isinstance(request_meta, dict) else None
 
 

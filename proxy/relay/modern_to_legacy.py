@@ -166,7 +166,9 @@ class ModernToLegacy:
         server may run as a task does (its own task then backs the proxy's), and the call may take
         that long rather than one request's bound."""
         principal, auth_headers = caller.principal, caller.credentials
-        params = jsonrpc.params_of(request.message)
+        params = request.message.get("params")
+        if not isinstance(params, dict):  # jsonrpc.params_of, read in place
+            params = {}
         if "requestState" in params:
             outcome = await self._resume(request, channel, principal, auth_headers)
         else:
@@ -236,7 +238,7 @@ class ModernToLegacy:
                 await self._ensure_level(session, request.log_level)
             except (UpstreamError, ProxyError, TimeoutError) as exc:
                 log.warning("upstream_set_level_failed", upstream=self.name, error=str(exc))
-        downstream_token = m2l.progress_token_of(message)
+        downstream_token = m2l.progress_token_in(params)
         upstream_id = session.next_id()
         upstream_token = f"p{upstream_id}" if downstream_token is not None else None
         machine = ParkedCall.new(
