@@ -256,7 +256,9 @@ class ModernToLegacy:
             detach_timeout_s=self._settings.upstream.request_timeout_s,
         )
         call = LegacyCall(self, session, machine, interactive=interactive, upstream_token=upstream_token, trace=trace)
-        if method == "tools/call":
+        # Only a server that takes task-augmented calls runs one as a task (TaskTools.runs_as_task
+        # asks the same first): for the others, no coroutine per call.
+        if method == "tools/call" and m2l.runs_tool_calls_as_tasks(session.server_capabilities):
             call.as_task = await self._task_tools.runs_as_task(
                 session, self.name, params.get("name"), hosted=hosted_for_s is not None
             )
