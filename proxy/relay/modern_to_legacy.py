@@ -183,6 +183,8 @@ class ModernToLegacy:
                     hosted_for_s=hosted_for_s,
                     hosted_task=hosted_task,
                 )
+                # Made for this request, under its id (the attached request's): no copy to re-id.
+                return outcome.message, outcome.status
             else:
                 outcome = await self._cache.fetch(
                     key, principal, lambda: self._handle(request, params, channel, principal, auth_headers)
