@@ -55,7 +55,7 @@ from .legacy_call import Held, LegacyCall, call_of_notification, call_taking, cl
 from .listen_bridge import ListenBridge
 from .scopes import Deadline, TaskScope
 from .tasks.host import LegacyTaskHost
-from .tasks.modern_clients import ModernClientTasks, TaskTools
+from .tasks.modern_clients import ModernClientTasks, TaskTools, task_route
 
 JSONDict = dict[str, Any]
 log = structlog.get_logger(__name__)
@@ -139,8 +139,11 @@ class ModernToLegacy:
     async def handle(self, request: ModernRequest, channel: ReplyChannel, caller: Caller) -> tuple[JSONDict, int]:
         """Run one validated modern request; returns (reply, HTTP status)."""
         router = self._task_router
-        if router is not None and (reply := await router.take(request, caller)) is not None:
-            return reply, 200
+        # task_route first: most requests are not the extension's, and take has nothing to do for them.
+        if router is not None and task_route(request) is not None:
+            reply = await router.take(request, caller)
+            if reply is not None:
+                return reply, 200
         return await self._serve(request, channel, caller)
 
     async def serve_hosted(
