@@ -61,11 +61,15 @@ TRACE_KEYS_SET = frozenset(TRACE_KEYS)
 
 def trace_of(headers: Mapping[str, str]) -> dict[str, str]:
     """The trace context among `headers` (it belongs to one request)."""
+    if not headers:  # a caller without credentials or trace context: no comprehension to run
+        return {}
     return {k: v for k, v in headers.items() if k.lower() in TRACE_KEYS_SET}
 
 
 def without_trace(headers: Mapping[str, str]) -> dict[str, str]:
     """`headers` but the trace context: what goes on with a session or a task beyond one request."""
+    if not headers:
+        return {}
     return {k: v for k, v in headers.items() if k.lower() not in TRACE_KEYS_SET}
 
 
@@ -73,6 +77,14 @@ def carry_trace(message: dict[str, Any], headers: dict[str, str]) -> dict[str, A
     """Copy trace context between the request's `_meta` and `headers` (both directions, in place for
     `headers`); returns the message, copied if its `_meta` gained keys."""
     params = message.get("params")
+    if not headers:  # nothing to add to `_meta`: only what it carries, if any, goes to headers
+        carried = params.get("_meta") if isinstance(params, dict) else None
+        if isinstance(carried, dict) and not TRACE_KEYS_SET.isdisjoint(carried):
+            for key in TRACE_KEYS:
+                value = carried.get(key)
+                if isinstance(value, str):
+                    headers[key] = value
+        return message
     request_meta = meta_of(params) or {}
     lowered = {name.lower(): name for name in headers}
     missing_in_meta = {key: headers[lowered[key]] for key in TRACE_KEYS if key in lowered and key not in request_meta}

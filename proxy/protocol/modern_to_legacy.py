@@ -26,7 +26,10 @@ JSONDict = dict[str, Any]
 # Keys of the request `_meta` and params that only the proxy may consume.
 # `task` is 2025-11-25's task augmentation, which a 2026-07-28 server ignores: a legacy server
 # would take it as one (the proxy asks for a task itself where it wants one).
-_CONSUMED_PARAMS = ("inputResponses", "requestState", "task")
+_CONSUMED_PARAMS = frozenset({"inputResponses", "requestState", "task"})
+# What of a request `_meta` stays with the proxy: the envelope, and the client's progress token
+# (the upstream gets the proxy's own).
+_STRIPPED_META = frozenset({*meta.ENVELOPE_KEYS, "progressToken"})
 # Codes 2026-07-28 reserves (-32020..-32099) but does not define, which it forbids emitting.
 _MODERN_DEFINED = frozenset(
     {jsonrpc.HEADER_MISMATCH, jsonrpc.MISSING_REQUIRED_CAPABILITY, jsonrpc.UNSUPPORTED_PROTOCOL_VERSION}
@@ -92,26 +95,42 @@ def notification_to_upstream(message: JSONDict) -> JSONDict:
 def to_upstream(message: JSONDict, upstream_id: jsonrpc.RequestId, progress_token: Any = None) -> JSONDict:
     """Strip the modern envelope; the legacy session already carries version and capabilities."""
     params = message.get("params")
-    params = {k: v for k, v in params.items() if k not in _CONSUMED_PARAMS} if isinstance(params, dict) else {}
+    if not isinstance(params, dict):
+        params = {}
+    elif _CONSUMED_PARAMS.isdisjoint(params):  # the usual request: a plain copy, no key tested twice
+        params = dict(params)
+    else:
+        params = {k: v for k, v in params.items() if k not in _CONSUMED_PARAMS}
     request_meta = params.get("_meta")
     if isinstance(request_meta, dict):
-        rest = {k: v for k, v in request_meta.items() if k not in meta.ENVELOPE_KEYS and k != "progressToken"}
+        if request_meta.keys() <= _STRIPPED_META:  # the envelope alone, as most requests send it
+            rest = {}
+        else:
+            rest = {k: v for k, v in request_meta.items() if k not in _STRIPPED_META}
         if progress_token is not None:
             rest["progressToken"] = progress_token
         if rest:
             params["_meta"] = rest
         else:
-            params.pop("_meta")
-    out = {k: v for k, v in message.items() if k not in ("id", "params")}
+            del params["_meta"]
+    out = dict(message)
     out["id"] = upstream_id
     if params:
         out["params"] = params
+    else:
+        out.pop("params", None)
     return out
 
 
 def progress_token_of(message: JSONDict) -> Any:
-    request_meta = meta.meta_of(message.get("params"))
-    return request_meta.get("progressToken") if request_meta else None
+    params = message.get("params")
+    return progress_token_in(params) if isinstance(params, dict) else None
+
+
+def progress_token_in(params: JSONDict) -> Any:
+    """The progress token of a request whose params object is `params`."""
+    request_meta = params.get("_meta")
+    return request_meta.get("progressToken") if isinstance(request_meta, dict) else None
 
 
 # ---------------------------------------------------------------- reply half
@@ -313,7 +332,10 @@ def _tools_by_task_support(result: object, levels: tuple[str, ...]) -> set[str]:
 
 def runs_tool_calls_as_tasks(server_caps: JSONDict) -> bool:
     """The server said it takes task-augmented tools/call (ServerCapabilities.tasks)."""
-    requests = jsonrpc.obj(jsonrpc.obj(server_caps.get("tasks")).get("requests"))
+    tasks = server_caps.get("tasks")
+    if not isinstance(tasks, dict):  # most servers: no tasks at all, decided in one lookup
+        return False
+    requests = jsonrpc.obj(tasks.get("requests"))
     return isinstance(jsonrpc.obj(requests.get("tools")).get("call"), dict)
 
 

@@ -7,6 +7,7 @@ relevant request headers (lower-cased names, every value received), never a sock
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -38,16 +39,15 @@ class Headers(Protocol):
 
 
 class HeaderLookup:
-    """`Headers` over any object with a case-insensitive `getall(name, default)` (multidict)."""
+    """`Headers` over any object with a case-insensitive `getall(name, default=...)` (multidict)."""
 
-    __slots__ = ("_getall",)
+    __slots__ = ("get",)
+
+    get: Callable[[str], Sequence[str] | None]
 
     def __init__(self, headers: Any) -> None:
-        self._getall = headers.getall
-
-    def get(self, name: str, /) -> Sequence[str] | None:
-        values: Sequence[str] | None = self._getall(name, None)
-        return values
+        # The multidict's own method, its default bound: a lookup runs no Python code of the proxy.
+        self.get = functools.partial(headers.getall, default=None)
 
 
 # Methods 2026-07-28 removed: a modern server answers them 404 / -32601 (basic/versioning.mdx).
@@ -85,8 +85,19 @@ class ModernRequest:
     log_level: str | None
 
 
+_VERSION_META = meta.PROTOCOL_VERSION
+_CAPABILITIES_META = meta.CLIENT_CAPABILITIES
+_VERSION_KEY = PROTOCOL_VERSION_HEADER.lower()
+_METHOD_KEY = METHOD_HEADER.lower()
+_NAME_KEY = NAME_HEADER.lower()
+
+
 def _single(headers: Headers, name: str) -> str | Rejection | None:
-    values = headers.get(name.lower())
+    return _one_of(headers.get(name.lower()), name)
+
+
+def _one_of(values: Sequence[str] | None, name: str) -> str | Rejection | None:
+    """The one value of header `name` (None: absent); a Rejection if it came more than once."""
     if not values:
         return None
     if len(values) > 1:
@@ -103,33 +114,40 @@ def validate_request(
 ) -> ModernRequest | Rejection:
     """Check one modern JSON-RPC request (its kind already known to be "request")."""
     method = body["method"]
-    params = body.get("params")
-    request_meta = meta.meta_of(params)
-    version = request_meta.get(meta.PROTOCOL_VERSION) if request_meta else None
-    capabilities = request_meta.get(meta.CLIENT_CAPABILITIES) if request_meta else None
+    params: Any = body.get("params")
+    # A dict wherever version is a string below.
+    request_meta: Any = params.get("_meta") if isinstance(params, dict) else None
+    version = capabilities = None
+    if isinstance(request_meta, dict):
+        version = request_meta.get(_VERSION_META)
+        capabilities = request_meta.get(_CAPABILITIES_META)
     if not isinstance(version, str) or not isinstance(capabilities, dict):
         return Rejection(
             jsonrpc.INVALID_PARAMS,
             f"params._meta must carry {meta.PROTOCOL_VERSION!r} (string) and {meta.CLIENT_CAPABILITIES!r} (object)",
         )
-    assert isinstance(params, dict) and request_meta is not None
-    # Headers mirror the body; both must be present and agree.
-    header_version = _single(headers, PROTOCOL_VERSION_HEADER)
-    header_method = _single(headers, METHOD_HEADER)
-    for value in (header_version, header_method):
-        if isinstance(value, Rejection):
-            return value
-    if header_version is None:
-        return _mismatch(f"missing {PROTOCOL_VERSION_HEADER} header")
-    if header_method is None:
-        return _mismatch(f"missing {METHOD_HEADER} header")
-    if header_version != version:
-        return _mismatch(f"{PROTOCOL_VERSION_HEADER} {header_version!r} does not match body {version!r}")
-    if header_method != method:
+    # Headers mirror the body; both must be present and agree. A header sent once (as it must be)
+    # is read in place, not through _one_of.
+    values = headers.get(_VERSION_KEY)
+    header_version = values[0] if values and len(values) == 1 else _one_of(values, PROTOCOL_VERSION_HEADER)
+    values = headers.get(_METHOD_KEY)
+    header_method = values[0] if values and len(values) == 1 else _one_of(values, METHOD_HEADER)
+    if header_version != version or header_method != method:  # both agree (the body's are strings): no rung fails
+        if isinstance(header_version, Rejection):
+            return header_version
+        if isinstance(header_method, Rejection):
+            return header_method
+        if header_version is None:
+            return _mismatch(f"missing {PROTOCOL_VERSION_HEADER} header")
+        if header_method is None:
+            return _mismatch(f"missing {METHOD_HEADER} header")
+        if header_version != version:
+            return _mismatch(f"{PROTOCOL_VERSION_HEADER} {header_version!r} does not match body {version!r}")
         return _mismatch(f"{METHOD_HEADER} {header_method!r} does not match body method {method!r}")
     field = NAME_BEARING_METHODS.get(method)
     if field is not None:
-        header_name = _single(headers, NAME_HEADER)
+        values = headers.get(_NAME_KEY)
+        header_name = values[0] if values and len(values) == 1 else _one_of(values, NAME_HEADER)
         if isinstance(header_name, Rejection):
             return header_name
         if header_name is None:
@@ -152,10 +170,13 @@ def validate_request(
     wrong_extensions = extensions_problem(capabilities)
     if wrong_extensions is not None:
         return Rejection(jsonrpc.INVALID_PARAMS, f"params._meta[{meta.CLIENT_CAPABILITIES!r}]: {wrong_extensions}")
-    if method == "tools/call" and isinstance(params.get("name"), str):
-        problem = _check_param_headers(param_headers(params["name"]), params.get("arguments"), headers)
-        if problem is not None:
-            return problem
+    if method == "tools/call":
+        name = params.get("name")
+        specs = param_headers(name) if isinstance(name, str) else None
+        if specs:  # a tool that declares none has nothing to check
+            problem = _check_param_headers(specs, params.get("arguments"), headers)
+            if problem is not None:
+                return problem
     client_info = request_meta.get(meta.CLIENT_INFO)
     return ModernRequest(
         body,
@@ -209,6 +230,11 @@ def method_problem(method: str, server_capabilities: JSONDict | None) -> Rejecti
         return Rejection(jsonrpc.METHOD_NOT_FOUND, f"Method not found: {method}")
     if server_capabilities is None:
         return None
+    return unbacked_method(method, server_capabilities)
+
+
+def unbacked_method(method: str, server_capabilities: JSONDict) -> Rejection | None:
+    """The second half of method_problem, for a method already known not to be removed."""
     capability = BACKING_CAPABILITY.get(method)
     if capability is not None and capability not in server_capabilities:
         return Rejection(jsonrpc.METHOD_NOT_FOUND, f"Method not found: {method} (the server has no {capability})")

@@ -76,7 +76,7 @@ class AnswerServer:
     response: JSONDict
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen, as DownstreamRequest
 class ReplyClient:
     """The attached request's final reply."""
 
@@ -153,7 +153,7 @@ class Claims:
     round: int
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: made for every request, and frozen fields cost a call each
 class DownstreamRequest:
     """The downstream request a call answers now."""
 
@@ -220,7 +220,11 @@ class ParkedCall:
                 upstream=upstream,
                 upstream_id=upstream_id,
                 capabilities=capabilities,
-                downstream=_downstream_dict(downstream),
+                downstream={
+                    "id": downstream.id,
+                    "progress_token": downstream.progress_token,
+                    "log_level": downstream.log_level,
+                },
                 server_info=server_info,
                 cache_hint=hint,
                 collect_window_s=collect_window_s,
@@ -400,28 +404,31 @@ class ParkedCall:
         if jsonrpc.kind(message) != "response":  # e.g. an error that is no error object: not relayable
             return self.upstream_failed(invalid(self.state.upstream, "sent a reply that is not JSON-RPC"))
         state = self.state
-        if state.phase == "parked":
+        phase = state.phase
+        if phase == "parked":
             state.pending.clear()  # the server finished: it waits for nothing any more
             state.stash = {"reply": message}
             return []
-        if state.phase == "done":
+        if phase == "done":
             return []
-        attached = self.attached
+        attached = phase in ("running", "collecting")  # self.attached, read once
         outcome = self._final(message)
         self._end()
         return [Release(), ReplyClient(outcome)] if attached else [Release()]
 
     def _final(self, message: JSONDict) -> Outcome:
-        downstream = self.downstream
-        request_id = downstream.id if downstream is not None else None
+        state = self.state
+        downstream = state.downstream  # read in place: only its id is needed
+        request_id = downstream["id"] if downstream else None
         error = message.get("error")
         if isinstance(error, dict):
             error, status = m2l.error_to_downstream(error)
             return Outcome({"jsonrpc": "2.0", "id": request_id, "error": error}, status)
-        hint = self.state.cache_hint
+        hint = state.cache_hint
         cache_hint = m2l.CacheHint(hint["ttl_ms"], hint["scope"]) if hint is not None else None
+        result = message.get("result")
         result = m2l.result_to_downstream(
-            self.state.method, jsonrpc.obj(message.get("result")), self.state.server_info, cache_hint
+            state.method, result if isinstance(result, dict) else {}, state.server_info, cache_hint
         )
         return Outcome({"jsonrpc": "2.0", "id": request_id, "result": result})
 
@@ -474,10 +481,10 @@ class ParkedCall:
             state.buffered.append(note)
             del state.buffered[:-_BUFFERED_MAX]
             return []
-        downstream = self.downstream
-        if downstream is None:
+        downstream = state.downstream
+        if not downstream:
             return []
-        out = m2l.notification_to_downstream(note, downstream.progress_token, downstream.log_level)
+        out = m2l.notification_to_downstream(note, downstream.get("progress_token"), downstream.get("log_level"))
         return [RelayToClient(out)] if out is not None else []
 
     def _park(self) -> list[Action]:

@@ -80,6 +80,19 @@ class LegacyCall:
     writer of that request's reply. Upstream actions run at once, in tasks the call owns.
     """
 
+    # Defaults an instance overrides when it needs to: set in __init__, they would cost every call.
+    as_task = False  # a tool the server runs only as a task: made as one (TaskCall)
+    hosted_task: str | None = None  # the id of the task the proxy hosts it in, if one
+    upstream_task_id: str | None = None  # that task, once the server created it
+    finished = False
+    _timer: asyncio.TimerHandle | None = None
+    _reader: asyncio.Task[None] | None = None
+    # Made when first needed: a plain call answered in its handler waits for no wakeup, knows of no
+    # task and starts no task of its own.
+    _wakeup: asyncio.Event | None = None
+    _task_known: asyncio.Event | None = None
+    _tasks: TaskScope | None = None
+
     def __init__(
         self,
         relay: CallOwner,
@@ -97,17 +110,43 @@ class LegacyCall:
         self.upstream_token = upstream_token
         self.trace = trace  # this request's trace context (not the session's)
         self.outbox: deque[Action] = deque()
-        self.wakeup = asyncio.Event()
-        self.tasks = TaskScope("legacy call")
-        self.as_task = False  # a tool the server runs only as a task: made as one (TaskCall)
         # How long the client waits for a round of it: a request's bound, or a hosted task's retention.
         self.timeout_s = relay.request_timeout_s
-        self.hosted_task: str | None = None  # the id of the task the proxy hosts it in, if one
-        self.upstream_task_id: str | None = None  # that task, once the server created it
-        self.task_known = asyncio.Event()  # the server's answer to the task-augmented call was read
-        self.finished = False
-        self._timer: asyncio.TimerHandle | None = None
-        self._reader: asyncio.Task[None] | None = None
+
+    @property
+    def wakeup(self) -> asyncio.Event:
+        """Set when a downstream action waits in `outbox`. A handler drains the outbox before it
+        waits, so an Event made at its first wait has missed nothing."""
+        if self._wakeup is None:
+            self._wakeup = asyncio.Event()
+        return self._wakeup
+
+    @property
+    def task_known(self) -> asyncio.Event:
+        """Set once the server's answer to the task-augmented call was read (or could not be)."""
+        if self._task_known is None:
+            self._task_known = asyncio.Event()
+        return self._task_known
+
+    @task_known.setter
+    def task_known(self, event: asyncio.Event) -> None:
+        self._task_known = event
+
+    @property
+    def tasks(self) -> TaskScope:
+        """The tasks the call runs upstream (its reader, its answers to the server, its abandon)."""
+        if self._tasks is None:
+            self._tasks = TaskScope("legacy call")
+        return self._tasks
+
+    @tasks.setter
+    def tasks(self, scope: TaskScope) -> None:
+        self._tasks = scope
+
+    @property
+    def busy(self) -> bool:
+        """A task of the call still runs."""
+        return self._tasks is not None and len(self._tasks) > 0
 
     @property
     def method(self) -> str:
@@ -123,7 +162,10 @@ class LegacyCall:
         for action in actions:
             if isinstance(action, _DOWNSTREAM):
                 self.outbox.append(action)
-                self.wakeup.set()
+                if self._wakeup is not None:
+                    self._wakeup.set()
+            elif isinstance(action, Release):
+                self.finish()
             elif isinstance(action, AnswerServer):
                 self.tasks.spawn(self._answer(action.response), name="answer-server")
             elif isinstance(action, StartCollecting):
@@ -134,8 +176,6 @@ class LegacyCall:
                 self.disarm()
                 self.relay.unpark(self)
                 self.tasks.spawn(self._abandon(action.reason, action.responses), name="abandon")
-            elif isinstance(action, Release):
-                self.finish()
             else:  # DeliverAnswers: only a retry returns it, and its handler executes it
                 raise AssertionError(f"unexpected action {action!r}")
 
@@ -258,16 +298,19 @@ class LegacyCall:
         if self.finished:
             return
         self.finished = True
-        self.disarm()
+        if self._timer is not None:
+            self.disarm()
         if self._reader is not None and self._reader is not asyncio.current_task():
             self._reader.cancel()
-        self.session.progress_routes.pop(self.upstream_token or "", None)
-        self.session.active.discard(self)
-        if self.session.exclusive is self:
-            self.session.exclusive = None
-        self.relay.pool.release(self.session)
-        self.relay.unpark(self)
-        self.relay.forget(self)
+        session, relay = self.session, self.relay
+        if self.upstream_token is not None:
+            session.progress_routes.pop(self.upstream_token, None)
+        session.active.discard(self)
+        if session.exclusive is self:
+            session.exclusive = None
+        relay.pool.release(session)
+        relay.unpark(self)
+        relay.forget(self)
 
 
 def call_taking(session: LegacyUpstreamSession, request: JSONDict) -> LegacyCall | None:

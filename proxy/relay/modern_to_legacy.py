@@ -32,7 +32,7 @@ from ..protocol import modern_to_legacy as m2l
 from ..protocol.capabilities import ALL_INPUT_CAPABILITIES, carried_extensions
 from ..protocol.detection import MODERN_REFUSAL, refused_as_modern
 from ..protocol.methods import HINTED_METHODS, INPUT_REQUIRED_METHODS
-from ..protocol.modern_validate import ModernRequest, method_problem
+from ..protocol.modern_validate import ModernRequest, method_problem, unbacked_method
 from ..protocol.outcome import Outcome, timed_out
 from ..protocol.parked_call import (
     DeliverAnswers,
@@ -55,7 +55,7 @@ from .legacy_call import Held, LegacyCall, call_of_notification, call_taking, cl
 from .listen_bridge import ListenBridge
 from .scopes import Deadline, TaskScope
 from .tasks.host import LegacyTaskHost
-from .tasks.modern_clients import ModernClientTasks, TaskTools
+from .tasks.modern_clients import ModernClientTasks, TaskTools, task_route
 
 JSONDict = dict[str, Any]
 log = structlog.get_logger(__name__)
@@ -139,8 +139,11 @@ class ModernToLegacy:
     async def handle(self, request: ModernRequest, channel: ReplyChannel, caller: Caller) -> tuple[JSONDict, int]:
         """Run one validated modern request; returns (reply, HTTP status)."""
         router = self._task_router
-        if router is not None and (reply := await router.take(request, caller)) is not None:
-            return reply, 200
+        # task_route first: most requests are not the extension's, and take has nothing to do for them.
+        if router is not None and task_route(request) is not None:
+            reply = await router.take(request, caller)
+            if reply is not None:
+                return reply, 200
         return await self._serve(request, channel, caller)
 
     async def serve_hosted(
@@ -166,24 +169,35 @@ class ModernToLegacy:
         server may run as a task does (its own task then backs the proxy's), and the call may take
         that long rather than one request's bound."""
         principal, auth_headers = caller.principal, caller.credentials
-        params = jsonrpc.params_of(request.message)
+        params = request.message.get("params")
+        if not isinstance(params, dict):  # jsonrpc.params_of, read in place
+            params = {}
         if "requestState" in params:
             outcome = await self._resume(request, channel, principal, auth_headers)
         else:
             key = self._cache.key_for(request.method, params, request.version, request.capabilities)
             if key is None:
                 outcome = await self._handle(
-                    request, channel, principal, auth_headers, hosted_for_s=hosted_for_s, hosted_task=hosted_task
+                    request,
+                    params,
+                    channel,
+                    principal,
+                    auth_headers,
+                    hosted_for_s=hosted_for_s,
+                    hosted_task=hosted_task,
                 )
+                # Made for this request, under its id (the attached request's): no copy to re-id.
+                return outcome.message, outcome.status
             else:
                 outcome = await self._cache.fetch(
-                    key, principal, lambda: self._handle(request, channel, principal, auth_headers)
+                    key, principal, lambda: self._handle(request, params, channel, principal, auth_headers)
                 )
         return {**outcome.message, "id": request.message["id"]}, outcome.status
 
     async def _handle(
         self,
         request: ModernRequest,
+        params: JSONDict,
         channel: ReplyChannel,
         principal: str,
         auth_headers: dict[str, str],
@@ -191,19 +205,21 @@ class ModernToLegacy:
         hosted_for_s: float | None = None,
         hosted_task: str | None = None,
     ) -> Outcome:
-        """A new request (not a retry carrying requestState) on a pooled legacy session."""
-        request_id = request.message["id"]
+        """A new request (not a retry carrying requestState) on a pooled legacy session; `params`,
+        its params object."""
+        message, method = request.message, request.method
+        request_id = message["id"]
         # Trace context belongs to this request; the pooled session keeps only credentials.
         trace = meta.trace_of(auth_headers)
         auth_headers = meta.without_trace(auth_headers)
-        removed = method_problem(request.method, None)
+        removed = method_problem(method, None)
         if removed is not None:
             return Outcome(removed.reply(request_id), removed.status)
         # It may ask the client for input: a method that can, from a client that declares a way to answer.
-        interactive = request.method in INPUT_REQUIRED_METHODS and not ALL_INPUT_CAPABILITIES.keys().isdisjoint(
+        interactive = method in INPUT_REQUIRED_METHODS and not ALL_INPUT_CAPABILITIES.keys().isdisjoint(
             request.capabilities
         )
-        declared = self.declared(request)
+        declared = self._declared_for(request.capabilities)
         try:
             session = await self.pool.acquire(
                 principal, declared, request.client_info, auth_headers, exclusive=interactive
@@ -213,8 +229,8 @@ class ModernToLegacy:
         except ProxyError as exc:
             self._check_era(exc)
             raise
-        problem = method_problem(request.method, session.modern_capabilities)
-        if problem is not None or request.method == "server/discover":
+        problem = unbacked_method(method, session.modern_capabilities)  # not removed: refused above
+        if problem is not None or method == "server/discover":
             self.pool.release(session)
             if problem is not None:
                 return Outcome(problem.reply(request_id), problem.status)
@@ -222,16 +238,17 @@ class ModernToLegacy:
             if self.hosted_tasks is not None and m2l.runs_tool_calls_as_tasks(session.server_capabilities):
                 result = mt.advertise(result)
             return Outcome(jsonrpc.result_response(request_id, result))
-        try:
-            await self._ensure_level(session, request.log_level)
-        except (UpstreamError, ProxyError, TimeoutError) as exc:
-            log.warning("upstream_set_level_failed", upstream=self.name, error=str(exc))
-        downstream_token = m2l.progress_token_of(request.message)
+        if request.log_level is not None:
+            try:
+                await self._ensure_level(session, request.log_level)
+            except (UpstreamError, ProxyError, TimeoutError) as exc:
+                log.warning("upstream_set_level_failed", upstream=self.name, error=str(exc))
+        downstream_token = m2l.progress_token_in(params)
         upstream_id = session.next_id()
         upstream_token = f"p{upstream_id}" if downstream_token is not None else None
         machine = ParkedCall.new(
-            method=request.method,
-            params=jsonrpc.params_of(request.message),
+            method=method,
+            params=params,
             capabilities=request.capabilities,
             downstream=DownstreamRequest(request_id, downstream_token, request.log_level),
             principal=principal,
@@ -239,19 +256,22 @@ class ModernToLegacy:
             upstream=self.name,
             upstream_id=upstream_id,
             server_info=session.server_info,
-            cache_hint=self.hint(request.method) if request.method in HINTED_METHODS else None,
+            cache_hint=self.hint(method) if method in HINTED_METHODS else None,
             collect_window_s=self._settings.input.collect_window_s,
             detach_timeout_s=self._settings.upstream.request_timeout_s,
         )
         call = LegacyCall(self, session, machine, interactive=interactive, upstream_token=upstream_token, trace=trace)
-        if request.method == "tools/call":
-            tool, hosted = jsonrpc.params_of(request.message).get("name"), hosted_for_s is not None
-            call.as_task = await self._task_tools.runs_as_task(session, self.name, tool, hosted=hosted)
+        # Only a server that takes task-augmented calls runs one as a task (TaskTools.runs_as_task
+        # asks the same first): for the others, no coroutine per call.
+        if method == "tools/call" and m2l.runs_tool_calls_as_tasks(session.server_capabilities):
+            call.as_task = await self._task_tools.runs_as_task(
+                session, self.name, params.get("name"), hosted=hosted_for_s is not None
+            )
         if hosted_for_s is not None:
             call.timeout_s, call.hosted_task = hosted_for_s, hosted_task
         call.bind(session)
         self._calls.add(call)
-        outgoing = meta.carry_trace(m2l.to_upstream(request.message, upstream_id, upstream_token), call.trace)
+        outgoing = meta.carry_trace(m2l.to_upstream(message, upstream_id, upstream_token), trace)
         if interactive:
             call.start_reader(outgoing)
             return await self._attend(call, channel)
@@ -316,18 +336,20 @@ class ModernToLegacy:
         the reply (a -32021 while the server goes on), its stream is handed to a task of the call."""
         held: Held | None = None
         handed_over = False
+        machine = call.machine
+        lists_tools = machine.state.method == "tools/list"
         try:
             with Deadline(call.timeout_s):
                 try:
                     held = await call.open(outgoing)
                     messages = aiter(held.reply)
                     async for message in messages:
-                        if call.method == "tools/list" and isinstance(message.get("result"), dict):
+                        if lists_tools and isinstance(message.get("result"), dict):
                             self._task_tools.learn_from(message["result"])
-                        call.feed(call.machine.upstream_message(message))
+                        call.feed(machine.upstream_message(message))
                         outcome = await self._drain(call, channel) if call.outbox else None
                         if outcome is not None:
-                            if call.machine.phase == "detached":
+                            if machine.state.phase == "detached":
                                 call.run_out(messages, held)
                                 handed_over = True
                             return outcome
@@ -345,7 +367,7 @@ class ModernToLegacy:
             raise
         finally:
             if held is not None and not handed_over:
-                if call.finished or not call.tasks:
+                if call.finished or not call.busy:
                     await held.close()
                 else:  # the stream closes once the call has told the upstream it gives up
                     call.tasks.spawn(close_after(call, held), name="legacy-call-close")
@@ -457,7 +479,7 @@ class ModernToLegacy:
         return next((c for c in self._calls if c.hosted_task == task_id and c.upstream_task_id), None)
 
     def unpark(self, call: LegacyCall) -> None:
-        if self._parked.pop(call.park_id, None) is not None:
+        if self._parked and self._parked.pop(call.park_id, None) is not None:
             self._metrics.parked_calls.set(len(self._parked))
             self._ended.set()
 
@@ -474,7 +496,7 @@ class ModernToLegacy:
 
     def forget(self, call: LegacyCall) -> None:
         """A call whose upstream side ended: once its own tasks are done, nothing holds it."""
-        if not call.tasks:
+        if not call.busy:
             self._calls.discard(call)
             self._ended.set()
         else:

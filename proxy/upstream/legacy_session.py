@@ -81,7 +81,7 @@ class LegacyUpstreamSession:
         self._clock = clock
         self.id: str | None = None
         self.version = ""
-        self.initialize_result: JSONDict = {}
+        self.initialize_result = {}
         self._ids = itertools.count(1)
         self.exclusive: CallSink | None = None  # the interactive call that owns this session, if any
         self.inflight = 0
@@ -91,7 +91,6 @@ class LegacyUpstreamSession:
         self.closed = False
         self.progress_routes: dict[str, CallSink] = {}  # upstream progress token -> call
         self.active: set[CallSink] = set()  # calls running on this session
-        self._modern_capabilities: JSONDict | None = None
 
     # ------------------------------------------------------------ wire
 
@@ -107,8 +106,11 @@ class LegacyUpstreamSession:
         """Send a request on the session; entering yields its reply, leaving closes it. A request
         that cannot be sent at all fails as an UpstreamError on entering."""
         self.last_used = self._clock()
-        headers = {**self.headers(), **extra_headers} if extra_headers else self.headers()
-        return _Sending(self.name, self.transport.exchange(message, headers))
+        transport = self.transport
+        headers = transport.headers(self)
+        if extra_headers:
+            headers = {**headers, **extra_headers}
+        return _Sending(self.name, transport.exchange(message, headers))
 
     async def send(self, message: JSONDict) -> None:
         """Send a notification or a response to one of the server's requests."""
@@ -184,21 +186,19 @@ class LegacyUpstreamSession:
         self.push_channel = await self.transport.open_push(self, push_wait_s)
 
     @property
-    def server_capabilities(self) -> JSONDict:
-        return jsonrpc.obj(self.initialize_result.get("capabilities"))
+    def initialize_result(self) -> JSONDict:
+        return self._initialize_result
 
-    @property
-    def modern_capabilities(self) -> JSONDict:
-        """The server's capabilities in the modern shape (docs/translation.md §4.2), made once."""
-        caps = self._modern_capabilities
-        if caps is None:
-            caps = self._modern_capabilities = modern_server_capabilities(self.server_capabilities)
-        return caps
-
-    @property
-    def server_info(self) -> JSONDict | None:
-        info = self.initialize_result.get("serverInfo")
-        return info if isinstance(info, dict) else None
+    @initialize_result.setter
+    def initialize_result(self, result: JSONDict) -> None:
+        """What every request reads of the server's InitializeResult is read once, here."""
+        self._initialize_result = result
+        caps = result.get("capabilities")
+        self.server_capabilities: JSONDict = caps if isinstance(caps, dict) else {}
+        # The server's capabilities in the modern shape (docs/translation.md §4.2).
+        self.modern_capabilities: JSONDict = modern_server_capabilities(self.server_capabilities)
+        info = result.get("serverInfo")
+        self.server_info: JSONDict | None = info if isinstance(info, dict) else None
 
     async def close(self, *, delete: bool = True) -> None:
         if self.closed:
@@ -339,14 +339,17 @@ class SessionPool:
         group = self._sessions.get(key)
         if group is None:
             group = self._sessions[key] = []
-        elif any(s.closed for s in group):
-            group[:] = [s for s in group if not s.closed]
         session: LegacyUpstreamSession | None = None
-        for candidate in group:  # the least busy one this call may share
-            if (not exclusive or candidate.exclusive is None) and (
+        stale = False
+        for candidate in group:  # the least busy one this call may share (closed ones go below)
+            if candidate.closed:
+                stale = True
+            elif (not exclusive or candidate.exclusive is None) and (
                 session is None or candidate.inflight < session.inflight
             ):
                 session = candidate
+        if stale:
+            group[:] = [s for s in group if not s.closed]
         if session is None:
             pending = self._opening.get(key)
             if pending is not None and not exclusive:
@@ -359,7 +362,8 @@ class SessionPool:
         return session
 
     def release(self, session: LegacyUpstreamSession) -> None:
-        session.inflight = max(0, session.inflight - 1)
+        if session.inflight > 0:
+            session.inflight -= 1
         session.last_used = self._clock()
 
     async def _open(

@@ -14,7 +14,7 @@ import structlog
 
 from .. import tracing
 from ..protocol.headers import PROTOCOL_VERSION_HEADER, SESSION_HEADER
-from ..protocol.versions import legacy_at_least
+from ..protocol.versions import LEGACY_VERSIONS, legacy_at_least
 from .base import Reply
 from .errors import UpstreamError, UpstreamSessionGone, UpstreamUnavailable
 from .http import HttpUpstream
@@ -25,6 +25,9 @@ log = structlog.get_logger(__name__)
 
 _DELETE_TIMEOUT_S = 5.0
 _GET_RETRY_MAX_S = 10.0
+# The versions whose messages carry MCP-Protocol-Version (the header did not exist before), found
+# once rather than for every message.
+_VERSION_HEADER_VERSIONS = frozenset(v for v in LEGACY_VERSIONS if legacy_at_least(v, "2025-06-18"))
 
 
 class CarriedSession(Protocol):
@@ -87,8 +90,8 @@ class HttpSessionTransport:
         headers = dict(session.auth_headers)
         if session.id is not None:
             headers[SESSION_HEADER] = session.id
-        if session.version and legacy_at_least(session.version, "2025-06-18"):
-            headers[PROTOCOL_VERSION_HEADER] = session.version  # the header did not exist before
+        if session.version in _VERSION_HEADER_VERSIONS:
+            headers[PROTOCOL_VERSION_HEADER] = session.version
         return headers
 
     def exchange(self, message: JSONDict, headers: Mapping[str, str]) -> AbstractAsyncContextManager[Reply]:

@@ -41,3 +41,23 @@ def test_with_meta_adds_one_key_to_a_copy_and_keeps_every_other_field():
     assert params["_meta"] == {"progressToken": 5, "com.example/x": 1}
     assert meta.with_meta(None, "k", "v") == {"_meta": {"k": "v"}}
     assert meta.with_meta({"_meta": "not a dict"}, "k", "v") == {"_meta": {"k": "v"}}
+
+
+def test_trace_in_meta_becomes_headers_when_there_are_none_yet_and_the_message_is_left_as_it_is():
+    message = jsonrpc.request(1, "tools/list", {"_meta": {"traceparent": PARENT, "tracestate": 7, "other": "x"}})
+    headers: dict[str, str] = {}
+    assert meta.carry_trace(message, headers) is message
+    assert headers == {"traceparent": PARENT}  # a value that is no string is not a header
+    plain = jsonrpc.request(2, "tools/list", {"_meta": {"other": "x"}})
+    untouched: dict[str, str] = {}
+    assert meta.carry_trace(plain, untouched) is plain and untouched == {}
+
+
+def test_a_requests_trace_context_is_told_from_its_credentials_in_any_case():
+    headers = {"TraceParent": PARENT, "Authorization": "Bearer t", "baggage": "k=v"}
+    assert meta.trace_of(headers) == {"TraceParent": PARENT, "baggage": "k=v"}
+    assert meta.without_trace(headers) == {"Authorization": "Bearer t"}
+    # None given, none found: each a dict of its own, which a caller may fill.
+    empty: dict[str, str] = {}
+    trace, rest = meta.trace_of(empty), meta.without_trace(empty)
+    assert trace == rest == {} and trace is not empty and rest is not empty and trace is not rest

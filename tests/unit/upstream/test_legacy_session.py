@@ -13,6 +13,7 @@ import pytest
 from proxy.config import PoolConfig
 from proxy.errors import ProxyError
 from proxy.protocol import jsonrpc
+from proxy.protocol.capabilities import modern_server_capabilities
 from proxy.upstream.legacy_session import CallSink, LegacyUpstreamSession, SessionPool
 from proxy.upstream.session_transports import CarriedSession
 
@@ -108,6 +109,17 @@ async def test_a_new_session_has_no_call_on_it():
     session = await pool().acquire("alice", {}, None, {}, exclusive=False)
     assert session.version == "2025-06-18"
     assert (session.exclusive, session.active, session.progress_routes) == (None, set(), {})
+
+
+def test_a_session_reads_its_servers_capabilities_and_info_from_its_initialize_result_as_it_is_set():
+    session = factory(("alice", "{}"), {}, {}, Owner())
+    assert (session.server_capabilities, session.modern_capabilities, session.server_info) == ({}, {}, None)
+    session.initialize_result = {**INITIALIZED, "capabilities": {"tools": {"listChanged": True}, "logging": {}}}
+    assert session.server_capabilities == {"tools": {"listChanged": True}, "logging": {}}
+    assert session.modern_capabilities == modern_server_capabilities(session.server_capabilities)
+    assert session.server_info == {"name": "legacy", "version": "1"}
+    session.initialize_result = {**INITIALIZED, "capabilities": [], "serverInfo": "not an object"}
+    assert (session.server_capabilities, session.server_info) == ({}, None)
 
 
 async def test_a_session_hands_what_the_server_starts_to_its_owner():
