@@ -209,11 +209,10 @@ class McpEndpoint:
         route = classify_post(body, session_id, request.headers.get(PROTOCOL_VERSION_HEADER))
         if isinstance(route, Rejection):
             raise ProxyError.rejected(route)
-        if route is not Route.MODERN:
-            for item in (body,) if type(body) is dict else body:  # a dict, or a batch (a list)
-                problem = client_checks.message_problem(item) if isinstance(item, dict) else None
-                if problem is not None:
-                    raise ProxyError.rejected(problem)
+        if route is not Route.MODERN:  # a message (a dict), or a batch (a list)
+            problem = client_checks.message_problem(body) if type(body) is dict else _batch_problem(body)
+            if problem is not None:
+                raise ProxyError.rejected(problem)
         era = await self._era(request)
         record.upstream_era = str(era)  # its value (str's own __str__: no enum property per request)
         if route is Route.MODERN:
@@ -466,3 +465,12 @@ class McpEndpoint:
             latency_ms=round(elapsed * 1000, 3),
             session=short_hash(record.session) if record.session else None,
         )
+
+
+def _batch_problem(batch: list[Any]) -> Rejection | None:
+    """The first message of a batch unfit to be relayed, by client_checks.message_problem."""
+    for item in batch:
+        problem = client_checks.message_problem(item) if isinstance(item, dict) else None
+        if problem is not None:
+            return problem
+    return None

@@ -1384,6 +1384,26 @@ async def test_a_2025_03_26_batch_of_quick_requests_is_one_json_array(make_proxy
     ]
 
 
+@pytest.mark.parametrize(
+    ("item", "code"),
+    [
+        ({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": 7}}, jsonrpc.INVALID_PARAMS),
+        ({"jsonrpc": "2.0", "id": 2, "method": "tools/\u0007call", "params": {}}, jsonrpc.INVALID_REQUEST),
+    ],
+    ids=["name-not-a-string", "control-character"],
+)
+async def test_a_2025_03_26_batch_with_one_unfit_message_is_refused_whole(
+    make_proxy: MakeProxy, fake: FakeModern, item: dict[str, Any], code: int
+) -> None:
+    proxy = await make_proxy()
+    async with asyncio.timeout(WAIT):
+        peer = await proxy.connect("2025-03-26")
+        response = await peer.post([ping(1), item])
+        assert response.status == 400
+        assert (await error_body(response))["code"] == code
+    assert "tools/call" not in [c.method for c in fake.calls]
+
+
 async def test_a_slow_result_stays_plain_json_for_a_client_that_accepts_only_json(
     make_proxy: MakeProxy, fake: FakeModern
 ) -> None:
