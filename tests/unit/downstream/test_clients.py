@@ -6,7 +6,7 @@ import pytest
 from prometheus_client import generate_latest
 
 from proxy.downstream.clients import ClientReport, Sighting
-from proxy.downstream.messages import legacy_sighting
+from proxy.downstream.messages import ByteSessions, legacy_sighting
 from proxy.metrics import Metrics
 
 
@@ -110,3 +110,20 @@ def test_a_legacy_message_is_plain_only_when_it_uses_no_counted_feature(body: ob
             "2025-11-25",
             "legacy",
         )
+
+
+def test_a_legacy_http_upstream_s_session_names_its_client_for_every_message() -> None:
+    sessions = ByteSessions()
+    info = {"name": "host", "version": "1"}
+    initialize = {
+        "jsonrpc": "2.0",
+        "id": 0,
+        "method": "initialize",
+        "params": {"protocolVersion": "2025-06-18", "clientInfo": info, "capabilities": {}},
+    }
+    opened = sessions.sighting(initialize, None, "s-1")
+    assert opened is not None and opened.opened_session
+    call = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "echo"}}  # a plain one
+    seen = sessions.sighting(call, "s-1", None)
+    assert seen == Sighting(info, "2025-06-18", "legacy")
+    assert sessions.sighting(call, "s-unknown", None) is None
