@@ -154,7 +154,9 @@ class ByteRelay:
             if relayed_reply.streams(status, content_type):  # never a JSON reply
                 check = EventCheck(sent, upstream.name, upstream.max_reply_bytes, rewrite)
                 return ByteReply(status, returned, None, _Events(self, response.content, check), check)
-        body = await upstream.read_body(response)
+        body = upstream.arrived_body(response)
+        if body is None:  # not all here yet
+            body = await upstream.read_body(response)
         if rewrite is None:
             refusal = relayed_reply.check_body(sent, status, content_type, body, upstream.name)
         else:
@@ -293,7 +295,8 @@ class _Forward:
         response = None
         try:
             response = self._response = await relay._upstream.forward(method, body, headers)
-            span.status(response.status)
+            if span is not tracing.NULL_UPSTREAM:  # the no-op span's calls are skipped, not made
+                span.status(response.status)
             legacy = self._legacy
             initialize = legacy and message is not None and message.get("method") == "initialize"
             return await relay._reply(response, self._sent, legacy, self._principal, initialize)
@@ -309,7 +312,9 @@ class _Forward:
 
     def _end(self, exc_type: type[BaseException] | None, exc: BaseException | None) -> None:
         """Leave the deadline; an upstream failure or the deadline becomes the client's error."""
-        self._span.end(exc)
+        span = self._span
+        if span is not tracing.NULL_UPSTREAM:
+            span.end(exc)
         deadline = self._deadline
         if deadline is not None:
             try:

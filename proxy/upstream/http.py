@@ -15,7 +15,7 @@ from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from typing import Any
 
 import aiohttp
-from multidict import CIMultiDictProxy
+from multidict import CIMultiDict, CIMultiDictProxy
 
 from .. import __version__, tracing
 from ..config import UpstreamConfig
@@ -34,11 +34,25 @@ from .errors import (
 
 JSONDict = dict[str, Any]
 _ERROR_BODY_LIMIT = 64 * 1024
+_CONTENT_TYPE = {"Content-Type": "application/json"}
 _BASE_HEADERS = {
-    "Content-Type": "application/json",
+    **_CONTENT_TYPE,
     "Accept": "application/json, text/event-stream",
     "User-Agent": f"mcp-era-proxy/{__version__}",
 }
+
+
+def _session_defaults(config: UpstreamConfig) -> CIMultiDict[str] | None:
+    """The static headers the proxy's own client session sends as its defaults: aiohttp copies
+    each header of a request about 30 bytecodes' worth, and its defaults as one C copy. Never
+    Content-Type, which a bodiless request must not have (a default cannot be left out); None when
+    `upstream.headers` names one (of any case): then every static header goes with each request."""
+    if any(name.lower() == "content-type" for name in config.headers):
+        return None
+    defaults = CIMultiDict({name: value for name, value in _BASE_HEADERS.items() if name != "Content-Type"})
+    for name, value in config.headers.items():
+        defaults[name] = value  # as aiohttp merges a request's headers: the last of any case wins
+    return defaults
 
 
 _IDLE_CONNECTION_S = 4.0
@@ -53,7 +67,11 @@ class HttpUpstream:
         self.name = config.name
         self.url = config.url
         self._session = session
-        self._static_headers = {**_BASE_HEADERS, **config.headers}
+        # The static headers merged into each request's: only Content-Type when the session sends
+        # the others as its defaults (one made by client_session), else all of them.
+        defaults = _session_defaults(config)
+        in_session = defaults is not None and _sends_by_default(session, defaults)
+        self._static_headers = _CONTENT_TYPE if in_session else {**_BASE_HEADERS, **config.headers}
         self.max_reply_bytes = config.max_reply_bytes
         self._clock = clock
         self.last_ok: float | None = None  # when the upstream last answered sanely
@@ -71,7 +89,9 @@ class HttpUpstream:
         )
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=config.connect_timeout_s)
         # auto_decompress stays on; responses are never re-compressed toward the client.
-        return aiohttp.ClientSession(connector=connector, timeout=timeout, trust_env=False)
+        return aiohttp.ClientSession(
+            connector=connector, timeout=timeout, trust_env=False, headers=_session_defaults(config)
+        )
 
     async def close(self) -> None:
         await self._session.close()
@@ -153,6 +173,24 @@ class HttpUpstream:
         except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError) as exc:
             raise UpstreamUnavailable(self.name, f"dropped the response ({exc.__class__.__name__})") from None
 
+    def arrived_body(self, response: aiohttp.ClientResponse) -> bytes | None:
+        """`read_body`'s answer when the whole body has arrived (the usual: a small body comes with
+        the head), without a coroutine; None: it has not, `read_body` waits for it."""
+        content = response.content
+        if not content.is_eof():
+            return None
+        length = response.content_length
+        limit = self.max_reply_bytes
+        if length is not None and length > limit:
+            raise UpstreamProtocolError(self.name, f"sent a reply {self._over_limit}")
+        try:
+            raw = content.read_nowait()
+        except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError) as exc:
+            raise UpstreamUnavailable(self.name, f"dropped the response ({exc.__class__.__name__})") from None
+        if len(raw) > limit:
+            raise UpstreamProtocolError(self.name, f"sent a reply {self._over_limit}")
+        return raw
+
     async def read_body(self, response: aiohttp.ClientResponse) -> bytes:
         """The whole body, as many reads as it takes (one read returns what has arrived so far),
         up to `upstream.max_reply_bytes`."""
@@ -162,7 +200,7 @@ class HttpUpstream:
             raise UpstreamProtocolError(self.name, f"sent a reply {self._over_limit}")
         content = response.content
         try:
-            if content.is_eof():  # the usual: a small body has all arrived with the head, taken without a wait
+            if content.is_eof():  # a small body has all arrived with the head, taken without a wait
                 raw = content.read_nowait()
             else:
                 raw = await content.read(limit + 1)
@@ -230,6 +268,13 @@ def _unreachable(exc: aiohttp.ClientConnectorError) -> str:
     return f"is unreachable at {exc.host}:{exc.port} ({reason})"
 
 
+def _sends_by_default(session: aiohttp.ClientSession | None, headers: CIMultiDict[str]) -> bool:
+    """Whether `session` sends exactly `headers` as its defaults (a session of the caller's may
+    send others, or none)."""
+    defaults = getattr(session, "headers", None)  # a stand-in of the tests' may have none
+    return defaults is not None and list(defaults.items()) == list(headers.items())
+
+
 def _media_type(content_type: str) -> str:
     """A Content-Type's media type, lower case, without parameters."""
     return content_type.split(";")[0].strip().lower()
@@ -274,7 +319,8 @@ class _Exchange:
     async def __aenter__(self) -> _Exchange:
         upstream, message, headers, method = self._upstream, self._message, self._headers, self._method
         span = self._span = tracing.upstream(message, "http", method)
-        if span is not tracing.NULL_UPSTREAM:  # the trace context sent upstream is this span's
+        traced = span is not tracing.NULL_UPSTREAM  # the no-op span's calls are skipped, not made
+        if traced:  # the trace context sent upstream is this span's
             message, headers = span.message(message), span.headers(headers)
         try:
             if message is None:
@@ -288,7 +334,8 @@ class _Exchange:
             except (TimeoutError, aiohttp.ClientError) as exc:
                 raise upstream._unsent(exc) from None
             status = self.status = response.status
-            span.status(status)
+            if traced:
+                span.status(status)
             if status == 404 and SESSION_HEADER in headers:
                 response.close()
                 raise UpstreamSessionGone(upstream.name, "no longer knows the session (HTTP 404)")
@@ -313,7 +360,9 @@ class _Exchange:
             upstream = self._upstream
             if self.status == 200 and self._content_type == "application/json":
                 # The usual reply, as _body_messages reads it, with one read and one decode.
-                raw = await upstream.read_body(self._response)
+                raw = upstream.arrived_body(self._response)
+                if raw is None:
+                    raw = await upstream.read_body(self._response)
                 messages = [] if not raw or raw.isspace() else upstream._decode(raw)
                 upstream.last_ok = upstream._clock()
             else:
@@ -332,7 +381,9 @@ class _Exchange:
                 await self._stream.aclose()
             close_response(self._response)
         finally:
-            self._span.end(exc)
+            span = self._span
+            if span is not tracing.NULL_UPSTREAM:
+                span.end(exc)
 
 
 __all__ = ["HttpUpstream", "UpstreamError", "close_response"]
