@@ -11,7 +11,7 @@ import os
 import socket
 import ssl
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Mapping
 from typing import Any
 
 import aiohttp
@@ -56,6 +56,7 @@ def _session_defaults(config: UpstreamConfig) -> CIMultiDict[str] | None:
 
 
 _IDLE_CONNECTION_S = 4.0
+_CURRENT_SPAN = tracing.CURRENT
 
 
 class HttpUpstream:
@@ -96,7 +97,7 @@ class HttpUpstream:
     async def close(self) -> None:
         await self._session.close()
 
-    def _unsent(self, exc: BaseException) -> UpstreamError:
+    def unsent(self, exc: BaseException) -> UpstreamError:
         """The UpstreamError for a request that could not be sent."""
         if isinstance(exc, TimeoutError):
             return UpstreamTimeout(self.name, "did not accept the connection in time")
@@ -236,17 +237,29 @@ class HttpUpstream:
         """Raw pass-through for same-era traffic: the caller streams the response bytes, then
         closes the response. A connection that fails becomes the UpstreamError the relays map."""
         try:
-            response = await self._session.request(
-                method,
-                self.url,
-                data=body,
-                headers={**self._static_headers, **headers} if body else self._bodiless_headers(headers),
-            )
+            response = await self.forwarding(method, body, headers)
         except (TimeoutError, aiohttp.ClientError) as exc:
-            raise self._unsent(exc) from None
+            raise self.unsent(exc) from None
+        self.answered(response)
+        return response
+
+    def forwarding(
+        self, method: str, body: bytes | None, headers: Mapping[str, str]
+    ) -> Awaitable[aiohttp.ClientResponse]:
+        """`forward` in parts, for a caller that awaits the request itself (a coroutine level fewer
+        for every suspension of the request): await this, map TimeoutError and aiohttp.ClientError
+        with `unsent`, then pass the response to `answered`."""
+        return self._session.request(
+            method,
+            self.url,
+            data=body,
+            headers={**self._static_headers, **headers} if body else self._bodiless_headers(headers),
+        )
+
+    def answered(self, response: aiohttp.ClientResponse) -> None:
+        """A forwarded request's response arrived: a status under 500 is a sane answer."""
         if response.status < 500:
             self.last_ok = self._clock()
-        return response
 
 
 def close_response(response: aiohttp.ClientResponse) -> None:
@@ -318,8 +331,10 @@ class _Exchange:
 
     async def __aenter__(self) -> _Exchange:
         upstream, message, headers, method = self._upstream, self._message, self._headers, self._method
-        span = self._span = tracing.upstream(message, "http", method)
-        traced = span is not tracing.NULL_UPSTREAM  # the no-op span's calls are skipped, not made
+        # tracing.upstream's, inline (a call fewer); with the no-op span none of its calls are made.
+        current = _CURRENT_SPAN.get()
+        span = self._span = tracing.NULL_UPSTREAM if current is None else current.upstream(message, "http", method)
+        traced = span is not tracing.NULL_UPSTREAM
         if traced:  # the trace context sent upstream is this span's
             message, headers = span.message(message), span.headers(headers)
         try:
@@ -332,7 +347,7 @@ class _Exchange:
                     method, upstream.url, data=body, headers=sent
                 )
             except (TimeoutError, aiohttp.ClientError) as exc:
-                raise upstream._unsent(exc) from None
+                raise upstream.unsent(exc) from None
             status = self.status = response.status
             if traced:
                 span.status(status)
