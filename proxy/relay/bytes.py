@@ -133,7 +133,11 @@ class ByteRelay:
     ) -> ByteReply:
         upstream = self._upstream
         headers = response.headers
-        returned = {name: headers[name] for name in (_RETURNED_LEGACY if legacy else _RETURNED) if name in headers}
+        returned = {}  # a loop, not a comprehension: that is a function call per request
+        for name in _RETURNED_LEGACY if legacy else _RETURNED:
+            value = headers.get(name)
+            if value is not None:
+                returned[name] = value
         binding = self.binding if principal is not None else None
         rewrite: relayed_reply.Rewrite | None = None
         if binding is not None and principal is not None:
