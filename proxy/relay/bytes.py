@@ -123,14 +123,18 @@ class ByteRelay:
         log.warning("upstream_failed", upstream=failure.upstream, error=failure.detail)
         return self._failures.client_error(failure, status=status, headers=headers)
 
-    async def _reply(
+    def _reply(
         self,
         response: aiohttp.ClientResponse,
         sent: Sent,
         legacy: bool,
         principal: str | None,
         initialize: bool = False,
-    ) -> ByteReply:
+        body: bytes | None = None,
+    ) -> ByteReply | None:
+        """The reply to relay; None when its whole body is wanted and has not all arrived: then it
+        is asked again with `body`, read (HttpUpstream.read_body). Not a coroutine: the usual body
+        has arrived with the head, and the request is spared an await level."""
         upstream = self._upstream
         headers = response.headers
         returned = {}  # a loop, not a comprehension: that is a function call per request
@@ -159,9 +163,10 @@ class ByteRelay:
             if relayed_reply.streams(status, content_type):  # never a JSON reply
                 check = EventCheck(sent, upstream.name, upstream.max_reply_bytes, rewrite)
                 return ByteReply(status, returned, None, _Events(self, response.content, check), check)
-        body = upstream.arrived_body(response)
-        if body is None:  # not all here yet
-            body = await upstream.read_body(response)
+        if body is None:
+            body = upstream.arrived_body(response)
+            if body is None:  # not all here yet
+                return None
         if rewrite is None:
             refusal = relayed_reply.check_body(sent, status, content_type, body, upstream.name)
         else:
@@ -311,7 +316,12 @@ class _Forward:
                 span.status(response.status)
             legacy = self._legacy
             initialize = legacy and message is not None and message.get("method") == "initialize"
-            return await relay._reply(response, self._sent, legacy, self._principal, initialize)
+            reply = relay._reply(response, self._sent, legacy, self._principal, initialize)
+            if reply is None:  # the body is still arriving: read, then the same again
+                whole = await upstream.read_body(response)
+                reply = relay._reply(response, self._sent, legacy, self._principal, initialize, whole)
+                assert reply is not None  # given the body
+            return reply
         except BaseException as exc:
             if response is not None:
                 response.close()
