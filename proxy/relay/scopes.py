@@ -16,12 +16,12 @@ T = TypeVar("T")
 
 # The running task of a loop, as asyncio.current_task(loop) gives it: in Python 3.11 that is a
 # Python function (13 bytecodes) over this C dict, whose lookup is the same answer with no frame;
-# from 3.12 on it is C itself.
-_task_of: Callable[[asyncio.AbstractEventLoop], asyncio.Task[Any] | None]
+# from 3.12 on it is C itself. `task_of(asyncio.get_running_loop())` is asyncio.current_task().
+task_of: Callable[[asyncio.AbstractEventLoop], asyncio.Task[Any] | None]
 if sys.version_info < (3, 12):
-    _task_of = asyncio.tasks._current_tasks.get  # type: ignore[attr-defined]
+    task_of = asyncio.tasks._current_tasks.get  # type: ignore[attr-defined]
 else:
-    _task_of = asyncio.current_task
+    task_of = asyncio.current_task
 
 
 class TaskScope:
@@ -126,7 +126,7 @@ class CancelScope:
 
     def __enter__(self) -> Self:
         loop = get_running_loop()
-        self._task = _task_of(loop)
+        self._task = task_of(loop)
         self._active = True
         if self._timeout_s is not None:
             self._timer = loop.call_later(self._timeout_s, self._expire)
@@ -171,7 +171,7 @@ class Deadline(CancelScope):
 
     def __enter__(self) -> Self:
         loop = get_running_loop()
-        self._task = _task_of(loop)
+        self._task = task_of(loop)
         self._active = True
         timeout_s: float = self._timeout_s  # type: ignore[assignment]  # a Deadline always has one
         self._timer = loop.call_later(timeout_s, self._expire)
