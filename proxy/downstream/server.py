@@ -29,6 +29,9 @@ from ..protocol import jsonrpc
 from .guard import JsonErrors
 
 log = structlog.get_logger(__name__)
+# aiohttp's own reading of what arrived, called as a plain function: `super()` makes an object for
+# every packet.
+_parse = JsonErrors.data_received
 
 
 class DeadlineHandler(JsonErrors):
@@ -53,10 +56,12 @@ class DeadlineHandler(JsonErrors):
             return  # the connection closes: nothing more is read
         heads = self._request_count
         in_body = self._body is not None
-        super().data_received(data)
+        _parse(self, data)
         if self._request_count != heads:  # a request's headers are complete: theirs is met
-            self._disarm()
-            body = self._messages[-1][1] if self._messages else None
+            if self._deadline is not None:  # none, for a request that arrived in one packet
+                self._disarm()
+            messages = self._messages
+            body = messages[-1][1] if messages else None
             if body is not None and not body.is_eof():  # only the last request's body may be unfinished
                 self._body = body
                 self._arm(self._limits.body_timeout_s, self._body_too_slow)

@@ -36,6 +36,7 @@ from .failures import UpstreamFailures
 from .scopes import Deadline
 
 log = structlog.get_logger(__name__)
+_CURRENT_SPAN = tracing.CURRENT
 
 _RETURNED = ("Content-Type", "WWW-Authenticate", "Allow")
 _RETURNED_LEGACY = (*_RETURNED, SESSION_HEADER)  # a legacy session is the upstream's own
@@ -122,17 +123,25 @@ class ByteRelay:
         log.warning("upstream_failed", upstream=failure.upstream, error=failure.detail)
         return self._failures.client_error(failure, status=status, headers=headers)
 
-    async def _reply(
+    def _reply(
         self,
         response: aiohttp.ClientResponse,
         sent: Sent,
         legacy: bool,
         principal: str | None,
         initialize: bool = False,
-    ) -> ByteReply:
+        body: bytes | None = None,
+    ) -> ByteReply | None:
+        """The reply to relay; None when its whole body is wanted and has not all arrived: then it
+        is asked again with `body`, read (HttpUpstream.read_body). Not a coroutine: the usual body
+        has arrived with the head, and the request is spared an await level."""
         upstream = self._upstream
         headers = response.headers
-        returned = {name: headers[name] for name in (_RETURNED_LEGACY if legacy else _RETURNED) if name in headers}
+        returned = {}  # a loop, not a comprehension: that is a function call per request
+        for name in _RETURNED_LEGACY if legacy else _RETURNED:
+            value = headers.get(name)
+            if value is not None:
+                returned[name] = value
         binding = self.binding if principal is not None else None
         rewrite: relayed_reply.Rewrite | None = None
         if binding is not None and principal is not None:
@@ -154,7 +163,10 @@ class ByteRelay:
             if relayed_reply.streams(status, content_type):  # never a JSON reply
                 check = EventCheck(sent, upstream.name, upstream.max_reply_bytes, rewrite)
                 return ByteReply(status, returned, None, _Events(self, response.content, check), check)
-        body = await upstream.read_body(response)
+        if body is None:
+            body = upstream.arrived_body(response)
+            if body is None:  # not all here yet
+                return None
         if rewrite is None:
             refusal = relayed_reply.check_body(sent, status, content_type, body, upstream.name)
         else:
@@ -279,7 +291,8 @@ class _Forward:
         message = self._message
         if not isinstance(message, dict):
             message = None
-        span = self._span = tracing.upstream(message, "http", method)
+        current = _CURRENT_SPAN.get()  # tracing.upstream's, inline (a call fewer)
+        span = self._span = tracing.NULL_UPSTREAM if current is None else current.upstream(message, "http", method)
         body, headers = self._body, self._headers
         if span is not tracing.NULL_UPSTREAM:
             if message is not None and body is not None:
@@ -291,12 +304,24 @@ class _Forward:
                     body = jsonrpc.encode(traced)
             headers = span.headers(headers)
         response = None
+        upstream = relay._upstream
         try:
-            response = self._response = await relay._upstream.forward(method, body, headers)
-            span.status(response.status)
+            # HttpUpstream.forward's, awaited here: a coroutine level fewer for each suspension.
+            try:
+                response = self._response = await upstream.forwarding(method, body, headers)
+            except (TimeoutError, aiohttp.ClientError) as exc:
+                raise upstream.unsent(exc) from None
+            upstream.answered(response)
+            if span is not tracing.NULL_UPSTREAM:  # the no-op span's calls are skipped, not made
+                span.status(response.status)
             legacy = self._legacy
             initialize = legacy and message is not None and message.get("method") == "initialize"
-            return await relay._reply(response, self._sent, legacy, self._principal, initialize)
+            reply = relay._reply(response, self._sent, legacy, self._principal, initialize)
+            if reply is None:  # the body is still arriving: read, then the same again
+                whole = await upstream.read_body(response)
+                reply = relay._reply(response, self._sent, legacy, self._principal, initialize, whole)
+                assert reply is not None  # given the body
+            return reply
         except BaseException as exc:
             if response is not None:
                 response.close()
@@ -309,7 +334,9 @@ class _Forward:
 
     def _end(self, exc_type: type[BaseException] | None, exc: BaseException | None) -> None:
         """Leave the deadline; an upstream failure or the deadline becomes the client's error."""
-        self._span.end(exc)
+        span = self._span
+        if span is not tracing.NULL_UPSTREAM:
+            span.end(exc)
         deadline = self._deadline
         if deadline is not None:
             try:

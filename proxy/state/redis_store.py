@@ -43,6 +43,13 @@ _L1_MAX = 65_536  # sessions whose last state this replica remembers (for when R
 # ends between idle_timeout_s and (1 + _SLACK) * idle_timeout_s after its last use, never earlier.
 _SLACK = 0.1
 
+# What this replica last saw of a session (its _l1 entry): a list, so serving a copy updates it in
+# place: [its changing state (_State), when, its core when the store holds it (else None)].
+_Entry = list[Any]
+# A session's changing state, in the order of its fields: log_level, initialized, modern_version,
+# subscriptions, stream_owner (a tuple: restored with one unpacking, not a lookup per field).
+_State = tuple[str | None, bool, str, frozenset[str], str]
+
 
 class RedisSessionStore:
     shared = True
@@ -70,8 +77,9 @@ class RedisSessionStore:
         self._lifetime_ms = int(max_lifetime_s * 1000)
         self._metrics = metrics
         self._clock = clock
-        # session id -> (its changing state as last seen here, when): served from when Redis is not.
-        self._l1: OrderedDict[str, tuple[dict[str, Any], float]] = OrderedDict()
+        # session id -> its changing state as last seen here, and when (_Entry): served from when
+        # Redis is not.
+        self._l1: OrderedDict[str, _Entry] = OrderedDict()
         # Local copies kept fresh by invalidations (redis_tracking.py): record key -> when the
         # record expires in Redis, as this replica knows it (never later than it does). The state
         # is the session's _l1 entry. Only trusted while the tracking connection is healthy.
@@ -79,6 +87,7 @@ class RedisSessionStore:
         self._copies: dict[str, float] = {}
         # session id -> its hashed part of a key (a hash and a base64 per request otherwise), bounded.
         self._hashed: dict[str, str] = {}
+        self._records: dict[str, str] = {}  # session id -> its record's key (built per request otherwise), bounded
         self._reading: dict[str, int] = {}  # record keys being read now: how many reads
         self._overtaken: set[str] = set()  # of those, the ones changed meanwhile: not to be kept
         self.copies_served = 0
@@ -111,12 +120,32 @@ class RedisSessionStore:
         return None  # every replica reads the record (or its tracked copy) into a description
 
     async def load(self, session: LegacySession) -> LegacySession | None:
-        key = self._record(session.id)
+        session_id = session.id
+        key = self._records.get(session_id) or self._record(session_id)
         tracking = self._tracking
         watched = tracking is not None and tracking.healthy()
-        if watched and self._copied(session, key):
-            self._read_copy.inc()
-            return session
+        if watched:
+            # Served from its copy (nearly every request, so inline rather than a method): held, not
+            # invalidated, and its record lives at least the idle timeout longer (else the read slides it).
+            until = self._copies.get(key)
+            if until is not None:
+                entry = self._l1.get(session_id)
+                now = self._clock()
+                if entry is not None and until - now >= self._idle_s:
+                    if session.core_in_store:
+                        session.take_core(entry[2])
+                    (
+                        session.log_level,
+                        session.initialized,
+                        session.modern_version,
+                        session.subscriptions,
+                        session.stream_owner,
+                    ) = entry[0]
+                    session.last_seen = entry[1] = now
+                    self._l1.move_to_end(session_id)
+                    self.copies_served += 1
+                    self._read_copy.inc()
+                    return session
         if self._read_cache_s and self._recent(session):
             self._read_recent.inc()
             return session
@@ -182,7 +211,7 @@ class RedisSessionStore:
             await self.calls("touch", self.client.pexpire(key, self._ttl_ms))
         entry = self._l1.get(session_id)
         if entry is not None:
-            self._l1[session_id] = (entry[0], now)
+            entry[1] = now
 
     def count(self) -> int:
         cutoff = self._clock() - self._idle_s
@@ -297,23 +326,6 @@ class RedisSessionStore:
         self._copies.clear()
         self._overtaken.update(self._reading)
 
-    def _copied(self, session: LegacySession, key: str) -> bool:
-        """Serve the session from its copy: held, not invalidated, and its record lives at least the
-        idle timeout longer (else the read slides it)."""
-        until = self._copies.get(key)
-        if until is None:
-            return False
-        entry = self._l1.get(session.id)
-        now = self._clock()
-        if entry is None or until - now < self._idle_s:
-            return False
-        self._restore(session, entry[0])
-        self.copies_served += 1
-        session.last_seen = now
-        self._l1[session.id] = (entry[0], now)
-        self._l1.move_to_end(session.id)
-        return True
-
     def _keep_copy(self, key: str, until: float) -> None:
         if len(self._copies) >= _L1_MAX:
             del self._copies[next(iter(self._copies))]
@@ -336,27 +348,30 @@ class RedisSessionStore:
         """Serve the state this replica read less than `store.read_cache_ms` ago, if the session is
         initialized (a session that is not yet may be told so through another replica any moment)."""
         entry = self._l1.get(session.id)
-        if entry is None or self._clock() - entry[1] >= self._read_cache_s or not entry[0]["init"]:
+        if entry is None or self._clock() - entry[1] >= self._read_cache_s or not entry[0][1]:  # initialized
             return False
-        self._restore(session, entry[0])
+        self._restore(session, entry)
         return True
 
-    def _restore(self, session: LegacySession, state: dict[str, Any]) -> None:
+    def _restore(self, session: LegacySession, entry: _Entry) -> None:
+        """The session's state as `entry` holds it (load serves a copy the same way, inline)."""
         if session.core_in_store:
-            session.take_core(state["core"])
-        session.log_level = state["lvl"]
-        session.initialized = state["init"]
-        session.modern_version = state["mv"]
-        session.subscriptions = state["subs"]
-        session.stream_owner = state["own"]
+            session.take_core(entry[2])
+        (
+            session.log_level,
+            session.initialized,
+            session.modern_version,
+            session.subscriptions,
+            session.stream_owner,
+        ) = entry[0]
 
     def _degraded(self, session: LegacySession) -> LegacySession:
         """Redis is down: the session as last seen here, else as its id describes it."""
         entry = self._l1.get(session.id)
-        if session.core_in_store and (entry is None or "core" not in entry[0]):
+        if session.core_in_store and (entry is None or entry[2] is None):
             raise StoreUnavailable("serving this session")
         if entry is not None:
-            self._restore(session, entry[0])
+            self._restore(session, entry)
         return session
 
     async def _lost_by_store(self, session: LegacySession) -> bool:
@@ -433,23 +448,25 @@ class RedisSessionStore:
         return self._sealer.seal("sto", encode_core(session.core), key.encode())
 
     def _remember(self, session: LegacySession) -> None:
-        state: dict[str, Any] = {
-            "lvl": session.log_level,
-            "init": session.initialized,
-            "mv": session.modern_version,
-            "subs": session.subscriptions,
-            "own": session.stream_owner,
-        }
-        if session.core_in_store:
-            state["core"] = session.core
-        self._l1[session.id] = (state, self._clock())
+        state: _State = (
+            session.log_level,
+            session.initialized,
+            session.modern_version,
+            session.subscriptions,
+            session.stream_owner,
+        )
+        self._l1[session.id] = [state, self._clock(), session.core if session.core_in_store else None]
         self._l1.move_to_end(session.id)
         if len(self._l1) > _L1_MAX:
             self._l1.popitem(last=False)
 
     def _record(self, session_id: str) -> str:
         # The braces make the hash a Redis Cluster hash tag: a session's keys share a slot.
-        return f"{self._prefix}{{{self._hash(session_id)}}}:s"
+        key = f"{self._prefix}{{{self._hash(session_id)}}}:s"
+        if len(self._records) >= _L1_MAX:
+            self._records.clear()
+        self._records[session_id] = key
+        return key
 
     def _tombstone(self, session_id: str) -> str:
         return f"{self._prefix}{{{self._hash(session_id)}}}:x"

@@ -161,6 +161,10 @@ class Tracking:
         self._clock = clock
         self._wire: _Wire | None = None
         self._heard = 0.0
+        # Until when the copies may be trusted: the last message heard plus the grace while a live
+        # connection delivers, else never (-inf). Kept as changes are heard, so `healthy`, asked on
+        # every request, compares one number.
+        self._trusted_until = float("-inf")
         self._task: asyncio.Task[None] | None = None
         self.epoch = 0
         self.closed = False
@@ -171,8 +175,7 @@ class Tracking:
         """Whether every change made in Redis until a moment ago has been applied here."""
         if self._task is None and not self.closed:
             self._task = asyncio.get_running_loop().create_task(self._run(), name="store-tracking")
-        wire = self._wire
-        return wire is not None and wire.live and self._clock() - self._heard <= self._grace_s
+        return self._clock() <= self._trusted_until
 
     def cut(self) -> None:
         """Drop the connection (it is made again): what a network failure does."""
@@ -245,12 +248,15 @@ class Tracking:
         self.epoch += 1
         self._on_reset()
         wire.live = True
+        self._trusted_until = self._heard + self._grace_s
         while not wire.replies.empty():  # what came right behind the confirmation
             self._message(wire.replies.get_nowait())
         return wire
 
     def _message(self, value: Any) -> None:
-        self._heard = self._clock()
+        # Only a live connection's messages get here (the one connection, see _connect).
+        heard = self._heard = self._clock()
+        self._trusted_until = heard + self._grace_s
         if isinstance(value, list) and len(value) == 3 and value[0] == b"message" and value[1] == _CHANNEL:
             keys = value[2]
             self._on_keys(keys if isinstance(keys, list) else None)  # None: everything (FLUSHDB)
@@ -259,6 +265,7 @@ class Tracking:
         if wire is not self._wire:
             return  # a handshake that failed: nothing was trusted yet
         self._wire = None
+        self._trusted_until = float("-inf")
         self.epoch += 1
         self._on_reset()
         if not self.closed:

@@ -60,6 +60,27 @@ class SessionCore:
 class OpenedId:
     core: SessionCore | None  # None: too large for the id; the store holds it (`core_in_store`)
     issued_at: float
+    # The fields of the session this id describes but for the caller's (LegacySession.from_id):
+    # made once per id opened (SessionIds caches it), not for every request.
+    described: tuple[Any, ...] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        core = self.core or SessionCore()
+        described: tuple[Any, ...] = (
+            core.legacy_version,
+            core.modern_version,
+            core.client_capabilities,
+            core.upstream_capabilities,
+            core.server_capabilities,
+            core.client_info,
+            self.issued_at,  # created_at
+            core.recorded,
+            self.core is None,  # core_in_store
+            frozenset(),  # subscriptions, initialized, stream_owner: at the defaults
+            False,
+            "",
+        )
+        object.__setattr__(self, "described", described)
 
 
 def encode_core(core: SessionCore) -> bytes:
@@ -216,23 +237,30 @@ class LegacySession:
     def from_id(
         cls, session_id: str, principal: str, opened: OpenedId, now: float, log_level: str | None
     ) -> LegacySession:
-        """The session as its id describes it, its changing state at the defaults."""
-        core = opened.core or SessionCore()
-        return cls(  # from_core's, made directly: a shared store's every request describes one
-            session_id,
-            principal,
-            core.legacy_version,
-            core.modern_version,
-            core.client_capabilities,
-            core.upstream_capabilities,
-            core.server_capabilities,
-            core.client_info,
-            log_level,
-            created_at=opened.issued_at,
-            last_seen=now,
-            recorded=core.recorded,
-            core_in_store=opened.core is None,
-        )
+        """The session as its id describes it, its changing state at the defaults.
+
+        A shared store's every request describes one: its fields are set from the tuple the
+        opened id holds (one unpacking), not passed one by one to the dataclass's __init__."""
+        session = _new(cls)
+        (
+            session.legacy_version,
+            session.modern_version,
+            session.client_capabilities,
+            session.upstream_capabilities,
+            session.server_capabilities,
+            session.client_info,
+            session.created_at,
+            session.recorded,
+            session.core_in_store,
+            session.subscriptions,
+            session.initialized,
+            session.stream_owner,
+        ) = opened.described
+        session.id = session_id
+        session.principal = principal
+        session.log_level = log_level
+        session.last_seen = now
+        return session
 
     def take_core(self, core: SessionCore) -> None:
         """The core the store kept for a session whose id could not carry it (a modern version
@@ -243,6 +271,9 @@ class LegacySession:
         self.upstream_capabilities = core.upstream_capabilities
         self.server_capabilities = core.server_capabilities
         self.client_info = core.client_info
+
+
+_new = object.__new__  # LegacySession.from_id: the instance, its fields set there
 
 
 class StoreUnavailable(ProxyError):

@@ -11,11 +11,11 @@ import os
 import socket
 import ssl
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Mapping
 from typing import Any
 
 import aiohttp
-from multidict import CIMultiDictProxy
+from multidict import CIMultiDict, CIMultiDictProxy
 
 from .. import __version__, tracing
 from ..config import UpstreamConfig
@@ -34,14 +34,30 @@ from .errors import (
 
 JSONDict = dict[str, Any]
 _ERROR_BODY_LIMIT = 64 * 1024
+_CONTENT_TYPE = {"Content-Type": "application/json"}
 _BASE_HEADERS = {
-    "Content-Type": "application/json",
+    **_CONTENT_TYPE,
     "Accept": "application/json, text/event-stream",
     "User-Agent": f"mcp-era-proxy/{__version__}",
 }
 
 
+def _session_defaults(config: UpstreamConfig) -> CIMultiDict[str] | None:
+    """The static headers the proxy's own client session sends as its defaults: aiohttp merges a
+    request's headers into its defaults one by one in Python (about 20 bytecodes a header), and
+    copies the defaults in C. Never
+    Content-Type, which a bodiless request must not have (a default cannot be left out); None when
+    `upstream.headers` names one (of any case): then every static header goes with each request."""
+    if any(name.lower() == "content-type" for name in config.headers):
+        return None
+    defaults = CIMultiDict({name: value for name, value in _BASE_HEADERS.items() if name != "Content-Type"})
+    for name, value in config.headers.items():
+        defaults[name] = value  # as aiohttp merges a request's headers: the last of any case wins
+    return defaults
+
+
 _IDLE_CONNECTION_S = 4.0
+_CURRENT_SPAN = tracing.CURRENT
 
 
 class HttpUpstream:
@@ -53,7 +69,11 @@ class HttpUpstream:
         self.name = config.name
         self.url = config.url
         self._session = session
-        self._static_headers = {**_BASE_HEADERS, **config.headers}
+        # The static headers merged into each request's: only Content-Type when the session sends
+        # the others as its defaults (one made by client_session), else all of them.
+        defaults = _session_defaults(config)
+        in_session = defaults is not None and _sends_by_default(session, defaults)
+        self._static_headers = _CONTENT_TYPE if in_session else {**_BASE_HEADERS, **config.headers}
         self.max_reply_bytes = config.max_reply_bytes
         self._clock = clock
         self.last_ok: float | None = None  # when the upstream last answered sanely
@@ -71,12 +91,14 @@ class HttpUpstream:
         )
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=config.connect_timeout_s)
         # auto_decompress stays on; responses are never re-compressed toward the client.
-        return aiohttp.ClientSession(connector=connector, timeout=timeout, trust_env=False)
+        return aiohttp.ClientSession(
+            connector=connector, timeout=timeout, trust_env=False, headers=_session_defaults(config)
+        )
 
     async def close(self) -> None:
         await self._session.close()
 
-    def _unsent(self, exc: BaseException) -> UpstreamError:
+    def unsent(self, exc: BaseException) -> UpstreamError:
         """The UpstreamError for a request that could not be sent."""
         if isinstance(exc, TimeoutError):
             return UpstreamTimeout(self.name, "did not accept the connection in time")
@@ -153,6 +175,24 @@ class HttpUpstream:
         except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError) as exc:
             raise UpstreamUnavailable(self.name, f"dropped the response ({exc.__class__.__name__})") from None
 
+    def arrived_body(self, response: aiohttp.ClientResponse) -> bytes | None:
+        """`read_body`'s answer when the whole body has arrived (the usual: a small body comes with
+        the head), without a coroutine; None: it has not, `read_body` waits for it."""
+        content = response.content
+        if not content.is_eof():
+            return None
+        length = response.content_length
+        limit = self.max_reply_bytes
+        if length is not None and length > limit:
+            raise UpstreamProtocolError(self.name, f"sent a reply {self._over_limit}")
+        try:
+            raw = content.read_nowait()
+        except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError) as exc:
+            raise UpstreamUnavailable(self.name, f"dropped the response ({exc.__class__.__name__})") from None
+        if len(raw) > limit:
+            raise UpstreamProtocolError(self.name, f"sent a reply {self._over_limit}")
+        return raw
+
     async def read_body(self, response: aiohttp.ClientResponse) -> bytes:
         """The whole body, as many reads as it takes (one read returns what has arrived so far),
         up to `upstream.max_reply_bytes`."""
@@ -162,7 +202,7 @@ class HttpUpstream:
             raise UpstreamProtocolError(self.name, f"sent a reply {self._over_limit}")
         content = response.content
         try:
-            if content.is_eof():  # the usual: a small body has all arrived with the head, taken without a wait
+            if content.is_eof():  # a small body has all arrived with the head, taken without a wait
                 raw = content.read_nowait()
             else:
                 raw = await content.read(limit + 1)
@@ -198,17 +238,29 @@ class HttpUpstream:
         """Raw pass-through for same-era traffic: the caller streams the response bytes, then
         closes the response. A connection that fails becomes the UpstreamError the relays map."""
         try:
-            response = await self._session.request(
-                method,
-                self.url,
-                data=body,
-                headers={**self._static_headers, **headers} if body else self._bodiless_headers(headers),
-            )
+            response = await self.forwarding(method, body, headers)
         except (TimeoutError, aiohttp.ClientError) as exc:
-            raise self._unsent(exc) from None
+            raise self.unsent(exc) from None
+        self.answered(response)
+        return response
+
+    def forwarding(
+        self, method: str, body: bytes | None, headers: Mapping[str, str]
+    ) -> Awaitable[aiohttp.ClientResponse]:
+        """`forward` in parts, for a caller that awaits the request itself (a coroutine level fewer
+        for every suspension of the request): await this, map TimeoutError and aiohttp.ClientError
+        with `unsent`, then pass the response to `answered`."""
+        return self._session.request(
+            method,
+            self.url,
+            data=body,
+            headers={**self._static_headers, **headers} if body else self._bodiless_headers(headers),
+        )
+
+    def answered(self, response: aiohttp.ClientResponse) -> None:
+        """A forwarded request's response arrived: a status under 500 is a sane answer."""
         if response.status < 500:
             self.last_ok = self._clock()
-        return response
 
 
 def close_response(response: aiohttp.ClientResponse) -> None:
@@ -228,6 +280,13 @@ def _unreachable(exc: aiohttp.ClientConnectorError) -> str:
     else:
         reason = os.strerror(error.errno)  # "Connection refused", not asyncio's "Connect call failed"
     return f"is unreachable at {exc.host}:{exc.port} ({reason})"
+
+
+def _sends_by_default(session: aiohttp.ClientSession | None, headers: CIMultiDict[str]) -> bool:
+    """Whether `session` sends exactly `headers` as its defaults (a session of the caller's may
+    send others, or none)."""
+    defaults = getattr(session, "headers", None)  # a stand-in of the tests' may have none
+    return defaults is not None and list(defaults.items()) == list(headers.items())
 
 
 def _media_type(content_type: str) -> str:
@@ -273,8 +332,11 @@ class _Exchange:
 
     async def __aenter__(self) -> _Exchange:
         upstream, message, headers, method = self._upstream, self._message, self._headers, self._method
-        span = self._span = tracing.upstream(message, "http", method)
-        if span is not tracing.NULL_UPSTREAM:  # the trace context sent upstream is this span's
+        # tracing.upstream's, inline (a call fewer); with the no-op span none of its calls are made.
+        current = _CURRENT_SPAN.get()
+        span = self._span = tracing.NULL_UPSTREAM if current is None else current.upstream(message, "http", method)
+        traced = span is not tracing.NULL_UPSTREAM
+        if traced:  # the trace context sent upstream is this span's
             message, headers = span.message(message), span.headers(headers)
         try:
             if message is None:
@@ -286,9 +348,10 @@ class _Exchange:
                     method, upstream.url, data=body, headers=sent
                 )
             except (TimeoutError, aiohttp.ClientError) as exc:
-                raise upstream._unsent(exc) from None
+                raise upstream.unsent(exc) from None
             status = self.status = response.status
-            span.status(status)
+            if traced:
+                span.status(status)
             if status == 404 and SESSION_HEADER in headers:
                 response.close()
                 raise UpstreamSessionGone(upstream.name, "no longer knows the session (HTTP 404)")
@@ -313,7 +376,9 @@ class _Exchange:
             upstream = self._upstream
             if self.status == 200 and self._content_type == "application/json":
                 # The usual reply, as _body_messages reads it, with one read and one decode.
-                raw = await upstream.read_body(self._response)
+                raw = upstream.arrived_body(self._response)
+                if raw is None:
+                    raw = await upstream.read_body(self._response)
                 messages = [] if not raw or raw.isspace() else upstream._decode(raw)
                 upstream.last_ok = upstream._clock()
             else:
@@ -332,7 +397,9 @@ class _Exchange:
                 await self._stream.aclose()
             close_response(self._response)
         finally:
-            self._span.end(exc)
+            span = self._span
+            if span is not tracing.NULL_UPSTREAM:
+                span.end(exc)
 
 
 __all__ = ["HttpUpstream", "UpstreamError", "close_response"]

@@ -203,3 +203,15 @@ async def test_a_deadline_inside_a_scope_cancelled_from_elsewhere_lets_the_scope
         await started.wait()
         outer.cancel()
         assert await task == "cancelled by the client"
+
+
+async def test_a_scope_holds_the_task_asyncio_says_is_running() -> None:
+    from proxy.relay.scopes import task_of
+
+    async def inside() -> None:
+        assert task_of(asyncio.get_running_loop()) is asyncio.current_task()
+        with CancelScope() as scope, Deadline(WAIT) as deadline:
+            assert scope._task is deadline._task is asyncio.current_task()
+
+    await inside()
+    await asyncio.create_task(inside())

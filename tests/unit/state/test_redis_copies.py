@@ -226,3 +226,21 @@ def test_resp_values_are_parsed_as_they_complete() -> None:
     assert isinstance(values[3], RespError) and str(values[3]) == "ERR no"
     assert values[4:] == [None, None] and not buf
     assert command("PING", 3) == b"*2\r\n$4\r\nPING\r\n$1\r\n3\r\n"
+
+
+async def test_a_copy_of_a_session_whose_core_the_store_holds_serves_that_core_too(
+    clock: Clock, ids: SessionIds
+) -> None:
+    redis = fakeredis.FakeAsyncRedis()
+    here, there = _store(redis, clock, FakeTracking()), _store(redis, clock)
+    core = SessionCore("2025-06-18", "2026-07-28", {}, {}, {}, {"name": "host", "icon": "x" * 5000})
+    session = _described(ids, ids.mint(ALICE, core), clock)
+    assert session.core_in_store and session.client_info is None
+    session.client_info, session.legacy_version, session.log_level = core.client_info, core.legacy_version, "info"
+    await there.add(session)
+    for served in (0, 1, 2):  # read, then its copy twice
+        loaded = await here.load(_described(ids, session.id, clock))
+        assert loaded is not None and here.copies_served == served
+        assert (loaded.client_info, loaded.legacy_version, loaded.log_level) == (core.client_info, "2025-06-18", "info")
+        assert loaded.last_seen == clock.now
+        clock.now += 1

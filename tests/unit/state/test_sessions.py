@@ -249,3 +249,32 @@ def test_a_core_too_large_for_an_id_is_left_to_the_store():
     opened = ids.open(session_id, ALICE)
     assert opened is not None and opened.core is None
     assert LegacySession.from_id(session_id, ALICE, opened, START, None).core_in_store
+
+
+def test_each_description_of_an_id_is_its_own_session_with_every_field_set():
+    """from_id sets the fields from what the opened id holds: every one of them, as from_core
+    would, and a change to one description is not in the next."""
+    ids = _ids()
+    for core, in_store in ((CORE, False), (SessionCore(client_info={"blob": "x" * MAX_CORE_BYTES}), True)):
+        session_id = ids.mint(ALICE, core)
+        opened = ids.open(session_id, ALICE)
+        assert opened is not None
+        first = LegacySession.from_id(session_id, ALICE, opened, START + 1, None)
+        expected = LegacySession.from_core(
+            session_id,
+            ALICE,
+            SessionCore() if in_store else core,
+            created_at=START,
+            last_seen=START + 1,
+            log_level=None,
+            core_in_store=in_store,
+        )
+        assert first == expected  # compares every field: one left unset would raise AttributeError
+        first.initialized, first.log_level, first.subscriptions, first.stream_owner = True, "debug", frozenset("a"), "r"
+        again = LegacySession.from_id(session_id, ALICE, opened, START + 2, "info")
+        assert again is not first and (again.initialized, again.subscriptions, again.stream_owner) == (
+            False,
+            frozenset(),
+            "",
+        )
+        assert (again.log_level, again.last_seen, again.created_at) == ("info", START + 2, START)

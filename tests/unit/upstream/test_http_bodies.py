@@ -224,3 +224,69 @@ def test_a_response_is_closed_unless_it_ended_by_itself(ended: bool, connection:
     response.closed, response.connection = ended, connection
     close_response(response)  # type: ignore[arg-type]
     assert response.close_calls == (1 if closed else 0)
+
+
+@pytest.mark.parametrize(
+    "configured",
+    [
+        {},
+        {"Authorization": "Bearer t", "X-Tenant": "a"},
+        {"accept": "application/json", "user-agent": "custom/1"},  # the base ones, in another case
+        {"Content-Type": "application/json; charset=utf-8"},  # never a default: sent per request
+        {"content-type": "text/plain", "X-Key": "k"},
+    ],
+    ids=["none", "extra", "base-overridden", "content-type", "content-type-lower"],
+)
+async def test_the_own_client_session_sends_the_same_headers_as_any_other(
+    aiohttp_server: Any, configured: dict[str, str]
+) -> None:
+    """The proxy's own session sends the static headers as its defaults: each request, with a body
+    or without, reaches the upstream with exactly the headers it has with a session of the caller's."""
+    import aiohttp
+    from aiohttp import web
+
+    seen: list[list[tuple[str, str]]] = []
+
+    async def record(request: web.Request) -> web.Response:
+        seen.append(sorted((name.lower(), value) for name, value in request.headers.items()))
+        return web.json_response(jsonrpc.result_response(1, {}))
+
+    app = web.Application()
+    app.router.add_route("*", "/mcp", record)
+    server = await aiohttp_server(app)
+    config = UpstreamConfig(url=str(server.make_url("/mcp")), headers=configured)
+    extra = {"Mcp-Session-Id": "s1", "accept": "text/event-stream"}
+
+    async def headers_sent(session: aiohttp.ClientSession) -> list[list[tuple[str, str]]]:
+        seen.clear()
+        up = HttpUpstream(config, session)
+        async with up.exchange(jsonrpc.request(1, "ping"), extra) as reply:
+            assert [message async for message in reply] == [jsonrpc.result_response(1, {})]
+        async with up.exchange(None, extra, method="GET") as reply:
+            pass
+        for method, body in (("POST", b"{}"), ("DELETE", None)):
+            response = await up.forward(method, body, {"X-Other": "o"})
+            await response.read()
+            response.release()
+        await session.close()
+        return list(seen)
+
+    own = HttpUpstream.client_session(config)
+    in_session = not any(name.lower() == "content-type" for name in configured)
+    assert bool(own.headers) == in_session  # then only Content-Type is merged into each request's
+    assert (HttpUpstream(config, own)._static_headers == {"Content-Type": "application/json"}) == in_session
+    assert await headers_sent(own) == await headers_sent(aiohttp.ClientSession())
+
+
+async def test_a_body_that_has_all_arrived_is_read_without_a_coroutine() -> None:
+    raw = json.dumps(REPLY).encode()
+    response = Response()
+    assert upstream().arrived_body(response) is None  # still arriving: read_body waits for it
+    response.content = Arrived(raw)  # type: ignore[assignment]
+    assert upstream().arrived_body(response) == raw  # type: ignore[arg-type]
+    response.content = Arrived(raw)  # type: ignore[assignment]
+    with pytest.raises(UpstreamProtocolError, match=r"upstream\.max_reply_bytes"):
+        upstream(max_reply_bytes=len(raw) - 1).arrived_body(response)  # type: ignore[arg-type]
+    response.content, response.content_length = Arrived(raw), len(raw)  # type: ignore[assignment]
+    with pytest.raises(UpstreamProtocolError, match=r"upstream\.max_reply_bytes"):
+        upstream(max_reply_bytes=len(raw) - 1).arrived_body(response)  # type: ignore[arg-type]
