@@ -35,6 +35,7 @@ from ..relay.detect import EraDetector
 from ..relay.failures import UpstreamFailures
 from ..relay.legacy_sessions import LegacySessionHost
 from ..relay.routes import Router
+from ..relay.scopes import task_of
 from ..relay.tasks.host import LegacyTaskHost
 from ..state.sealing import Sealer
 from ..state.sessions import short_hash
@@ -114,7 +115,7 @@ class McpEndpoint:
     async def post(self, request: web.Request) -> web.StreamResponse:
         started = time.perf_counter()
         record = Record(self._tracing.downstream("POST", request.headers))
-        task = asyncio.current_task()
+        task = task_of(asyncio.get_running_loop())  # asyncio.current_task(), without its Python frame on 3.11
         if task is not None:
             self._posts[task] = None
         try:

@@ -144,7 +144,7 @@ class RedisSessionStore:
                     session.last_seen = entry[1] = now
                     self._l1.move_to_end(session_id)
                     self.copies_served += 1
-                    self._read_copy.inc()
+                    self._read_copy.value += 1  # a TallyCell: counted in place, every copy served
                     return session
         if self._read_cache_s and self._recent(session):
             self._read_recent.inc()
