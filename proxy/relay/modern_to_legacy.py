@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncGenerator, Callable
+from collections.abc import AsyncGenerator, Callable, Coroutine
 from typing import Any
 
 import structlog
@@ -136,14 +136,22 @@ class ModernToLegacy:
         config = self._settings.upstream.cache_methods.get(method, self._settings.upstream.cache)
         return m2l.CacheHint(config.ttl_ms, config.scope)
 
-    async def handle(self, request: ModernRequest, channel: ReplyChannel, caller: Caller) -> tuple[JSONDict, int]:
-        """Run one validated modern request; returns (reply, HTTP status)."""
-        router = self._task_router
+    def handle(
+        self, request: ModernRequest, channel: ReplyChannel, caller: Caller
+    ) -> Coroutine[Any, Any, tuple[JSONDict, int]]:
+        """Run one validated modern request; returns (reply, HTTP status). Not a coroutine itself
+        but the one that serves the request: a level less for every resume of a request."""
         # task_route first: most requests are not the extension's, and take has nothing to do for them.
-        if router is not None and task_route(request) is not None:
-            reply = await router.take(request, caller)
-            if reply is not None:
-                return reply, 200
+        if self._task_router is not None and task_route(request) is not None:
+            return self._routed(request, channel, caller)
+        return self._serve(request, channel, caller)
+
+    async def _routed(self, request: ModernRequest, channel: ReplyChannel, caller: Caller) -> tuple[JSONDict, int]:
+        """A request the tasks extension may take; served as any other if it does not."""
+        assert self._task_router is not None
+        reply = await self._task_router.take(request, caller)
+        if reply is not None:
+            return reply, 200
         return await self._serve(request, channel, caller)
 
     async def serve_hosted(
@@ -335,8 +343,9 @@ class ModernToLegacy:
         """A call that cannot park, read in the handler: no task, no queue. Should the call outlive
         the reply (a -32021 while the server goes on), its stream is handed to a task of the call."""
         held: Held | None = None
+        outcome: Outcome | None
         handed_over = False
-        machine = call.machine
+        machine, outbox = call.machine, call.outbox
         lists_tools = machine.state.method == "tools/list"
         try:
             with Deadline(call.timeout_s):
@@ -347,7 +356,15 @@ class ModernToLegacy:
                         if lists_tools and isinstance(message.get("result"), dict):
                             self._task_tools.learn_from(message["result"])
                         call.feed(machine.upstream_message(message))
-                        outcome = await self._drain(call, channel) if call.outbox else None
+                        if not outbox:
+                            continue
+                        action = outbox[0]
+                        if type(action) is ReplyClient and len(outbox) == 1:
+                            # The usual: the final reply alone, taken without running _drain.
+                            outbox.clear()
+                            outcome = action.outcome
+                        else:
+                            outcome = await self._drain(call, channel)
                         if outcome is not None:
                             if machine.state.phase == "detached":
                                 call.run_out(messages, held)
