@@ -87,6 +87,9 @@ class ModernRequest:
 
 _VERSION_META = meta.PROTOCOL_VERSION
 _CAPABILITIES_META = meta.CLIENT_CAPABILITIES
+_LEVEL_META = meta.LOG_LEVEL
+_INFO_META = meta.CLIENT_INFO
+_LEVELS = meta.LOG_LEVELS
 _VERSION_KEY = PROTOCOL_VERSION_HEADER.lower()
 _METHOD_KEY = METHOD_HEADER.lower()
 _NAME_KEY = NAME_HEADER.lower()
@@ -127,11 +130,17 @@ def validate_request(
             f"params._meta must carry {meta.PROTOCOL_VERSION!r} (string) and {meta.CLIENT_CAPABILITIES!r} (object)",
         )
     # Headers mirror the body; both must be present and agree. A header sent once (as it must be)
-    # is read in place, not through _one_of.
+    # is unpacked in place; only one absent or repeated goes through _one_of.
     values = headers.get(_VERSION_KEY)
-    header_version = values[0] if values and len(values) == 1 else _one_of(values, PROTOCOL_VERSION_HEADER)
+    try:
+        (header_version,) = values  # type: ignore[misc]
+    except (TypeError, ValueError):
+        header_version = _one_of(values, PROTOCOL_VERSION_HEADER)
     values = headers.get(_METHOD_KEY)
-    header_method = values[0] if values and len(values) == 1 else _one_of(values, METHOD_HEADER)
+    try:
+        (header_method,) = values  # type: ignore[misc]
+    except (TypeError, ValueError):
+        header_method = _one_of(values, METHOD_HEADER)
     if header_version != version or header_method != method:  # both agree (the body's are strings): no rung fails
         if isinstance(header_version, Rejection):
             return header_version
@@ -147,7 +156,10 @@ def validate_request(
     field = NAME_BEARING_METHODS.get(method)
     if field is not None:
         values = headers.get(_NAME_KEY)
-        header_name = values[0] if values and len(values) == 1 else _one_of(values, NAME_HEADER)
+        try:
+            (header_name,) = values  # type: ignore[misc]
+        except (TypeError, ValueError):
+            header_name = _one_of(values, NAME_HEADER)
         if isinstance(header_name, Rejection):
             return header_name
         if header_name is None:
@@ -164,8 +176,8 @@ def validate_request(
             f"Unsupported protocol version: {version}",
             {"supported": list(MODERN_VERSIONS), "requested": version},
         )
-    level = request_meta.get(meta.LOG_LEVEL)
-    if level is not None and level not in meta.LOG_LEVELS:
+    level = request_meta.get(_LEVEL_META)
+    if level is not None and level not in _LEVELS:
         return Rejection(jsonrpc.INVALID_PARAMS, f"unknown log level {level!r}")
     wrong_extensions = extensions_problem(capabilities)
     if wrong_extensions is not None:
@@ -177,7 +189,7 @@ def validate_request(
             problem = _check_param_headers(specs, params.get("arguments"), headers)
             if problem is not None:
                 return problem
-    client_info = request_meta.get(meta.CLIENT_INFO)
+    client_info = request_meta.get(_INFO_META)
     return ModernRequest(
         body,
         method,
