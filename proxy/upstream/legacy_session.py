@@ -105,12 +105,19 @@ class LegacyUpstreamSession:
     ) -> AbstractAsyncContextManager[Reply]:
         """Send a request on the session; entering yields its reply, leaving closes it. A request
         that cannot be sent at all fails as an UpstreamError on entering."""
+        return _Sending(self.name, self.exchange(message, extra_headers))
+
+    def exchange(
+        self, message: JSONDict, extra_headers: Mapping[str, str] | None = None
+    ) -> AbstractAsyncContextManager[Reply]:
+        """`request` without its wrapper, for a caller that maps what entering raises itself (as
+        `unsendable`): the relay's calls, which would otherwise pay a coroutine level per resume."""
         self.last_used = self._clock()
         transport = self.transport
         headers = transport.headers(self)
         if extra_headers:
             headers = {**headers, **extra_headers}
-        return _Sending(self.name, transport.exchange(message, headers))
+        return transport.exchange(message, headers)
 
     async def send(self, message: JSONDict) -> None:
         """Send a notification or a response to one of the server's requests."""
