@@ -113,9 +113,10 @@ def _mismatch(text: str) -> Rejection:
 
 
 def validate_request(
-    body: JSONDict, headers: Headers, param_headers: Callable[[str], tuple[ParamHeader, ...]] = lambda name: ()
+    body: JSONDict, headers: Headers, param_headers: Callable[[str], tuple[ParamHeader, ...]] | None = None
 ) -> ModernRequest | Rejection:
-    """Check one modern JSON-RPC request (its kind already known to be "request")."""
+    """Check one modern JSON-RPC request (its kind already known to be "request"). `param_headers`:
+    the Mcp-Param-* headers a tool declares, by its name (None: none is checked here)."""
     method = body["method"]
     params: Any = body.get("params")
     # A dict wherever version is a string below.
@@ -182,7 +183,7 @@ def validate_request(
     wrong_extensions = extensions_problem(capabilities)
     if wrong_extensions is not None:
         return Rejection(jsonrpc.INVALID_PARAMS, f"params._meta[{meta.CLIENT_CAPABILITIES!r}]: {wrong_extensions}")
-    if method == "tools/call":
+    if param_headers is not None and method == "tools/call":
         name = params.get("name")
         specs = param_headers(name) if isinstance(name, str) else None
         if specs:  # a tool that declares none has nothing to check

@@ -370,6 +370,12 @@ def test_the_tool_annotations_are_looked_up_by_the_called_tool_name():
     assert asked == ["execute_sql"]
 
 
+def test_without_a_lookup_no_param_header_is_checked_here():
+    body = _call({"region": "us-west1"})
+    assert isinstance(validate_request(body, _headers(body, {"mcp-param-region": ["us-east1"]})), ModernRequest)
+    assert _rejected(_check({"region": "us-west1"}, {"mcp-param-region": ["us-east1"]})).code == jsonrpc.HEADER_MISMATCH
+
+
 @pytest.mark.parametrize("method", ["tools/list", "prompts/get", "resources/read"])
 def test_annotations_are_looked_up_only_for_tools_call(method):
     def lookup(name: str) -> tuple[ParamHeader, ...]:
