@@ -197,7 +197,7 @@ def validate_request(
         version,
         capabilities,
         client_info if isinstance(client_info, dict) else None,
-        level if isinstance(level, str) else None,
+        level,  # None or one of LOG_LEVELS, a string (checked above)
     )
 
 
