@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Any, Protocol
 
@@ -363,10 +363,15 @@ class Held:
         self._exchange: AbstractAsyncContextManager[Reply] | None = exchange
         self.reply = reply
 
-    async def close(self) -> None:
+    def closing(self) -> Awaitable[object] | None:
+        """Leave the exchange: what to await for it, or None if it was left already."""
         exchange, self._exchange = self._exchange, None
-        if exchange is not None:
-            await exchange.__aexit__(None, None, None)
+        return exchange.__aexit__(None, None, None) if exchange is not None else None
+
+    async def close(self) -> None:
+        closing = self.closing()
+        if closing is not None:
+            await closing
 
 
 async def _run_out(call: LegacyCall, messages: Any, held: Held) -> None:

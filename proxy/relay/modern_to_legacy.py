@@ -81,6 +81,7 @@ class ModernToLegacy:
         re-detection)."""
         self._settings = settings
         self.request_timeout_s = settings.upstream.request_timeout_s
+        self._declare_all = settings.upstream.declare_capabilities == "all"
         # Tasks hosted for clients that declare the tasks extension (None: tasks are off).
         self.hosted_tasks = tasks
         self._task_tools = TaskTools()
@@ -218,8 +219,10 @@ class ModernToLegacy:
         message, method = request.message, request.method
         request_id = message["id"]
         # Trace context belongs to this request; the pooled session keeps only credentials.
-        trace = meta.trace_of(auth_headers)
-        auth_headers = meta.without_trace(auth_headers)
+        if auth_headers:
+            trace, auth_headers = meta.trace_of(auth_headers), meta.without_trace(auth_headers)
+        else:  # a caller with neither: nothing to sort
+            trace, auth_headers = {}, {}
         removed = method_problem(method, None)
         if removed is not None:
             return Outcome(removed.reply(request_id), removed.status)
@@ -302,7 +305,7 @@ class ModernToLegacy:
         what it offered another. `all` declares every input capability, but only the extensions
         the client declares: an extension changes what a server offers (an MCP Apps server offers
         its app tools to hosts that render them), so it is never declared for a client."""
-        if self._settings.upstream.declare_capabilities == "all":
+        if self._declare_all:
             extensions = carried_extensions(capabilities)
             if extensions is None:
                 return ALL_INPUT_CAPABILITIES  # one object: the pool's key of it is computed once
@@ -385,7 +388,9 @@ class ModernToLegacy:
         finally:
             if held is not None and not handed_over:
                 if call.finished or not call.busy:
-                    await held.close()
+                    closing = held.closing()  # the exchange's own leaving, without Held.close's coroutine
+                    if closing is not None:
+                        await closing
                 else:  # the stream closes once the call has told the upstream it gives up
                     call.tasks.spawn(close_after(call, held), name="legacy-call-close")
 

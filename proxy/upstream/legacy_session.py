@@ -82,7 +82,8 @@ class LegacyUpstreamSession:
         self.id: str | None = None
         self.version = ""
         self.initialize_result = {}
-        self._ids = itertools.count(1)
+        # The next request id: a bound method of the count, so taking one runs no Python frame.
+        self.next_id: Callable[[], int] = itertools.count(1).__next__
         self.exclusive: CallSink | None = None  # the interactive call that owns this session, if any
         self.inflight = 0
         self.last_used = clock()
@@ -96,9 +97,6 @@ class LegacyUpstreamSession:
 
     def headers(self) -> dict[str, str]:
         return self.transport.headers(self)
-
-    def next_id(self) -> int:
-        return next(self._ids)
 
     def request(
         self, message: JSONDict, extra_headers: Mapping[str, str] | None = None

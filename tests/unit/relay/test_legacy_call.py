@@ -180,8 +180,11 @@ async def test_open_sends_the_request_and_holds_its_reply_until_closed():
     held = await call.open(OUTGOING)
     assert transport.sent == [OUTGOING]
     assert [message async for message in held.reply] == [jsonrpc.result_response(7, {})]
+    closing = held.closing()
+    assert closing is not None
+    await closing
+    assert held.closing() is None  # left once: closing again does nothing
     await held.close()
-    await held.close()  # once: the second does nothing
 
 
 async def test_a_request_that_cannot_be_sent_fails_as_an_unavailable_upstream():
