@@ -128,6 +128,9 @@ class Release:
     """The upstream call is over: free the session."""
 
 
+_RELEASE = Release()  # it carries nothing: one value serves every call
+
+
 Action = (
     AnswerServer
     | RelayToClient
@@ -274,7 +277,7 @@ class ParkedCall:
             return []
         attached = self.attached
         self._end()
-        return [Release(), Fail(failure)] if attached else [Release()]
+        return [_RELEASE, Fail(failure)] if attached else [_RELEASE]
 
     def upstream_ended(self) -> list[Action]:
         """The call's reply stream ended without its reply."""
@@ -414,7 +417,7 @@ class ParkedCall:
         attached = phase in ("running", "collecting")  # self.attached, read once
         outcome = self._final(message)
         self._end()
-        return [Release(), ReplyClient(outcome)] if attached else [Release()]
+        return [_RELEASE, ReplyClient(outcome)] if attached else [_RELEASE]
 
     def _final(self, message: JSONDict) -> Outcome:
         state = self.state
@@ -501,10 +504,10 @@ class ParkedCall:
             return self._missing(stash["missing"])
         if "failure" in stash:
             self._end()
-            return [Release(), Fail(UpstreamFailure(**stash["failure"]))]
+            return [_RELEASE, Fail(UpstreamFailure(**stash["failure"]))]
         outcome = self._final(stash["reply"])
         self._end()
-        return [Release(), ReplyClient(outcome)]
+        return [_RELEASE, ReplyClient(outcome)]
 
     def _abandon(self, reason: str) -> list[Action]:
         state = self.state
@@ -516,8 +519,10 @@ class ParkedCall:
         state = self.state
         state.phase = "done"
         state.downstream = None
-        state.pending.clear()
-        state.buffered.clear()
+        if state.pending:  # most calls never had any: no call to clear them
+            state.pending.clear()
+        if state.buffered:
+            state.buffered.clear()
 
 
 def input_required_result(input_requests: JSONDict, request_state: str, server_info: JSONDict | None) -> JSONDict:
