@@ -119,12 +119,15 @@ def validate_request(
     the Mcp-Param-* headers a tool declares, by its name (None: none is checked here)."""
     method = body["method"]
     params: Any = body.get("params")
-    # A dict wherever version is a string below.
-    request_meta: Any = params.get("_meta") if isinstance(params, dict) else None
-    version = capabilities = None
-    if isinstance(request_meta, dict):
-        version = request_meta.get(_VERSION_META)
-        capabilities = request_meta.get(_CAPABILITIES_META)
+    request_meta: Any
+    # Read in place: only an object takes a string key, so params and its _meta are objects
+    # wherever version is a string below; whatever is absent or of another type is refused.
+    try:
+        request_meta = params["_meta"]
+        version = request_meta[_VERSION_META]
+        capabilities = request_meta[_CAPABILITIES_META]
+    except (TypeError, KeyError):
+        request_meta = version = capabilities = None
     if not isinstance(version, str) or not isinstance(capabilities, dict):
         return Rejection(
             jsonrpc.INVALID_PARAMS,

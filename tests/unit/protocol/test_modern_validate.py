@@ -123,6 +123,13 @@ def test_validation_does_not_change_the_body():
         {"_meta": {meta.PROTOCOL_VERSION: LATEST_MODERN, meta.CLIENT_CAPABILITIES: None}},
         {"_meta": {meta.PROTOCOL_VERSION: LATEST_MODERN, meta.CLIENT_CAPABILITIES: []}},
         {"_meta": {meta.PROTOCOL_VERSION: LATEST_MODERN, meta.CLIENT_CAPABILITIES: "sampling"}},
+        # Neither params nor its _meta may be anything but an object, whatever it holds.
+        ["_meta"],
+        "_meta",
+        7,
+        {"_meta": [meta.PROTOCOL_VERSION, meta.CLIENT_CAPABILITIES]},
+        {"_meta": meta.PROTOCOL_VERSION},
+        {"_meta": None},
     ],
 )
 def test_a_missing_or_mistyped_protocol_version_or_client_capabilities_is_invalid_params(params):
