@@ -246,7 +246,7 @@ class ModernToLegacy:
             if problem is not None:
                 return Outcome(problem.reply(request_id), problem.status)
             result = m2l.discover_result(session.initialize_result, self.hint("server/discover"))
-            if self.hosted_tasks is not None and m2l.runs_tool_calls_as_tasks(session.server_capabilities):
+            if self.hosted_tasks is not None and session.tool_calls_as_tasks:
                 result = mt.advertise(result)
             return Outcome(jsonrpc.result_response(request_id, result))
         if request.log_level is not None:
@@ -274,7 +274,7 @@ class ModernToLegacy:
         call = LegacyCall(self, session, machine, interactive=interactive, upstream_token=upstream_token, trace=trace)
         # Only a server that takes task-augmented calls runs one as a task (TaskTools.runs_as_task
         # asks the same first): for the others, no coroutine per call.
-        if method == "tools/call" and m2l.runs_tool_calls_as_tasks(session.server_capabilities):
+        if method == "tools/call" and session.tool_calls_as_tasks:
             call.as_task = await self._task_tools.runs_as_task(
                 session, self.name, params.get("name"), hosted=hosted_for_s is not None
             )

@@ -202,6 +202,8 @@ class LegacyUpstreamSession:
         self.server_capabilities: JSONDict = caps if isinstance(caps, dict) else {}
         # The server's capabilities in the modern shape (docs/translation.md §4.2).
         self.modern_capabilities: JSONDict = modern_server_capabilities(self.server_capabilities)
+        # It takes task-augmented tools/call (asked of every tools/call on the session).
+        self.tool_calls_as_tasks = m2l.runs_tool_calls_as_tasks(self.server_capabilities)
         info = result.get("serverInfo")
         self.server_info: JSONDict | None = info if isinstance(info, dict) else None
 
