@@ -362,9 +362,10 @@ class ModernToLegacy:
                         if not outbox:
                             continue
                         action = outbox[0]
-                        if type(action) is ReplyClient and len(outbox) == 1:
-                            # The usual: the final reply alone, taken without running _drain.
-                            outbox.clear()
+                        if type(action) is ReplyClient:
+                            # The usual: the final reply first, taken as _drain takes it (what may
+                            # follow stays in the outbox), without running _drain.
+                            outbox.popleft()
                             outcome = action.outcome
                         else:
                             outcome = await self._drain(call, channel)
