@@ -213,32 +213,31 @@ class LegacyCall:
         if self.interactive:
             session.exclusive = self
 
-    async def open(self, outgoing: JSONDict) -> Held:
+    async def open(self, outgoing: JSONDict, *, again: bool = False) -> Held:
         """Send the request; a session the upstream forgot (HTTP 404) is opened again and the
-        request sent once more, which is safe: it was not executed (docs/translation.md §4.3).
-        A request that cannot be sent at all fails as an UpstreamError, as session.request's do:
-        mapped here rather than by its wrapper, a coroutine level less on every call."""
-        for again in (False, True):
-            exchange: AbstractAsyncContextManager[Reply] = (
-                TaskCall(self, outgoing) if self.as_task else self.session.exchange(outgoing, self.trace)
-            )
-            try:
-                return Held(exchange, await exchange.__aenter__())
-            except UpstreamSessionGone:
-                if again:
-                    raise
-            except (UpstreamError, TimeoutError):  # a deadline keeps its own meaning
+        request sent once more (`again`), which is safe: it was not executed (docs/translation.md
+        §4.3). A request that cannot be sent at all fails as an UpstreamError, as session.request's
+        do: mapped here rather than by its wrapper, a coroutine level less on every call."""
+        exchange: AbstractAsyncContextManager[Reply] = (
+            TaskCall(self, outgoing) if self.as_task else self.session.exchange(outgoing, self.trace)
+        )
+        try:
+            return Held(exchange, await exchange.__aenter__())
+        except UpstreamSessionGone:
+            if again:
                 raise
-            except Exception as exc:
-                if self.as_task:  # a TaskCall sends on session.request, which maps its own
-                    raise
-                raise unsendable(self.session.name, exc) from None
-            try:
-                self.bind(await self.relay.pool.replace(self.session))
-            except ProxyError as exc:  # it refused to open a session again: still a session gone
-                raise UpstreamSessionGone(self.relay.name, f"forgot the session: {exc.message}") from None
-            self.relay.count_reinitialized()
-        raise AssertionError("unreachable: the second attempt returns or raises")
+        except (UpstreamError, TimeoutError):  # a deadline keeps its own meaning
+            raise
+        except Exception as exc:
+            if self.as_task:  # a TaskCall sends on session.request, which maps its own
+                raise
+            raise unsendable(self.session.name, exc) from None
+        try:
+            self.bind(await self.relay.pool.replace(self.session))
+        except ProxyError as exc:  # it refused to open a session again: still a session gone
+            raise UpstreamSessionGone(self.relay.name, f"forgot the session: {exc.message}") from None
+        self.relay.count_reinitialized()
+        return await self.open(outgoing, again=True)
 
     def start_reader(self, outgoing: JSONDict) -> None:
         self._reader = self.tasks.spawn(self._read(outgoing), name="legacy-call-reader")
