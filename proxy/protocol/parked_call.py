@@ -254,11 +254,13 @@ class ParkedCall:
 
     # ------------------------------------------------------------ upstream events
 
-    def upstream_message(self, message: JSONDict) -> list[Action]:
+    def upstream_message(self, message: JSONDict, *, valid: bool = False) -> list[Action]:
+        """`valid`: the transport already found it a JSON-RPC message (jsonrpc.kind not "invalid"),
+        so a reply (no method) is a response: it is not classified a second time."""
         if "method" not in message:
             if message.get("id") not in (self.state.upstream_id, None):
                 return []
-            return self._reply(message)
+            return self._reply(message, valid)
         if "id" in message:
             return self._server_request(message)
         if message["method"] == "notifications/cancelled":
@@ -403,8 +405,8 @@ class ParkedCall:
 
     # ------------------------------------------------------------ steps
 
-    def _reply(self, message: JSONDict) -> list[Action]:
-        if jsonrpc.kind(message) != "response":  # e.g. an error that is no error object: not relayable
+    def _reply(self, message: JSONDict, valid: bool = False) -> list[Action]:
+        if not valid and jsonrpc.kind(message) != "response":  # e.g. an error that is no error object
             return self.upstream_failed(invalid(self.state.upstream, "sent a reply that is not JSON-RPC"))
         state = self.state
         phase = state.phase

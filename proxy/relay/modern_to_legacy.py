@@ -350,6 +350,10 @@ class ModernToLegacy:
         handed_over = False
         machine, outbox = call.machine, call.outbox
         lists_tools = machine.state.method == "tools/list"
+        # What a session's exchange yields is a JSON-RPC message: every legacy transport classifies
+        # each one (HTTP refuses a body holding another, stdio and HTTP+SSE drop it). A TaskCall's
+        # reply is made of several exchanges, so the machine checks it itself.
+        valid = not call.as_task
         try:
             with Deadline(call.timeout_s):
                 try:
@@ -358,7 +362,7 @@ class ModernToLegacy:
                     async for message in messages:
                         if lists_tools and isinstance(message.get("result"), dict):
                             self._task_tools.learn_from(message["result"])
-                        call.feed(machine.upstream_message(message))
+                        call.feed(machine.upstream_message(message, valid=valid))
                         if not outbox:
                             continue
                         action = outbox[0]
