@@ -82,6 +82,7 @@ class ModernToLegacy:
         self._settings = settings
         self.request_timeout_s = settings.upstream.request_timeout_s
         self._declare_all = settings.upstream.declare_capabilities == "all"
+        self._collect_window_s = settings.input.collect_window_s
         # Tasks hosted for clients that declare the tasks extension (None: tasks are off).
         self.hosted_tasks = tasks
         self._task_tools = TaskTools()
@@ -268,8 +269,8 @@ class ModernToLegacy:
             upstream_id=upstream_id,
             server_info=session.server_info,
             cache_hint=self.hint(method) if method in HINTED_METHODS else None,
-            collect_window_s=self._settings.input.collect_window_s,
-            detach_timeout_s=self._settings.upstream.request_timeout_s,
+            collect_window_s=self._collect_window_s,
+            detach_timeout_s=self.request_timeout_s,
         )
         call = LegacyCall(self, session, machine, interactive=interactive, upstream_token=upstream_token, trace=trace)
         # Only a server that takes task-augmented calls runs one as a task (TaskTools.runs_as_task
