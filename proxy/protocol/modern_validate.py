@@ -162,11 +162,10 @@ def validate_request(
         values = headers.get(_NAME_KEY)
         try:
             (header_name,) = values  # type: ignore[misc]
-        except (TypeError, ValueError):
-            header_name = _one_of(values, NAME_HEADER)
-        if isinstance(header_name, Rejection):
-            return header_name
-        if header_name is None:
+        except (TypeError, ValueError):  # absent or repeated: refused either way
+            refused = _one_of(values, NAME_HEADER)
+            if isinstance(refused, Rejection):
+                return refused
             return _mismatch(f"missing {NAME_HEADER} header (required for {method})")
         try:
             decoded = decode_header_value(header_name)
