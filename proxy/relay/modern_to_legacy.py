@@ -51,7 +51,7 @@ from ..upstream.errors import UpstreamError
 from ..upstream.legacy_session import LegacyUpstreamSession, SessionFactory, SessionPool
 from .channel import NO_STREAM, Caller, ReplyChannel
 from .failures import UpstreamFailures, deliver_notification
-from .legacy_call import Held, LegacyCall, call_of_notification, call_taking, close_after
+from .legacy_call import Exchange, LegacyCall, call_of_notification, call_taking, close_after
 from .listen_bridge import ListenBridge
 from .scopes import Deadline, TaskScope
 from .tasks.host import LegacyTaskHost
@@ -346,7 +346,7 @@ class ModernToLegacy:
     async def _inline(self, call: LegacyCall, outgoing: JSONDict, channel: ReplyChannel) -> Outcome:
         """A call that cannot park, read in the handler: no task, no queue. Should the call outlive
         the reply (a -32021 while the server goes on), its stream is handed to a task of the call."""
-        held: Held | None = None
+        exchange: Exchange | None = None  # left here, unless handed over to the call
         outcome: Outcome | None
         handed_over = False
         machine, outbox = call.machine, call.outbox
@@ -358,8 +358,8 @@ class ModernToLegacy:
         try:
             with Deadline(call.timeout_s):
                 try:
-                    held = await call.open(outgoing)
-                    messages = aiter(held.reply)
+                    exchange, reply = await call.open(outgoing)
+                    messages = aiter(reply)
                     async for message in messages:
                         if lists_tools and isinstance(message.get("result"), dict):
                             self._task_tools.learn_from(message["result"])
@@ -376,7 +376,7 @@ class ModernToLegacy:
                             outcome = await self._drain(call, channel)
                         if outcome is not None:
                             if machine.state.phase == "detached":
-                                call.run_out(messages, held)
+                                call.run_out(messages, exchange)
                                 handed_over = True
                             return outcome
                     call.feed(call.machine.upstream_ended())
@@ -392,13 +392,11 @@ class ModernToLegacy:
             call.feed(call.machine.client_gone())  # in 2026-07-28 a closed stream is the cancellation
             raise
         finally:
-            if held is not None and not handed_over:
+            if exchange is not None and not handed_over:
                 if call.finished or not call.busy:
-                    closing = held.closing()  # the exchange's own leaving, without Held.close's coroutine
-                    if closing is not None:
-                        await closing
+                    await exchange.__aexit__(None, None, None)
                 else:  # the stream closes once the call has told the upstream it gives up
-                    call.tasks.spawn(close_after(call, held), name="legacy-call-close")
+                    call.tasks.spawn(close_after(call, exchange), name="legacy-call-close")
 
     async def _attend(self, call: LegacyCall, channel: ReplyChannel) -> Outcome:
         """Serve the attached request of a call with its own reader until it has its answer."""

@@ -14,7 +14,7 @@ import pytest
 from proxy.errors import ProxyError
 from proxy.protocol import jsonrpc
 from proxy.protocol.parked_call import DownstreamRequest, ParkedCall, RelayToClient, ReplyClient
-from proxy.relay.legacy_call import LegacyCall
+from proxy.relay.legacy_call import LegacyCall, close_after
 from proxy.upstream.errors import UpstreamSessionGone, UpstreamTimeout, UpstreamUnavailable
 from proxy.upstream.legacy_session import LegacyUpstreamSession
 from tests.unit.upstream.test_legacy_session import MemoryTransport, Messages, Owner
@@ -127,18 +127,23 @@ async def test_the_task_known_event_is_made_once_and_can_be_replaced():
 
 
 class FailingTransport(MemoryTransport):
-    """Fails entering the first `len(failures)` exchanges, one exception each, then answers."""
+    """Fails entering the first `len(failures)` exchanges, one exception each, then answers; counts
+    the exchanges left."""
 
     def __init__(self, *failures: BaseException) -> None:
         super().__init__()
         self.failures = list(failures)
+        self.left = 0
 
     @asynccontextmanager
     async def exchange(self, message: JSONDict, headers: Mapping[str, str]) -> AsyncIterator[Messages]:
         if self.failures:
             raise self.failures.pop(0)
-        async with super().exchange(message, headers) as reply:
-            yield reply
+        try:
+            async with super().exchange(message, headers) as reply:
+                yield reply
+        finally:
+            self.left += 1
 
 
 class Reopening(Relay):
@@ -174,17 +179,15 @@ def with_session(relay: Relay, session: LegacyUpstreamSession) -> LegacyCall:
 OUTGOING = jsonrpc.request(7, "tools/call", {"name": "echo"})
 
 
-async def test_open_sends_the_request_and_holds_its_reply_until_closed():
-    transport = MemoryTransport()
+async def test_open_sends_the_request_and_leaves_its_exchange_to_the_caller():
+    transport = FailingTransport()
     call = with_session(Relay(), on(transport))
-    held = await call.open(OUTGOING)
+    exchange, reply = await call.open(OUTGOING)
     assert transport.sent == [OUTGOING]
-    assert [message async for message in held.reply] == [jsonrpc.result_response(7, {})]
-    closing = held.closing()
-    assert closing is not None
-    await closing
-    assert held.closing() is None  # left once: closing again does nothing
-    await held.close()
+    assert [message async for message in reply] == [jsonrpc.result_response(7, {})]
+    assert transport.left == 0  # entered by hand: open does not leave it
+    await exchange.__aexit__(None, None, None)
+    assert transport.left == 1
 
 
 async def test_a_request_that_cannot_be_sent_fails_as_an_unavailable_upstream():
@@ -206,9 +209,9 @@ async def test_a_forgotten_session_is_opened_again_and_the_request_sent_once_mor
     replacement = MemoryTransport()
     relay = Reopening(on(replacement))
     call = with_session(relay, on(FailingTransport(UpstreamSessionGone("memory", "forgot"))))
-    held = await call.open(OUTGOING)
+    exchange, _reply = await call.open(OUTGOING)
     assert call.session is relay.replacement and replacement.sent == [OUTGOING] and relay.reinitialized == 1
-    await held.close()
+    await exchange.__aexit__(None, None, None)
 
 
 async def test_a_session_forgotten_twice_fails_as_gone():
@@ -224,3 +227,17 @@ async def test_a_session_that_cannot_be_opened_again_is_still_gone():
     call = with_session(Reopening(None), on(FailingTransport(UpstreamSessionGone("memory", "forgot"))))
     with pytest.raises(UpstreamSessionGone, match="forgot the session: initialize refused"):
         await call.open(OUTGOING)
+
+
+async def test_a_handed_over_exchange_is_left_once_the_calls_tasks_are_done():
+    transport = FailingTransport()
+    call = with_session(Relay(), on(transport))
+    exchange, _reply = await call.open(OUTGOING)
+    gate = asyncio.Event()
+    call.tasks.spawn(gate.wait(), name="answer-server")
+    closing = asyncio.create_task(close_after(call, exchange))
+    await asyncio.sleep(0.01)
+    assert transport.left == 0  # the call still tells the upstream what it has to
+    gate.set()
+    await asyncio.wait_for(closing, 1.0)
+    assert transport.left == 1
