@@ -87,6 +87,9 @@ class ModernRequest:
 
 _VERSION_META = meta.PROTOCOL_VERSION
 _CAPABILITIES_META = meta.CLIENT_CAPABILITIES
+_LEVEL_META = meta.LOG_LEVEL
+_INFO_META = meta.CLIENT_INFO
+_LEVELS = meta.LOG_LEVELS
 _VERSION_KEY = PROTOCOL_VERSION_HEADER.lower()
 _METHOD_KEY = METHOD_HEADER.lower()
 _NAME_KEY = NAME_HEADER.lower()
@@ -110,28 +113,38 @@ def _mismatch(text: str) -> Rejection:
 
 
 def validate_request(
-    body: JSONDict, headers: Headers, param_headers: Callable[[str], tuple[ParamHeader, ...]] = lambda name: ()
+    body: JSONDict, headers: Headers, param_headers: Callable[[str], tuple[ParamHeader, ...]] | None = None
 ) -> ModernRequest | Rejection:
-    """Check one modern JSON-RPC request (its kind already known to be "request")."""
+    """Check one modern JSON-RPC request (its kind already known to be "request"). `param_headers`:
+    the Mcp-Param-* headers a tool declares, by its name (None: none is checked here)."""
     method = body["method"]
     params: Any = body.get("params")
-    # A dict wherever version is a string below.
-    request_meta: Any = params.get("_meta") if isinstance(params, dict) else None
-    version = capabilities = None
-    if isinstance(request_meta, dict):
-        version = request_meta.get(_VERSION_META)
-        capabilities = request_meta.get(_CAPABILITIES_META)
+    request_meta: Any
+    # Read in place: only an object takes a string key, so params and its _meta are objects
+    # wherever version is a string below; whatever is absent or of another type is refused.
+    try:
+        request_meta = params["_meta"]
+        version = request_meta[_VERSION_META]
+        capabilities = request_meta[_CAPABILITIES_META]
+    except (TypeError, KeyError):
+        request_meta = version = capabilities = None
     if not isinstance(version, str) or not isinstance(capabilities, dict):
         return Rejection(
             jsonrpc.INVALID_PARAMS,
             f"params._meta must carry {meta.PROTOCOL_VERSION!r} (string) and {meta.CLIENT_CAPABILITIES!r} (object)",
         )
     # Headers mirror the body; both must be present and agree. A header sent once (as it must be)
-    # is read in place, not through _one_of.
+    # is unpacked in place; only one absent or repeated goes through _one_of.
     values = headers.get(_VERSION_KEY)
-    header_version = values[0] if values and len(values) == 1 else _one_of(values, PROTOCOL_VERSION_HEADER)
+    try:
+        (header_version,) = values  # type: ignore[misc]
+    except (TypeError, ValueError):
+        header_version = _one_of(values, PROTOCOL_VERSION_HEADER)
     values = headers.get(_METHOD_KEY)
-    header_method = values[0] if values and len(values) == 1 else _one_of(values, METHOD_HEADER)
+    try:
+        (header_method,) = values  # type: ignore[misc]
+    except (TypeError, ValueError):
+        header_method = _one_of(values, METHOD_HEADER)
     if header_version != version or header_method != method:  # both agree (the body's are strings): no rung fails
         if isinstance(header_version, Rejection):
             return header_version
@@ -147,10 +160,12 @@ def validate_request(
     field = NAME_BEARING_METHODS.get(method)
     if field is not None:
         values = headers.get(_NAME_KEY)
-        header_name = values[0] if values and len(values) == 1 else _one_of(values, NAME_HEADER)
-        if isinstance(header_name, Rejection):
-            return header_name
-        if header_name is None:
+        try:
+            (header_name,) = values  # type: ignore[misc]
+        except (TypeError, ValueError):  # absent or repeated: refused either way
+            refused = _one_of(values, NAME_HEADER)
+            if isinstance(refused, Rejection):
+                return refused
             return _mismatch(f"missing {NAME_HEADER} header (required for {method})")
         try:
             decoded = decode_header_value(header_name)
@@ -164,27 +179,27 @@ def validate_request(
             f"Unsupported protocol version: {version}",
             {"supported": list(MODERN_VERSIONS), "requested": version},
         )
-    level = request_meta.get(meta.LOG_LEVEL)
-    if level is not None and level not in meta.LOG_LEVELS:
+    level = request_meta.get(_LEVEL_META)
+    if level is not None and level not in _LEVELS:
         return Rejection(jsonrpc.INVALID_PARAMS, f"unknown log level {level!r}")
     wrong_extensions = extensions_problem(capabilities)
     if wrong_extensions is not None:
         return Rejection(jsonrpc.INVALID_PARAMS, f"params._meta[{meta.CLIENT_CAPABILITIES!r}]: {wrong_extensions}")
-    if method == "tools/call":
+    if param_headers is not None and method == "tools/call":
         name = params.get("name")
         specs = param_headers(name) if isinstance(name, str) else None
         if specs:  # a tool that declares none has nothing to check
             problem = _check_param_headers(specs, params.get("arguments"), headers)
             if problem is not None:
                 return problem
-    client_info = request_meta.get(meta.CLIENT_INFO)
+    client_info = request_meta.get(_INFO_META)
     return ModernRequest(
         body,
         method,
         version,
         capabilities,
         client_info if isinstance(client_info, dict) else None,
-        level if isinstance(level, str) else None,
+        level,  # None or one of LOG_LEVELS, a string (checked above)
     )
 
 

@@ -10,11 +10,12 @@ from . import jsonrpc
 JSONDict = jsonrpc.JSONDict
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: made for every request, and frozen fields cost a call each
 class Outcome:
     """The final reply to one request: the JSON-RPC message, the HTTP status it goes with when it
     is the whole reply, and whether it may be kept and shared (a result that took the caller's
-    own answers may not; docs/translation.md §5)."""
+    own answers may not; docs/translation.md §5). A value nobody changes once made: the
+    cache hands one to several callers."""
 
     message: JSONDict
     status: int = 200

@@ -128,6 +128,9 @@ class Release:
     """The upstream call is over: free the session."""
 
 
+_RELEASE = Release()  # it carries nothing: one value serves every call
+
+
 Action = (
     AnswerServer
     | RelayToClient
@@ -251,11 +254,13 @@ class ParkedCall:
 
     # ------------------------------------------------------------ upstream events
 
-    def upstream_message(self, message: JSONDict) -> list[Action]:
+    def upstream_message(self, message: JSONDict, *, valid: bool = False) -> list[Action]:
+        """`valid`: the transport already found it a JSON-RPC message (jsonrpc.kind not "invalid"),
+        so a reply (no method) is a response: it is not classified a second time."""
         if "method" not in message:
             if message.get("id") not in (self.state.upstream_id, None):
                 return []
-            return self._reply(message)
+            return self._reply(message, valid)
         if "id" in message:
             return self._server_request(message)
         if message["method"] == "notifications/cancelled":
@@ -274,7 +279,7 @@ class ParkedCall:
             return []
         attached = self.attached
         self._end()
-        return [Release(), Fail(failure)] if attached else [Release()]
+        return [_RELEASE, Fail(failure)] if attached else [_RELEASE]
 
     def upstream_ended(self) -> list[Action]:
         """The call's reply stream ended without its reply."""
@@ -400,8 +405,8 @@ class ParkedCall:
 
     # ------------------------------------------------------------ steps
 
-    def _reply(self, message: JSONDict) -> list[Action]:
-        if jsonrpc.kind(message) != "response":  # e.g. an error that is no error object: not relayable
+    def _reply(self, message: JSONDict, valid: bool = False) -> list[Action]:
+        if not valid and jsonrpc.kind(message) != "response":  # e.g. an error that is no error object
             return self.upstream_failed(invalid(self.state.upstream, "sent a reply that is not JSON-RPC"))
         state = self.state
         phase = state.phase
@@ -414,7 +419,7 @@ class ParkedCall:
         attached = phase in ("running", "collecting")  # self.attached, read once
         outcome = self._final(message)
         self._end()
-        return [Release(), ReplyClient(outcome)] if attached else [Release()]
+        return [_RELEASE, ReplyClient(outcome)] if attached else [_RELEASE]
 
     def _final(self, message: JSONDict) -> Outcome:
         state = self.state
@@ -501,10 +506,10 @@ class ParkedCall:
             return self._missing(stash["missing"])
         if "failure" in stash:
             self._end()
-            return [Release(), Fail(UpstreamFailure(**stash["failure"]))]
+            return [_RELEASE, Fail(UpstreamFailure(**stash["failure"]))]
         outcome = self._final(stash["reply"])
         self._end()
-        return [Release(), ReplyClient(outcome)]
+        return [_RELEASE, ReplyClient(outcome)]
 
     def _abandon(self, reason: str) -> list[Action]:
         state = self.state
@@ -516,8 +521,10 @@ class ParkedCall:
         state = self.state
         state.phase = "done"
         state.downstream = None
-        state.pending.clear()
-        state.buffered.clear()
+        if state.pending:  # most calls never had any: no call to clear them
+            state.pending.clear()
+        if state.buffered:
+            state.buffered.clear()
 
 
 def input_required_result(input_requests: JSONDict, request_state: str, server_info: JSONDict | None) -> JSONDict:

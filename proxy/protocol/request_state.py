@@ -11,6 +11,7 @@ holds the call, so a retry that lands on another replica can be forwarded there.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -122,12 +123,10 @@ class ParkIds:
     """Unique ids for calls that may park: a random prefix per process and a counter. They need not
     be secret: a requestState naming one is sealed, so only the proxy can mint it."""
 
-    __slots__ = ("_count", "_prefix")
+    __slots__ = ("next",)
+
+    next: Callable[[], str]  # the next id: "<prefix>.<n>"
 
     def __init__(self) -> None:
-        self._prefix = new_park_id()
-        self._count = 0
-
-    def next(self) -> str:
-        self._count += 1
-        return f"{self._prefix}.{self._count}"
+        # Minted for every call that may park: made in C (format over a count), no Python frame.
+        self.next = map(f"{new_park_id()}.{{}}".format, itertools.count(1)).__next__

@@ -35,7 +35,7 @@ from ..protocol.parked_call import (
 )
 from ..upstream.base import Reply
 from ..upstream.errors import UpstreamError, UpstreamSessionGone
-from ..upstream.legacy_session import CallSink, LegacyUpstreamSession
+from ..upstream.legacy_session import CallSink, LegacyUpstreamSession, unsendable
 from .scopes import TaskScope
 from .tasks.modern_clients import TaskCall
 
@@ -44,6 +44,7 @@ log = structlog.get_logger(__name__)
 
 _ABANDON_TIMEOUT_S = 5.0  # for telling the upstream that a call is given up
 _DOWNSTREAM = (RelayToClient, ReplyClient, Park, Fail)  # actions only the attached handler executes
+Exchange = AbstractAsyncContextManager[Reply]  # a call's upstream exchange, entered by hand (open)
 
 
 class CallSessions(Protocol):
@@ -213,38 +214,47 @@ class LegacyCall:
         if self.interactive:
             session.exclusive = self
 
-    async def open(self, outgoing: JSONDict) -> Held:
-        """Send the request; a session the upstream forgot (HTTP 404) is opened again and the
-        request sent once more, which is safe: it was not executed (docs/translation.md §4.3)."""
-        exchange = self._exchange(outgoing)
+    async def open(self, outgoing: JSONDict, *, again: bool = False) -> tuple[Exchange, Reply]:
+        """Send the request: the exchange entered by hand and its reply. Whoever holds the exchange
+        leaves it, once: the handler, or the call once the handler handed it over (run_out,
+        close_after). A session the upstream forgot (HTTP 404) is opened again and the request
+        sent once more (`again`), which is safe: it was not executed (docs/translation.md §4.3).
+        A request that cannot be sent at all fails as an UpstreamError, as session.request's do:
+        mapped here rather than by its wrapper, a coroutine level less on every call."""
+        exchange: Exchange = TaskCall(self, outgoing) if self.as_task else self.session.exchange(outgoing, self.trace)
         try:
-            return Held(exchange, await exchange.__aenter__())
+            return exchange, await exchange.__aenter__()
         except UpstreamSessionGone:
-            try:
-                self.bind(await self.relay.pool.replace(self.session))
-            except ProxyError as exc:  # it refused to open a session again: still a session gone
-                raise UpstreamSessionGone(self.relay.name, f"forgot the session: {exc.message}") from None
-            self.relay.count_reinitialized()
-            exchange = self._exchange(outgoing)
-            return Held(exchange, await exchange.__aenter__())
-
-    def _exchange(self, outgoing: JSONDict) -> AbstractAsyncContextManager[Reply]:
-        return TaskCall(self, outgoing) if self.as_task else self.session.request(outgoing, self.trace)
+            if again:
+                raise
+        except (UpstreamError, TimeoutError):  # a deadline keeps its own meaning
+            raise
+        except Exception as exc:
+            if self.as_task:  # a TaskCall sends on session.request, which maps its own
+                raise
+            raise unsendable(self.session.name, exc) from None
+        try:
+            self.bind(await self.relay.pool.replace(self.session))
+        except ProxyError as exc:  # it refused to open a session again: still a session gone
+            raise UpstreamSessionGone(self.relay.name, f"forgot the session: {exc.message}") from None
+        self.relay.count_reinitialized()
+        return await self.open(outgoing, again=True)
 
     def start_reader(self, outgoing: JSONDict) -> None:
         self._reader = self.tasks.spawn(self._read(outgoing), name="legacy-call-reader")
 
-    def run_out(self, messages: Any, held: Held) -> None:
-        """Read the rest of a stream the handler opened, once the client has its answer."""
-        self._reader = self.tasks.spawn(_run_out(self, messages, held), name="legacy-call-rest")
+    def run_out(self, messages: Any, exchange: Exchange) -> None:
+        """Read the rest of a stream the handler opened, once the client has its answer; the call
+        leaves the exchange."""
+        self._reader = self.tasks.spawn(_run_out(self, messages, exchange), name="legacy-call-rest")
 
     async def _read(self, outgoing: JSONDict) -> None:
         try:
-            held = await self.open(outgoing)
+            exchange, reply = await self.open(outgoing)
             try:
-                await self.consume(held.reply)
+                await self.consume(reply)
             finally:
-                await held.close()
+                await exchange.__aexit__(None, None, None)
         except UpstreamError as exc:
             self.feed(self.machine.upstream_failed(exc.failure))
         except Exception:
@@ -344,23 +354,7 @@ def _reader_failed(upstream: str) -> UpstreamFailure:
     return UpstreamFailure(upstream, "unavailable", jsonrpc.INTERNAL_ERROR, "could not be relayed (internal error)")
 
 
-class Held:
-    """An upstream exchange entered by hand, so that whoever ends up holding it (the handler, or
-    the call once the handler has answered) closes it, once."""
-
-    __slots__ = ("_exchange", "reply")
-
-    def __init__(self, exchange: AbstractAsyncContextManager[Reply], reply: Reply) -> None:
-        self._exchange: AbstractAsyncContextManager[Reply] | None = exchange
-        self.reply = reply
-
-    async def close(self) -> None:
-        exchange, self._exchange = self._exchange, None
-        if exchange is not None:
-            await exchange.__aexit__(None, None, None)
-
-
-async def _run_out(call: LegacyCall, messages: Any, held: Held) -> None:
+async def _run_out(call: LegacyCall, messages: Any, exchange: Exchange) -> None:
     """The rest of a detached call's stream, read by the call itself until the call is over."""
     try:
         with contextlib.suppress(UpstreamError):
@@ -370,12 +364,12 @@ async def _run_out(call: LegacyCall, messages: Any, held: Held) -> None:
                     return
             call.feed(call.machine.upstream_ended())
     finally:
-        await held.close()
+        await exchange.__aexit__(None, None, None)
 
 
-async def close_after(call: LegacyCall, held: Held) -> None:
+async def close_after(call: LegacyCall, exchange: Exchange) -> None:
     """Close a call's upstream stream once the call has told the upstream what it had to."""
     try:
         await call.tasks.drain()
     finally:
-        await held.close()
+        await exchange.__aexit__(None, None, None)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncGenerator, Callable
+from collections.abc import AsyncGenerator, Callable, Coroutine
 from typing import Any
 
 import structlog
@@ -51,7 +51,7 @@ from ..upstream.errors import UpstreamError
 from ..upstream.legacy_session import LegacyUpstreamSession, SessionFactory, SessionPool
 from .channel import NO_STREAM, Caller, ReplyChannel
 from .failures import UpstreamFailures, deliver_notification
-from .legacy_call import Held, LegacyCall, call_of_notification, call_taking, close_after
+from .legacy_call import Exchange, LegacyCall, call_of_notification, call_taking, close_after
 from .listen_bridge import ListenBridge
 from .scopes import Deadline, TaskScope
 from .tasks.host import LegacyTaskHost
@@ -81,6 +81,8 @@ class ModernToLegacy:
         re-detection)."""
         self._settings = settings
         self.request_timeout_s = settings.upstream.request_timeout_s
+        self._declare_all = settings.upstream.declare_capabilities == "all"
+        self._collect_window_s = settings.input.collect_window_s
         # Tasks hosted for clients that declare the tasks extension (None: tasks are off).
         self.hosted_tasks = tasks
         self._task_tools = TaskTools()
@@ -136,14 +138,22 @@ class ModernToLegacy:
         config = self._settings.upstream.cache_methods.get(method, self._settings.upstream.cache)
         return m2l.CacheHint(config.ttl_ms, config.scope)
 
-    async def handle(self, request: ModernRequest, channel: ReplyChannel, caller: Caller) -> tuple[JSONDict, int]:
-        """Run one validated modern request; returns (reply, HTTP status)."""
-        router = self._task_router
+    def handle(
+        self, request: ModernRequest, channel: ReplyChannel, caller: Caller
+    ) -> Coroutine[Any, Any, tuple[JSONDict, int]]:
+        """Run one validated modern request; returns (reply, HTTP status). Not a coroutine itself
+        but the one that serves the request: a level less for every resume of a request."""
         # task_route first: most requests are not the extension's, and take has nothing to do for them.
-        if router is not None and task_route(request) is not None:
-            reply = await router.take(request, caller)
-            if reply is not None:
-                return reply, 200
+        if self._task_router is not None and task_route(request) is not None:
+            return self._routed(request, channel, caller)
+        return self._serve(request, channel, caller)
+
+    async def _routed(self, request: ModernRequest, channel: ReplyChannel, caller: Caller) -> tuple[JSONDict, int]:
+        """A request the tasks extension may take; served as any other if it does not."""
+        assert self._task_router is not None
+        reply = await self._task_router.take(request, caller)
+        if reply is not None:
+            return reply, 200
         return await self._serve(request, channel, caller)
 
     async def serve_hosted(
@@ -210,8 +220,10 @@ class ModernToLegacy:
         message, method = request.message, request.method
         request_id = message["id"]
         # Trace context belongs to this request; the pooled session keeps only credentials.
-        trace = meta.trace_of(auth_headers)
-        auth_headers = meta.without_trace(auth_headers)
+        if auth_headers:
+            trace, auth_headers = meta.trace_of(auth_headers), meta.without_trace(auth_headers)
+        else:  # a caller with neither: nothing to sort
+            trace, auth_headers = {}, {}
         removed = method_problem(method, None)
         if removed is not None:
             return Outcome(removed.reply(request_id), removed.status)
@@ -235,7 +247,7 @@ class ModernToLegacy:
             if problem is not None:
                 return Outcome(problem.reply(request_id), problem.status)
             result = m2l.discover_result(session.initialize_result, self.hint("server/discover"))
-            if self.hosted_tasks is not None and m2l.runs_tool_calls_as_tasks(session.server_capabilities):
+            if self.hosted_tasks is not None and session.tool_calls_as_tasks:
                 result = mt.advertise(result)
             return Outcome(jsonrpc.result_response(request_id, result))
         if request.log_level is not None:
@@ -257,13 +269,13 @@ class ModernToLegacy:
             upstream_id=upstream_id,
             server_info=session.server_info,
             cache_hint=self.hint(method) if method in HINTED_METHODS else None,
-            collect_window_s=self._settings.input.collect_window_s,
-            detach_timeout_s=self._settings.upstream.request_timeout_s,
+            collect_window_s=self._collect_window_s,
+            detach_timeout_s=self.request_timeout_s,
         )
         call = LegacyCall(self, session, machine, interactive=interactive, upstream_token=upstream_token, trace=trace)
         # Only a server that takes task-augmented calls runs one as a task (TaskTools.runs_as_task
         # asks the same first): for the others, no coroutine per call.
-        if method == "tools/call" and m2l.runs_tool_calls_as_tasks(session.server_capabilities):
+        if method == "tools/call" and session.tool_calls_as_tasks:
             call.as_task = await self._task_tools.runs_as_task(
                 session, self.name, params.get("name"), hosted=hosted_for_s is not None
             )
@@ -294,7 +306,7 @@ class ModernToLegacy:
         what it offered another. `all` declares every input capability, but only the extensions
         the client declares: an extension changes what a server offers (an MCP Apps server offers
         its app tools to hosts that render them), so it is never declared for a client."""
-        if self._settings.upstream.declare_capabilities == "all":
+        if self._declare_all:
             extensions = carried_extensions(capabilities)
             if extensions is None:
                 return ALL_INPUT_CAPABILITIES  # one object: the pool's key of it is computed once
@@ -334,23 +346,37 @@ class ModernToLegacy:
     async def _inline(self, call: LegacyCall, outgoing: JSONDict, channel: ReplyChannel) -> Outcome:
         """A call that cannot park, read in the handler: no task, no queue. Should the call outlive
         the reply (a -32021 while the server goes on), its stream is handed to a task of the call."""
-        held: Held | None = None
+        exchange: Exchange | None = None  # left here, unless handed over to the call
+        outcome: Outcome | None
         handed_over = False
-        machine = call.machine
+        machine, outbox = call.machine, call.outbox
         lists_tools = machine.state.method == "tools/list"
+        # What a session's exchange yields is a JSON-RPC message: every legacy transport classifies
+        # each one (HTTP refuses a body holding another, stdio and HTTP+SSE drop it). A TaskCall's
+        # reply is made of several exchanges, so the machine checks it itself.
+        valid = not call.as_task
         try:
             with Deadline(call.timeout_s):
                 try:
-                    held = await call.open(outgoing)
-                    messages = aiter(held.reply)
+                    exchange, reply = await call.open(outgoing)
+                    messages = aiter(reply)
                     async for message in messages:
                         if lists_tools and isinstance(message.get("result"), dict):
                             self._task_tools.learn_from(message["result"])
-                        call.feed(machine.upstream_message(message))
-                        outcome = await self._drain(call, channel) if call.outbox else None
+                        call.feed(machine.upstream_message(message, valid=valid))
+                        if not outbox:
+                            continue
+                        action = outbox[0]
+                        if type(action) is ReplyClient:
+                            # The usual: the final reply first, taken as _drain takes it (what may
+                            # follow stays in the outbox), without running _drain.
+                            outbox.popleft()
+                            outcome = action.outcome
+                        else:
+                            outcome = await self._drain(call, channel)
                         if outcome is not None:
                             if machine.state.phase == "detached":
-                                call.run_out(messages, held)
+                                call.run_out(messages, exchange)
                                 handed_over = True
                             return outcome
                     call.feed(call.machine.upstream_ended())
@@ -366,11 +392,11 @@ class ModernToLegacy:
             call.feed(call.machine.client_gone())  # in 2026-07-28 a closed stream is the cancellation
             raise
         finally:
-            if held is not None and not handed_over:
+            if exchange is not None and not handed_over:
                 if call.finished or not call.busy:
-                    await held.close()
+                    await exchange.__aexit__(None, None, None)
                 else:  # the stream closes once the call has told the upstream it gives up
-                    call.tasks.spawn(close_after(call, held), name="legacy-call-close")
+                    call.tasks.spawn(close_after(call, exchange), name="legacy-call-close")
 
     async def _attend(self, call: LegacyCall, channel: ReplyChannel) -> Outcome:
         """Serve the attached request of a call with its own reader until it has its answer."""

@@ -82,7 +82,8 @@ class LegacyUpstreamSession:
         self.id: str | None = None
         self.version = ""
         self.initialize_result = {}
-        self._ids = itertools.count(1)
+        # The next request id: a bound method of the count, so taking one runs no Python frame.
+        self.next_id: Callable[[], int] = itertools.count(1).__next__
         self.exclusive: CallSink | None = None  # the interactive call that owns this session, if any
         self.inflight = 0
         self.last_used = clock()
@@ -97,20 +98,24 @@ class LegacyUpstreamSession:
     def headers(self) -> dict[str, str]:
         return self.transport.headers(self)
 
-    def next_id(self) -> int:
-        return next(self._ids)
-
     def request(
         self, message: JSONDict, extra_headers: Mapping[str, str] | None = None
     ) -> AbstractAsyncContextManager[Reply]:
         """Send a request on the session; entering yields its reply, leaving closes it. A request
         that cannot be sent at all fails as an UpstreamError on entering."""
+        return _Sending(self.name, self.exchange(message, extra_headers))
+
+    def exchange(
+        self, message: JSONDict, extra_headers: Mapping[str, str] | None = None
+    ) -> AbstractAsyncContextManager[Reply]:
+        """`request` without its wrapper, for a caller that maps what entering raises itself (as
+        `unsendable`): the relay's calls, which would otherwise pay a coroutine level per resume."""
         self.last_used = self._clock()
         transport = self.transport
         headers = transport.headers(self)
         if extra_headers:
             headers = {**headers, **extra_headers}
-        return _Sending(self.name, transport.exchange(message, headers))
+        return transport.exchange(message, headers)
 
     async def send(self, message: JSONDict) -> None:
         """Send a notification or a response to one of the server's requests."""
@@ -197,6 +202,8 @@ class LegacyUpstreamSession:
         self.server_capabilities: JSONDict = caps if isinstance(caps, dict) else {}
         # The server's capabilities in the modern shape (docs/translation.md §4.2).
         self.modern_capabilities: JSONDict = modern_server_capabilities(self.server_capabilities)
+        # It takes task-augmented tools/call (asked of every tools/call on the session).
+        self.tool_calls_as_tasks = m2l.runs_tool_calls_as_tasks(self.server_capabilities)
         info = result.get("serverInfo")
         self.server_info: JSONDict | None = info if isinstance(info, dict) else None
 

@@ -74,8 +74,13 @@ class HttpSessionTransport:
     """A legacy session over Streamable HTTP: the session id and version headers on every message,
     a standalone GET stream for what the server starts, DELETE at the end."""
 
+    exchange: Callable[[JSONDict, Mapping[str, str]], AbstractAsyncContextManager[Reply]]
+
     def __init__(self, upstream: HttpUpstream) -> None:
         self.upstream = upstream
+        # The upstream's own exchange, bound once: a method passing the call on would be a Python
+        # frame on every request.
+        self.exchange = upstream.exchange
         self._get_task: asyncio.Task[None] | None = None
         self._get_ready: asyncio.Future[bool] | None = None
 
@@ -93,9 +98,6 @@ class HttpSessionTransport:
         if session.version in _VERSION_HEADER_VERSIONS:
             headers[PROTOCOL_VERSION_HEADER] = session.version
         return headers
-
-    def exchange(self, message: JSONDict, headers: Mapping[str, str]) -> AbstractAsyncContextManager[Reply]:
-        return self.upstream.exchange(message, headers)
 
     async def send(self, message: JSONDict, headers: Mapping[str, str]) -> None:
         await self.upstream.send(message, headers)

@@ -123,6 +123,13 @@ def test_validation_does_not_change_the_body():
         {"_meta": {meta.PROTOCOL_VERSION: LATEST_MODERN, meta.CLIENT_CAPABILITIES: None}},
         {"_meta": {meta.PROTOCOL_VERSION: LATEST_MODERN, meta.CLIENT_CAPABILITIES: []}},
         {"_meta": {meta.PROTOCOL_VERSION: LATEST_MODERN, meta.CLIENT_CAPABILITIES: "sampling"}},
+        # Neither params nor its _meta may be anything but an object, whatever it holds.
+        ["_meta"],
+        "_meta",
+        7,
+        {"_meta": [meta.PROTOCOL_VERSION, meta.CLIENT_CAPABILITIES]},
+        {"_meta": meta.PROTOCOL_VERSION},
+        {"_meta": None},
     ],
 )
 def test_a_missing_or_mistyped_protocol_version_or_client_capabilities_is_invalid_params(params):
@@ -368,6 +375,12 @@ def test_the_tool_annotations_are_looked_up_by_the_called_tool_name():
     body = _call({"region": "us-west1"}, name="execute_sql")
     assert isinstance(validate_request(body, _headers(body, {"mcp-param-region": ["us-west1"]}), lookup), ModernRequest)
     assert asked == ["execute_sql"]
+
+
+def test_without_a_lookup_no_param_header_is_checked_here():
+    body = _call({"region": "us-west1"})
+    assert isinstance(validate_request(body, _headers(body, {"mcp-param-region": ["us-east1"]})), ModernRequest)
+    assert _rejected(_check({"region": "us-west1"}, {"mcp-param-region": ["us-east1"]})).code == jsonrpc.HEADER_MISMATCH
 
 
 @pytest.mark.parametrize("method", ["tools/list", "prompts/get", "resources/read"])

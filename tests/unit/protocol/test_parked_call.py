@@ -515,3 +515,22 @@ def test_a_reply_that_is_not_json_rpc_fails_the_call_as_an_invalid_upstream_repl
     assert parked.phase == "parked"
     assert parked.upstream_message(reply) == []
     assert parked.state.stash is not None and parked.state.stash["failure"]["kind"] == "invalid"
+
+
+@pytest.mark.parametrize(
+    "reply", [jsonrpc.result_response(5, TEXT), jsonrpc.error_response(5, jsonrpc.INVALID_PARAMS, "no such tool")]
+)
+def test_a_reply_the_transport_found_valid_is_not_classified_again_and_ends_the_call_alike(
+    reply: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    expected = new().upstream_message(reply)
+
+    def classified(message: object) -> str:
+        raise AssertionError("classified a second time")
+
+    monkeypatch.setattr(jsonrpc, "kind", classified)
+    call = new()
+    assert call.upstream_message(reply, valid=True) == expected
+    assert call.phase == "done"
+    with pytest.raises(AssertionError, match="a second time"):
+        new().upstream_message(reply)  # unless the transport says so, the machine checks it

@@ -12,7 +12,14 @@ import re
 import pytest
 
 from proxy.protocol.jsonrpc import b64url, unb64url
-from proxy.protocol.request_state import PURPOSE, RequestStateCodec, StateClaims, new_park_id, params_digest
+from proxy.protocol.request_state import (
+    PURPOSE,
+    ParkIds,
+    RequestStateCodec,
+    StateClaims,
+    new_park_id,
+    params_digest,
+)
 from proxy.state.sealing import Sealer
 
 SECRET = b"s3cret-of-the-proxy"
@@ -345,3 +352,11 @@ def test_park_ids_are_128_random_bits_in_base64url():
 
 def test_park_ids_do_not_repeat():
     assert len({new_park_id() for _ in range(1000)}) == 1000
+
+
+def test_a_relays_park_ids_share_its_random_prefix_and_count_up():
+    ids = ParkIds()
+    first, second = ids.next(), ids.next()
+    prefix = first.removesuffix(".1")
+    assert len(unb64url(prefix)) == 16 and second == f"{prefix}.2"
+    assert ParkIds().next() != first  # another relay, another prefix

@@ -5,13 +5,19 @@ frees once its upstream side is over."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
 from typing import Any
 
+import pytest
+
+from proxy.errors import ProxyError
 from proxy.protocol import jsonrpc
 from proxy.protocol.parked_call import DownstreamRequest, ParkedCall, RelayToClient, ReplyClient
-from proxy.relay.legacy_call import LegacyCall
+from proxy.relay.legacy_call import LegacyCall, close_after
+from proxy.upstream.errors import UpstreamSessionGone, UpstreamTimeout, UpstreamUnavailable
 from proxy.upstream.legacy_session import LegacyUpstreamSession
-from tests.unit.upstream.test_legacy_session import MemoryTransport, Owner
+from tests.unit.upstream.test_legacy_session import MemoryTransport, Messages, Owner
 
 JSONDict = dict[str, Any]
 PROGRESS = jsonrpc.notification("notifications/progress", {"progressToken": "p7", "progress": 1})
@@ -115,3 +121,123 @@ async def test_the_task_known_event_is_made_once_and_can_be_replaced():
     other = asyncio.Event()
     call.task_known = other
     assert call.task_known is other
+
+
+# ------------------------------------------------------------ opening the call's exchange
+
+
+class FailingTransport(MemoryTransport):
+    """Fails entering the first `len(failures)` exchanges, one exception each, then answers; counts
+    the exchanges left."""
+
+    def __init__(self, *failures: BaseException) -> None:
+        super().__init__()
+        self.failures = list(failures)
+        self.left = 0
+
+    @asynccontextmanager
+    async def exchange(self, message: JSONDict, headers: Mapping[str, str]) -> AsyncIterator[Messages]:
+        if self.failures:
+            raise self.failures.pop(0)
+        try:
+            async with super().exchange(message, headers) as reply:
+                yield reply
+        finally:
+            self.left += 1
+
+
+class Reopening(Relay):
+    """A relay whose pool opens the session again, and counts it."""
+
+    def __init__(self, replacement: LegacyUpstreamSession | None) -> None:
+        super().__init__()
+        self.replacement = replacement
+        self.reinitialized = 0
+        self.pool.replace = self._replace  # type: ignore[method-assign]
+
+    async def _replace(self, session: LegacyUpstreamSession) -> LegacyUpstreamSession:
+        if self.replacement is None:
+            raise ProxyError(jsonrpc.UPSTREAM_UNAVAILABLE, "initialize refused")
+        return self.replacement
+
+    def count_reinitialized(self) -> None:
+        self.reinitialized += 1
+
+
+def on(transport: MemoryTransport) -> LegacyUpstreamSession:
+    return LegacyUpstreamSession(transport, ("alice", "{}"), {}, {}, Owner(), initialize_timeout_s=5.0)
+
+
+def with_session(relay: Relay, session: LegacyUpstreamSession) -> LegacyCall:
+    call = new_call(relay)
+    call.session.progress_routes.clear()
+    call.session.active.clear()
+    call.bind(session)
+    return call
+
+
+OUTGOING = jsonrpc.request(7, "tools/call", {"name": "echo"})
+
+
+async def test_open_sends_the_request_and_leaves_its_exchange_to_the_caller():
+    transport = FailingTransport()
+    call = with_session(Relay(), on(transport))
+    exchange, reply = await call.open(OUTGOING)
+    assert transport.sent == [OUTGOING]
+    assert [message async for message in reply] == [jsonrpc.result_response(7, {})]
+    assert transport.left == 0  # entered by hand: open does not leave it
+    await exchange.__aexit__(None, None, None)
+    assert transport.left == 1
+
+
+async def test_a_request_that_cannot_be_sent_fails_as_an_unavailable_upstream():
+    call = with_session(Relay(), on(FailingTransport(ValueError("not encodable"))))
+    with pytest.raises(UpstreamUnavailable) as raised:
+        await call.open(OUTGOING)
+    assert raised.value.failure.message == "upstream 'memory' could not be sent the request (ValueError)"
+
+
+@pytest.mark.parametrize("failure", [UpstreamTimeout("memory", "timed out"), TimeoutError()])
+async def test_an_upstream_error_or_a_deadline_on_sending_keeps_its_own_meaning(failure: BaseException):
+    call = with_session(Relay(), on(FailingTransport(failure)))
+    with pytest.raises(type(failure)) as raised:
+        await call.open(OUTGOING)
+    assert raised.value is failure
+
+
+async def test_a_forgotten_session_is_opened_again_and_the_request_sent_once_more():
+    replacement = MemoryTransport()
+    relay = Reopening(on(replacement))
+    call = with_session(relay, on(FailingTransport(UpstreamSessionGone("memory", "forgot"))))
+    exchange, _reply = await call.open(OUTGOING)
+    assert call.session is relay.replacement and replacement.sent == [OUTGOING] and relay.reinitialized == 1
+    await exchange.__aexit__(None, None, None)
+
+
+async def test_a_session_forgotten_twice_fails_as_gone():
+    gone = UpstreamSessionGone("memory", "forgot again")
+    relay = Reopening(on(FailingTransport(gone)))
+    call = with_session(relay, on(FailingTransport(UpstreamSessionGone("memory", "forgot"))))
+    with pytest.raises(UpstreamSessionGone) as raised:
+        await call.open(OUTGOING)
+    assert raised.value is gone and relay.reinitialized == 1
+
+
+async def test_a_session_that_cannot_be_opened_again_is_still_gone():
+    call = with_session(Reopening(None), on(FailingTransport(UpstreamSessionGone("memory", "forgot"))))
+    with pytest.raises(UpstreamSessionGone, match="forgot the session: initialize refused"):
+        await call.open(OUTGOING)
+
+
+async def test_a_handed_over_exchange_is_left_once_the_calls_tasks_are_done():
+    transport = FailingTransport()
+    call = with_session(Relay(), on(transport))
+    exchange, _reply = await call.open(OUTGOING)
+    gate = asyncio.Event()
+    call.tasks.spawn(gate.wait(), name="answer-server")
+    closing = asyncio.create_task(close_after(call, exchange))
+    await asyncio.sleep(0.01)
+    assert transport.left == 0  # the call still tells the upstream what it has to
+    gate.set()
+    await asyncio.wait_for(closing, 1.0)
+    assert transport.left == 1

@@ -118,8 +118,18 @@ def test_a_session_reads_its_servers_capabilities_and_info_from_its_initialize_r
     assert session.server_capabilities == {"tools": {"listChanged": True}, "logging": {}}
     assert session.modern_capabilities == modern_server_capabilities(session.server_capabilities)
     assert session.server_info == {"name": "legacy", "version": "1"}
+    assert not session.tool_calls_as_tasks
     session.initialize_result = {**INITIALIZED, "capabilities": [], "serverInfo": "not an object"}
     assert (session.server_capabilities, session.server_info) == ({}, None)
+
+
+def test_a_session_knows_once_whether_its_server_takes_task_augmented_tool_calls():
+    session = factory(("alice", "{}"), {}, {}, Owner())
+    tasks = {"tasks": {"requests": {"tools": {"call": {}}}}}
+    session.initialize_result = {**INITIALIZED, "capabilities": tasks}
+    assert session.tool_calls_as_tasks
+    session.initialize_result = {**INITIALIZED, "capabilities": {"tasks": {"list": {}}}}
+    assert not session.tool_calls_as_tasks
 
 
 async def test_a_session_hands_what_the_server_starts_to_its_owner():

@@ -3,8 +3,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -35,8 +36,28 @@ class Headers:
     status: int = 200
 
 
-def http() -> HttpSessionTransport:
-    return HttpSessionTransport(None)  # headers and adopt never reach the server
+class Upstream:
+    """An HttpUpstream as far as a session transport holds one: headers and adopt never reach it."""
+
+    name = "up"
+
+    def __init__(self) -> None:
+        self.exchanged: list[tuple[dict[str, Any], Mapping[str, str]]] = []
+
+    def exchange(self, message: dict[str, Any], headers: Mapping[str, str]) -> str:
+        self.exchanged.append((message, headers))
+        return "the upstream's exchange"
+
+
+def http(upstream: Upstream | None = None) -> HttpSessionTransport:
+    return HttpSessionTransport(cast(Any, upstream or Upstream()))
+
+
+def test_an_http_session_exchanges_through_its_upstream_as_it_is():
+    upstream = Upstream()
+    message = {"jsonrpc": "2.0", "id": 1, "method": "ping"}
+    assert http(upstream).exchange(message, AUTH) == "the upstream's exchange"
+    assert upstream.exchanged == [(message, AUTH)]
 
 
 def test_before_initialize_an_http_session_sends_only_the_callers_credentials():
