@@ -125,22 +125,14 @@ class RedisSessionStore:
         tracking = self._tracking
         watched = tracking is not None and tracking.healthy()
         if watched:
-            # Served from its copy (nearly every request, so inline rather than a method): held, not
-            # invalidated, and its record lives at least the idle timeout longer (else the read slides it).
+            # Served from its copy (nearly every request): held, not invalidated, and its record
+            # lives at least the idle timeout longer (else the read slides it).
             until = self._copies.get(key)
             if until is not None:
                 entry = self._l1.get(session_id)
                 now = self._clock()
                 if entry is not None and until - now >= self._idle_s:
-                    if session.core_in_store:
-                        session.take_core(entry[2])
-                    (
-                        session.log_level,
-                        session.initialized,
-                        session.modern_version,
-                        session.subscriptions,
-                        session.stream_owner,
-                    ) = entry[0]
+                    self._restore(session, entry)
                     session.last_seen = entry[1] = now
                     self._l1.move_to_end(session_id)
                     self.copies_served += 1
@@ -354,7 +346,7 @@ class RedisSessionStore:
         return True
 
     def _restore(self, session: LegacySession, entry: _Entry) -> None:
-        """The session's state as `entry` holds it (load serves a copy the same way, inline)."""
+        """The session's state as `entry` holds it."""
         if session.core_in_store:
             session.take_core(entry[2])
         (
