@@ -216,8 +216,7 @@ class RequestReply(RequestChannel):
     __slots__ = ("_event_ids", "_keepalive_s", "_opening", "_request", "_slow", "_stream", "can_stream", "closed")
 
     def __init__(self, request: web.BaseRequest, keepalive_s: float, event_ids: EventIds | None = None) -> None:
-        accept = request.headers.get("Accept", "*/*")  # accepts_sse, inline: every request
-        self.can_stream = "text/event-stream" in accept or "*/*" in accept
+        self.can_stream = accepts_sse(request)
         self._request = request
         self._event_ids = event_ids
         self._keepalive_s = keepalive_s
@@ -292,9 +291,7 @@ class RequestReply(RequestChannel):
         if self._opening is None and self._stream is None and message is not None:  # the usual: plain JSON
             if self._slow is not None:
                 self._slow.cancel()
-            return web.Response(
-                body=jsonrpc.encode(message), status=status, content_type="application/json", headers=headers
-            )  # json_response's, inline
+            return json_response(message, status, headers)
         if not await self.streaming() and message is not None:
             return json_response(message, status, headers)
         if message is not None:
