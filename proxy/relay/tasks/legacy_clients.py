@@ -57,11 +57,9 @@ class HostedTasks:
     def takes(self, session: LegacySession, message: JSONDict) -> bool:
         """Whether a request is the hosted tasks' to serve: a tasks/* method or a task-augmented
         call, in a session `serves` answers yes for."""
-        method = message["method"]
-        if method not in lt.TASK_METHODS:  # the usual: a plain call, asked first as the cheaper test
-            params = message.get("params")
-            if method != "tools/call" or not isinstance(params, dict) or "task" not in params:  # lt.is_task_request
-                return False
+        # The message first (the usual: a plain call, no task), the session's revision after.
+        if message["method"] not in lt.TASK_METHODS and not lt.is_task_request(message):
+            return False
         return self.serves(session.legacy_version)
 
     async def request(
