@@ -158,24 +158,13 @@ class CancelScope:
 
 class Deadline(CancelScope):
     """A CancelScope with a deadline and nothing else: past it, the work inside ends with
-    TimeoutError; it swallows nothing (nobody else cancels through it). Its own methods, without
+    TimeoutError; it swallows nothing (nobody else cancels through it). Its own __exit__, without
     the checks for a scope without a deadline: it runs for every request."""
 
     __slots__ = ()
 
     def __init__(self, timeout_s: float) -> None:
-        self._timeout_s = timeout_s
-        self._active = False
-        self.cancelled = False
-        self.timed_out = False
-
-    def __enter__(self) -> Self:
-        loop = get_running_loop()
-        self._task = task_of(loop)
-        self._active = True
-        timeout_s: float = self._timeout_s  # type: ignore[assignment]  # a Deadline always has one
-        self._timer = loop.call_later(timeout_s, self._expire)
-        return self
+        CancelScope.__init__(self, timeout_s)  # not through super(): no object made per request
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object) -> Literal[False]:
         self._active = False
