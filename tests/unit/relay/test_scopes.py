@@ -7,7 +7,7 @@ import asyncio
 import pytest
 from structlog.testing import capture_logs
 
-from proxy.relay.scopes import CancelScope, Deadline, TaskScope
+from proxy.relay.scopes import CancelScope, Deadline, TaskScope, task_of
 
 WAIT = 5.0
 
@@ -100,10 +100,13 @@ async def test_draining_a_scope_waits_for_its_tasks_and_a_task_may_drain_its_own
     assert done == ["child", "parent"]
 
 
-async def test_a_cancel_scope_with_a_deadline_ends_the_work_as_a_timeout() -> None:
+@pytest.mark.parametrize("scope_type", [CancelScope, Deadline])
+async def test_a_scope_with_a_deadline_ends_the_work_as_a_timeout_once_it_has_passed(
+    scope_type: type[CancelScope],
+) -> None:
     with pytest.raises(TimeoutError):
         async with asyncio.timeout(WAIT):  # the outer bound of the test only
-            with CancelScope(0.01) as scope:
+            with scope_type(0.01) as scope:
                 await asyncio.Event().wait()
     assert scope.timed_out and scope.cancelled
     await asyncio.sleep(0)  # no cancellation is left pending for the task
@@ -116,13 +119,16 @@ async def test_work_that_ends_before_its_deadline_is_not_disturbed() -> None:
     await asyncio.sleep(0)
 
 
-async def test_a_deadline_inside_a_scope_cancelled_from_elsewhere_lets_the_outer_cancellation_win() -> None:
+@pytest.mark.parametrize("scope_type", [CancelScope, Deadline])
+async def test_a_deadline_inside_a_scope_cancelled_from_elsewhere_lets_the_outer_cancellation_win(
+    scope_type: type[CancelScope],
+) -> None:
     started = asyncio.Event()
     outer = CancelScope()
 
     async def work() -> str:
         with outer:
-            with CancelScope(WAIT):
+            with scope_type(WAIT):
                 started.set()
                 await asyncio.Event().wait()
         return "cancelled by the client"
@@ -132,15 +138,6 @@ async def test_a_deadline_inside_a_scope_cancelled_from_elsewhere_lets_the_outer
         await started.wait()
         outer.cancel()
         assert await task == "cancelled by the client"
-
-
-async def test_a_deadline_ends_the_work_as_a_timeout_once_it_has_passed() -> None:
-    with pytest.raises(TimeoutError):
-        async with asyncio.timeout(WAIT):  # the outer bound of the test only
-            with Deadline(0.01) as deadline:
-                await asyncio.Event().wait()
-    assert deadline.timed_out and deadline.cancelled
-    await asyncio.sleep(0)  # no cancellation is left pending for the task
 
 
 async def test_work_that_ends_before_its_deadline_is_not_disturbed_and_the_timer_is_gone() -> None:
@@ -187,27 +184,7 @@ async def test_a_cancellation_from_elsewhere_goes_on_through_a_deadline_that_pas
             await task
 
 
-async def test_a_deadline_inside_a_scope_cancelled_from_elsewhere_lets_the_scope_end_it() -> None:
-    started = asyncio.Event()
-    outer = CancelScope()
-
-    async def work() -> str:
-        with outer:
-            with Deadline(WAIT):
-                started.set()
-                await asyncio.Event().wait()
-        return "cancelled by the client"
-
-    task = asyncio.create_task(work())
-    async with asyncio.timeout(WAIT):
-        await started.wait()
-        outer.cancel()
-        assert await task == "cancelled by the client"
-
-
 async def test_a_scope_holds_the_task_asyncio_says_is_running() -> None:
-    from proxy.relay.scopes import task_of
-
     async def inside() -> None:
         assert task_of(asyncio.get_running_loop()) is asyncio.current_task()
         with CancelScope() as scope, Deadline(WAIT) as deadline:
