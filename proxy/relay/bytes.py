@@ -36,7 +36,6 @@ from .failures import UpstreamFailures
 from .scopes import Deadline
 
 log = structlog.get_logger(__name__)
-_CURRENT_SPAN = tracing.CURRENT
 
 _RETURNED = ("Content-Type", "WWW-Authenticate", "Allow")
 _RETURNED_LEGACY = (*_RETURNED, SESSION_HEADER)  # a legacy session is the upstream's own
@@ -291,8 +290,7 @@ class _Forward:
         message = self._message
         if not isinstance(message, dict):
             message = None
-        current = _CURRENT_SPAN.get()  # tracing.upstream's, inline (a call fewer)
-        span = self._span = tracing.NULL_UPSTREAM if current is None else current.upstream(message, "http", method)
+        span = self._span = tracing.upstream(message, "http", method)
         body, headers = self._body, self._headers
         if span is not tracing.NULL_UPSTREAM:
             if message is not None and body is not None:

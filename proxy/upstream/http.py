@@ -57,7 +57,6 @@ def _session_defaults(config: UpstreamConfig) -> CIMultiDict[str] | None:
 
 
 _IDLE_CONNECTION_S = 4.0
-_CURRENT_SPAN = tracing.CURRENT
 
 
 class HttpUpstream:
@@ -332,21 +331,14 @@ class _Exchange:
 
     async def __aenter__(self) -> _Exchange:
         upstream, message, headers, method = self._upstream, self._message, self._headers, self._method
-        # tracing.upstream's, inline (a call fewer); with the no-op span none of its calls are made.
-        current = _CURRENT_SPAN.get()
-        span = self._span = tracing.NULL_UPSTREAM if current is None else current.upstream(message, "http", method)
-        traced = span is not tracing.NULL_UPSTREAM
+        span = self._span = tracing.upstream(message, "http", method)
+        traced = span is not tracing.NULL_UPSTREAM  # with the no-op span none of its calls are made
         if traced:  # the trace context sent upstream is this span's
             message, headers = span.message(message), span.headers(headers)
         try:
-            if message is None:
-                body, sent = None, upstream._bodiless_headers(headers)
-            else:
-                body, sent = jsonrpc.encode(message), {**upstream._static_headers, **headers}
+            body = None if message is None else jsonrpc.encode(message)
             try:
-                response = self._response = await upstream._session.request(
-                    method, upstream.url, data=body, headers=sent
-                )
+                response = self._response = await upstream.forwarding(method, body, headers)
             except (TimeoutError, aiohttp.ClientError) as exc:
                 raise upstream.unsent(exc) from None
             status = self.status = response.status
