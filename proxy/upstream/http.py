@@ -195,22 +195,22 @@ class HttpUpstream:
     async def read_body(self, response: aiohttp.ClientResponse) -> bytes:
         """The whole body, as many reads as it takes (one read returns what has arrived so far),
         up to `upstream.max_reply_bytes`."""
+        raw = self.arrived_body(response)
+        if raw is not None:  # a small body has all arrived with the head, taken without a wait
+            return raw
         limit = self.max_reply_bytes
         length = response.content_length
         if length is not None and length > limit:
             raise UpstreamProtocolError(self.name, f"sent a reply {self._over_limit}")
         content = response.content
         try:
-            if content.is_eof():  # a small body has all arrived with the head, taken without a wait
-                raw = content.read_nowait()
-            else:
-                raw = await content.read(limit + 1)
-                if not content.at_eof():
-                    parts, size = [raw], len(raw)
-                    while size <= limit and (part := await content.read(limit + 1 - size)):
-                        parts.append(part)
-                        size += len(part)
-                    raw = b"".join(parts)
+            raw = await content.read(limit + 1)
+            if not content.at_eof():
+                parts, size = [raw], len(raw)
+                while size <= limit and (part := await content.read(limit + 1 - size)):
+                    parts.append(part)
+                    size += len(part)
+                raw = b"".join(parts)
         except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError) as exc:
             raise UpstreamUnavailable(self.name, f"dropped the response ({exc.__class__.__name__})") from None
         if len(raw) > limit:
