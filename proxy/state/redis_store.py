@@ -121,7 +121,7 @@ class RedisSessionStore:
 
     async def load(self, session: LegacySession) -> LegacySession | None:
         session_id = session.id
-        key = self._records.get(session_id) or self._record(session_id)
+        key = self._record(session_id)
         tracking = self._tracking
         watched = tracking is not None and tracking.healthy()
         if watched:
@@ -454,10 +454,11 @@ class RedisSessionStore:
 
     def _record(self, session_id: str) -> str:
         # The braces make the hash a Redis Cluster hash tag: a session's keys share a slot.
-        key = f"{self._prefix}{{{self._hash(session_id)}}}:s"
-        if len(self._records) >= _L1_MAX:
-            self._records.clear()
-        self._records[session_id] = key
+        key = self._records.get(session_id)
+        if key is None:
+            if len(self._records) >= _L1_MAX:
+                self._records.clear()
+            key = self._records[session_id] = f"{self._prefix}{{{self._hash(session_id)}}}:s"
         return key
 
     def _tombstone(self, session_id: str) -> str:
