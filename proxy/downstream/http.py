@@ -447,10 +447,15 @@ class McpEndpoint:
         elapsed = time.perf_counter() - started
         if record.sighting is not None:
             self._clients.seen(record.sighting)
-        span = record.span
-        if span is not NULL_DOWNSTREAM:  # tracing on
-            era = record.downstream_era, record.upstream_era
-            span.finish(record.method, *era, record.outcome, record.status, record.error_code)
+        if record.span is not NULL_DOWNSTREAM:  # tracing on
+            record.span.finish(
+                record.method,
+                record.downstream_era,
+                record.upstream_era,
+                record.outcome,
+                record.status,
+                record.error_code,
+            )
         self._metrics.observe_request(
             method_label(record.method), record.downstream_era, record.upstream_era, record.outcome, elapsed
         )
