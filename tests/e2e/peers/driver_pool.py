@@ -63,7 +63,10 @@ def main() -> int:
     os.set_blocking(wake_write, False)
     signal.set_wakeup_fd(wake_write)
     signal.signal(signal.SIGCHLD, lambda *_: None)  # a handler, so the wakeup fd is written
-    jobs_in = sys.stdin.buffer
+    # Read from the descriptor itself: a buffered reader may take in several jobs at once, and the
+    # ones behind the first would wait in its buffer, unseen by select, until more bytes come.
+    jobs_in = sys.stdin.fileno()
+    unread = b""
     answers = sys.stdout
     running: dict[int, int] = {}  # pid -> job
 
@@ -93,16 +96,18 @@ def main() -> int:
                     os.read(wake_read, 4096)
                     reap()
                     continue
-                line = jobs_in.readline()
-                if not line:
+                data = os.read(jobs_in, 65536)
+                if not data:
                     return 0
-                job = json.loads(line)
-                pid = os.fork()
-                if pid == 0:
-                    child(modules[job["module"]], job, [wake_read, wake_write, selector.fileno()])
-                running[pid] = job["job"]
-                answer({"job": job["job"], "pid": pid})
-                reap()  # a child that ended before it was registered
+                *lines, unread = (unread + data).split(b"\n")
+                for line in lines:
+                    job = json.loads(line)
+                    pid = os.fork()
+                    if pid == 0:
+                        child(modules[job["module"]], job, [wake_read, wake_write, selector.fileno()])
+                    running[pid] = job["job"]
+                    answer({"job": job["job"], "pid": pid})
+                    reap()  # a child that ended before it was registered
     finally:
         for pid in running:
             try:
