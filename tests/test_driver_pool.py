@@ -1,5 +1,5 @@
-"""The SDK drivers' warm start (tests/e2e/peers/driver_pool.py), with a stand-in driver: every job it
-is sent gets its run, however many arrive together."""
+"""The SDK drivers' warm start (tests/e2e/peers/driver_pool.py, driven by tests/support/sdk_drivers.py),
+with a stand-in driver: every job it is sent gets its run, however many arrive together."""
 
 from __future__ import annotations
 
