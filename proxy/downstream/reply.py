@@ -53,6 +53,9 @@ async def relay_reply(
     out) can only end it: never a second HTTP response inside the first (docs/design.md §Errors).
     It ends with an event carrying the JSON-RPC error for each request not answered yet, and the
     connection closes, so that nothing can follow on it and a kept-alive client sees the end at once.
+    A client that goes away while its stream is written is the request's cancellation (leaving
+    `forward` closes the upstream's reply); one that closes once it has its events, before the
+    stream's last chunk, had its reply.
     """
     stream: web.StreamResponse | None = None
     reply: ByteReply | None = None
@@ -65,13 +68,17 @@ async def relay_reply(
             await stream.prepare(request)
             request[STARTED] = stream
             async for chunk in reply.chunks:
-                await stream.write(chunk)
+                try:
+                    await stream.write(chunk)
+                except ConnectionError:  # the client went away
+                    return stream, "cancelled"
     except ProxyError as exc:
         if stream is None or reply is None:
             raise  # nothing sent yet: the error is the whole reply
         await end_with_error(request, stream, reply.unanswered, exc)
         return stream, exc.outcome
-    await stream.write_eof()
+    with contextlib.suppress(ConnectionError):  # closed after its last event: it had them all
+        await stream.write_eof()
     return stream, "ok"
 
 
