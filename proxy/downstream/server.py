@@ -13,16 +13,27 @@ connection, and then its handler, for as long as it likes (slowloris). So, per r
 Only reading the request is bounded: once it is in, its reply (an SSE stream, a long call) takes
 as long as it takes. A timer is armed only while a request is incomplete, so a request that
 arrives in one packet costs none.
+
+Routes found before the first request: a request whose method and raw path name one of the
+application's plain routes (the MCP endpoint's POST among them) goes straight to its handler,
+with the match the router would have made, made once. Resolving it per request (the router's
+walk, a match object, the application's dispatch) is a fixed cost of every call, about as much as
+some layers of the proxy's own. Anything else (a query string, an escaped path, an `Expect`
+header, middlewares) takes the application's usual dispatch.
 """
 
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from collections.abc import Awaitable, Callable
+from types import SimpleNamespace
+from typing import Any, cast
 
 import structlog
-from aiohttp import StreamReader, web
+from aiohttp import StreamReader, hdrs, web
 from aiohttp.web_protocol import RequestHandler
+from aiohttp.web_urldispatcher import PlainResource, UrlMappingMatchInfo
+from yarl import URL
 
 from ..config import DownstreamConfig, Settings
 from ..protocol import jsonrpc
@@ -119,17 +130,60 @@ class DeadlineHandler(JsonErrors):
         body.feed_eof()
 
 
-class DeadlineServer(web.Server):
-    """The server aiohttp makes for an application, its connections made as DeadlineHandlers."""
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+Direct = dict[tuple[str, str], tuple[UrlMappingMatchInfo, Handler]]
 
-    def __init__(self, made: web.Server, limits: DownstreamConfig) -> None:
+
+async def direct_routes(app: web.Application) -> Direct:
+    """(method, path) → the router's match for each plain route of a frozen `app`, as the router
+    itself resolves it (so registration order, `*` routes and any resource that would come first
+    decide as they do per request), with its handler. Empty when the application has middlewares:
+    those run only through its own dispatch."""
+    if app.middlewares:
+        return {}
+    found: Direct = {}
+    for resource in app.router.resources():
+        if not isinstance(resource, PlainResource):
+            continue
+        for route in resource:
+            if route.method == hdrs.METH_ANY:
+                continue
+            # What the router reads of a request: its method and path.
+            probe = SimpleNamespace(method=route.method, rel_url=URL(resource.canonical))
+            try:
+                match = await app.router.resolve(cast(web.Request, probe))
+            except AttributeError:  # a resource that reads more of a request: left to the router
+                continue
+            if match.route is route and match.http_exception is None:
+                match.add_app(app)
+                match.freeze()
+                found.setdefault((route.method, resource.canonical), (match, route.handler))
+    return found
+
+
+class DeadlineServer(web.Server):
+    """The server aiohttp makes for an application, its connections made as DeadlineHandlers, its
+    plain routes served without the router (`direct`, see the module's doc)."""
+
+    def __init__(self, made: web.Server, limits: DownstreamConfig, direct: Direct | None = None) -> None:
         super().__init__(
-            made.request_handler,
+            self._dispatch if direct else made.request_handler,
             request_factory=made.request_factory,
             handler_cancellation=made.handler_cancellation,
             **made._kwargs,
         )
         self._limits = limits
+        self._routed = made.request_handler
+        self._direct = direct or {}
+
+    async def _dispatch(self, request: web.BaseRequest) -> web.StreamResponse:
+        direct = self._direct.get((request.method, request.raw_path))
+        if direct is None or hdrs.EXPECT in request.headers:
+            return await self._routed(request)
+        # What the application's dispatch sets: the match, which request.app, request.match_info
+        # and the on_response_prepare signals read.
+        request._match_info, handler = direct  # type: ignore[attr-defined]
+        return await handler(cast(web.Request, request))
 
     def __call__(self) -> RequestHandler:
         return DeadlineHandler(self, self._limits, loop=self._loop, **self._kwargs)
@@ -141,7 +195,8 @@ class Runner(web.AppRunner):
         self._limits = limits
 
     async def _make_server(self) -> web.Server:
-        return DeadlineServer(await super()._make_server(), self._limits)
+        made = await super()._make_server()  # the application is started and frozen
+        return DeadlineServer(made, self._limits, await direct_routes(self.app))
 
 
 _SHORTEST_GRACE_S = 0.01
