@@ -176,14 +176,16 @@ class DeadlineServer(web.Server):
         self._routed = made.request_handler
         self._direct = direct or {}
 
-    async def _dispatch(self, request: web.BaseRequest) -> web.StreamResponse:
+    def _dispatch(self, request: web.BaseRequest) -> Awaitable[web.StreamResponse]:
+        # A plain function: aiohttp awaits what it returns, the handler's own coroutine, so the
+        # dispatch adds no coroutine level under the request's every suspension.
         direct = self._direct.get((request.method, request.raw_path))
         if direct is None or hdrs.EXPECT in request.headers:
-            return await self._routed(request)
+            return self._routed(request)
         # What the application's dispatch sets: the match, which request.app, request.match_info
         # and the on_response_prepare signals read.
         request._match_info, handler = direct  # type: ignore[attr-defined]
-        return await handler(cast(web.Request, request))
+        return handler(cast(web.Request, request))
 
     def __call__(self) -> RequestHandler:
         return DeadlineHandler(self, self._limits, loop=self._loop, **self._kwargs)
