@@ -54,7 +54,7 @@ from .messages import (
     reason,
 )
 from .replicas import Steering
-from .reply import STARTED, RequestReply, SseStream, end_with_error, error_reply, relay_reply
+from .reply import DELIVERED, STARTED, RequestReply, SseStream, end_with_error, error_reply, relay_reply
 from .steer import LOCAL, Replay, modern_topics
 
 log = structlog.get_logger(__name__)
@@ -127,8 +127,11 @@ class McpEndpoint:
                 response = error_reply(exc, Era(record.downstream_era), record.request_id)
             except asyncio.CancelledError:
                 if task is None or task not in self._cut:
-                    record.outcome = "cancelled"
-                    record.status = 499  # client closed the connection
+                    # The client closed the connection: before its answers (499), or once a relayed
+                    # stream had written them all, while the upstream's was still ending (ok).
+                    delivered = request.get(DELIVERED, False)
+                    record.outcome = "ok" if delivered else "cancelled"
+                    record.status = 200 if delivered else 499
                     self._observe(record, started)
                     raise
                 task.uncancel()  # the proxy's own cancellation: the client is still there
@@ -223,9 +226,14 @@ class McpEndpoint:
         if host is None:  # legacy client, legacy HTTP upstream: the upstream's own session
             if any(jsonrpc.kind(item) == "invalid" for item in (body if isinstance(body, list) else [body])):
                 raise ProxyError(jsonrpc.INVALID_REQUEST, "not a valid JSON-RPC 2.0 message", refused=True)
-            response = await self._bytes(request, "POST", raw, record, legacy=True, message=body, caller=caller)
-            record.sighting = self._byte_sessions.sighting(body, session_id, response.headers.get(SESSION_HEADER))
-            return response
+            if route is Route.LEGACY_INITIALIZE:  # its client is known by the session the reply hands out
+                response = await self._bytes(request, "POST", raw, record, legacy=True, message=body, caller=caller)
+                record.sighting = self._byte_sessions.sighting(body, session_id, response.headers.get(SESSION_HEADER))
+                return response
+            # Counted before it is relayed, as a translated request is: a client that leaves
+            # before the end (even once answered) still sent it.
+            record.sighting = self._byte_sessions.sighting(body, session_id, None)
+            return await self._bytes(request, "POST", raw, record, legacy=True, message=body, caller=caller)
         if route is Route.LEGACY_SESSIONLESS:
             raise ProxyError.rejected(SESSIONLESS)
         if route is Route.LEGACY_INITIALIZE:

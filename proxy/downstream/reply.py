@@ -55,7 +55,9 @@ async def relay_reply(
     connection closes, so that nothing can follow on it and a kept-alive client sees the end at once.
     A client that goes away while its stream is written is the request's cancellation (leaving
     `forward` closes the upstream's reply); one that closes once it has its events, before the
-    stream's last chunk, had its reply.
+    stream's last chunk, had its reply. So did one that leaves once every answer its POST awaited
+    is written, while the upstream's stream has yet to end: its handler is cancelled then, and
+    `DELIVERED` on the request tells the endpoint the request was answered.
     """
     stream: web.StreamResponse | None = None
     reply: ByteReply | None = None
@@ -67,11 +69,15 @@ async def relay_reply(
             stream = web.StreamResponse(status=reply.status, headers={**reply.headers, **SSE_HEADERS})
             await stream.prepare(request)
             request[STARTED] = stream
+            awaited = bool(reply.unanswered)  # a POST's stream answers its requests; a GET's none
             async for chunk in reply.chunks:
                 try:
                     await stream.write(chunk)
                 except ConnectionError:  # the client went away
                     return stream, "cancelled"
+                if awaited and not reply.unanswered:  # every answer is written
+                    request[DELIVERED] = True
+                    awaited = False
     except ProxyError as exc:
         if stream is None or reply is None:
             raise  # nothing sent yet: the error is the whole reply
@@ -104,6 +110,9 @@ async def end_with_error(
 STARTED: Any = (
     web.RequestKey("started_stream", web.StreamResponse) if hasattr(web, "RequestKey") else "mcp_era_proxy.started"
 )
+# True once a relayed stream has written every answer its POST awaited (relay_reply): a client that
+# leaves after that had its reply, though its handler is cancelled.
+DELIVERED: Any = web.RequestKey("delivered", bool) if hasattr(web, "RequestKey") else "mcp_era_proxy.delivered"
 
 
 class SseStream:

@@ -16,6 +16,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from proxy.protocol import jsonrpc
 from proxy.protocol.headers import PROTOCOL_VERSION_HEADER, SESSION_HEADER
@@ -26,7 +27,7 @@ from tests.support.legacy_client import initialize_message
 from tests.support.mcp_client import ACCEPT
 from tests.support.modern_client import ModernClient, read_reply
 from tests.support.raw_http_client import Reply as RawReply
-from tests.support.raw_http_client import raw_exchange
+from tests.support.raw_http_client import build, raw_exchange
 from tests.support.raw_upstream import LAST_CHUNK, RawRequest, RawUpstream, chunk, head, sse, whole
 
 WAIT = 5.0  # upper bound for anything a test waits for
@@ -548,3 +549,58 @@ async def test_a_whole_reply_that_never_comes_ends_at_the_request_timeout(
         reply = await exchange(proxy, era)
     error = json.loads(reply.body)
     assert error["id"] == 7 and error["error"]["code"] == jsonrpc.UPSTREAM_TIMEOUT, reply.data
+
+
+# ---------------------------------------------------------------------------- a client that leaves once answered
+
+
+def call_outcomes(text: str) -> list[str]:
+    """The outcomes `requests_total` has counted tools/call under so far."""
+    return [
+        dict(labels)["outcome"]
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.name == "mcp_era_proxy_requests_total"
+        for labels in [sample.labels]
+        if labels.get("method") == "tools/call" and sample.value > 0
+    ]
+
+
+@pytest.mark.parametrize("era", ERAS)
+async def test_a_client_that_leaves_once_answered_while_the_upstream_stream_goes_on_had_its_reply(
+    make_proxy: MakeProxy, raw: RawUpstream, era: Era
+) -> None:
+    """The upstream's stream goes on after the answer (it may close it late): a client that closes
+    the connection once it has its answer cancels the relay, but the request was answered (ok, not
+    a 499)."""
+    proxy = await make_proxy(upstream_url=raw.url, **era.config)
+    ended = asyncio.Event()
+
+    async def answered_then_open(request: RawRequest, writer: asyncio.StreamWriter) -> None:
+        writer.write(head(200, "text/event-stream"))
+        writer.write(chunk(sse(jsonrpc.result_response(7, {"content": []}))))
+        await writer.drain()
+        await ended.wait()  # the stream's end, not yet
+
+    raw.script = answered_then_open
+    body, headers = era.request()
+    server = proxy.client.server
+    reader, writer = await asyncio.open_connection(str(server.host), int(server.port or 0))
+    try:
+        writer.write(build("POST", "/mcp", list(headers.items()), body, host=f"{server.host}:{server.port}"))
+        seen = b""
+        async with asyncio.timeout(WAIT):
+            while b'"id": 7' not in seen:
+                data = await reader.read(4096)
+                assert data, f"the proxy closed the connection after {seen!r}"
+                seen += data
+    finally:
+        writer.close()  # the client has its answer, and goes
+    try:
+        async with asyncio.timeout(WAIT):
+            # Polled within the bound: the handler ends once the proxy sees the close.
+            while not (outcomes := call_outcomes(await (await proxy.client.get("/metrics")).text())):  # noqa: ASYNC110
+                await asyncio.sleep(0.02)
+    finally:
+        ended.set()
+    assert outcomes == ["ok"]

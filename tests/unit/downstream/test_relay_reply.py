@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 from typing import Any
 from unittest import mock
 
+import pytest
 from aiohttp.client_exceptions import ClientConnectionResetError
 from aiohttp.test_utils import make_mocked_request
 
-from proxy.downstream.reply import relay_reply
+from proxy.downstream.reply import DELIVERED, relay_reply
 from proxy.relay.bytes import ByteReply
 
 EVENTS = [b"event: message\ndata: {}\n\n", b'event: message\ndata: {"jsonrpc":"2.0","id":1,"result":{}}\n\n']
@@ -63,3 +65,60 @@ async def test_a_client_gone_while_its_stream_is_written_cancelled_it_and_the_up
     forward = Forward()
     stream, outcome = await relay_reply(request(write=[None, gone()]), forward())
     assert (stream.status, outcome, forward.left) == (200, "cancelled", True)
+
+
+class Answering:
+    """What a relayed POST's stream still owes: the answer to request 1, until its event passes."""
+
+    def __init__(self) -> None:
+        self.unanswered = {1}
+
+
+class StillEnding(Forward):
+    """A stream whose upstream has sent the answer but not yet ended: the relay waits there."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.check = Answering()
+        self.waiting = asyncio.Event()
+
+    async def _chunks(self) -> AsyncIterator[bytes]:
+        for chunk in EVENTS:
+            if b'"id":1' in chunk:
+                self.check.unanswered.discard(1)  # as EventCheck does once the answer is complete
+            self.sent.append(chunk)
+            yield chunk
+        self.waiting.set()
+        await asyncio.Event().wait()  # the upstream's end, not yet come
+        yield b""
+
+    @contextlib.asynccontextmanager
+    async def __call__(self) -> AsyncIterator[ByteReply]:
+        try:
+            yield ByteReply(200, {"Content-Type": "text/event-stream"}, None, self._chunks(), self.check)  # type: ignore[arg-type]
+        finally:
+            self.left = True
+
+
+async def test_a_client_that_leaves_once_answered_while_the_upstream_stream_ends_had_its_reply() -> None:
+    """Its handler is cancelled (the client closed the connection), and the request says it was answered."""
+    forward, made = StillEnding(), request()
+    relaying = asyncio.create_task(relay_reply(made, forward()))
+    async with asyncio.timeout(5):
+        await forward.waiting.wait()
+    relaying.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await relaying
+    assert made.get(DELIVERED) is True and forward.left and forward.sent == EVENTS
+
+
+async def test_a_client_that_leaves_before_its_answer_did_not_have_it() -> None:
+    forward, made = StillEnding(), request()
+    forward.check.unanswered = {1, 2}  # a batch: request 2 is never answered
+    relaying = asyncio.create_task(relay_reply(made, forward()))
+    async with asyncio.timeout(5):
+        await forward.waiting.wait()
+    relaying.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await relaying
+    assert made.get(DELIVERED) is None and forward.left
