@@ -226,6 +226,10 @@ class SessionListens:
             raise ProxyError(jsonrpc.METHOD_NOT_FOUND, "the upstream does not support resource subscriptions")
         session.subscriptions = session.subscriptions | {uri}
         await self._store.save(session, ("subscriptions",))
+        # The state just saved is the session's latest: another request of the session resolved
+        # while the save was awaited has made its own copy, read before it, the runtime's, and the
+        # listen's filter (what its members' runtimes hold) would leave this subscription out.
+        runtime.session = session
         try:
             try:
                 ack = await self._listen(session, runtime).serve({"resourceSubscriptions": [uri]})
@@ -243,6 +247,7 @@ class SessionListens:
         narrows in the background."""
         session.subscriptions = session.subscriptions - {uri}
         await self._store.save(session, ("subscriptions",))
+        runtime.session = session  # the latest state, as in subscribe
         if runtime.live.listen is not None:
             runtime.live.listen.renew_later()
 

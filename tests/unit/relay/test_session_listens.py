@@ -113,3 +113,39 @@ def test_a_running_listen_covers_a_filter_it_asks_for_all_of() -> None:
     assert covers(asked, {"toolsListChanged": True})
     assert not covers(asked, {"resourceSubscriptions": ["file:///c"]})
     assert not covers(asked, {"promptsListChanged": True})
+
+
+class Racing(Store):
+    """While a save is awaited, another request of the same session resolves: its copy of the
+    session, read before the save, becomes the runtime's (LegacySessionHost.resolve)."""
+
+    def __init__(self, held: Any, stale: Any) -> None:
+        super().__init__()
+        self.held, self.stale = held, stale
+
+    async def save(self, session: Any, fields: tuple[str, ...]) -> None:
+        await super().save(session, fields)
+        self.held.session = self.stale
+
+
+class Union(Listener):
+    """Acknowledges what the runtime's session subscribes to: the caller's listen's filter is the
+    union of its members' runtimes' sessions."""
+
+    def __init__(self) -> None:
+        super().__init__(None)
+        self.held: Any = None
+
+    async def serve(self, wanted: JSONDict) -> JSONDict:
+        self.refreshes += 1
+        return {"resourceSubscriptions": sorted(self.held.session.subscriptions)}
+
+
+async def test_a_subscription_is_acknowledged_though_another_request_of_the_session_resolved_meanwhile() -> None:
+    """Seen with three replicas on a shared store: the other request's older copy, made the runtime's
+    while the subscription was saved, left it out of the listen's filter ("did not acknowledge")."""
+    listener, current = Union(), session()
+    held = runtime(listener)
+    held.session, listener.held = current, held
+    await listens(Racing(held, session())).subscribe(current, held, "file:///a")
+    assert current.subscriptions == {"file:///a"} and held.session is current
