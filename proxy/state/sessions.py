@@ -65,16 +65,9 @@ class OpenedId:
     described: tuple[Any, ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        core = self.core or SessionCore()
         described: tuple[Any, ...] = (
-            core.legacy_version,
-            core.modern_version,
-            core.client_capabilities,
-            core.upstream_capabilities,
-            core.server_capabilities,
-            core.client_info,
+            *_core_fields(self.core or SessionCore()),
             self.issued_at,  # created_at
-            core.recorded,
             self.core is None,  # core_in_store
             frozenset(),  # subscriptions, initialized, stream_owner: at the defaults
             False,
@@ -83,18 +76,21 @@ class OpenedId:
         object.__setattr__(self, "described", described)
 
 
-def encode_core(core: SessionCore) -> bytes:
-    return orjson.dumps(
-        [
-            core.legacy_version,
-            core.modern_version,
-            core.client_capabilities,
-            core.upstream_capabilities,
-            core.server_capabilities,
-            core.client_info,
-            core.recorded,
-        ]
+def _core_fields(core: SessionCore) -> tuple[Any, ...]:
+    """A core's fields in their order: what encode_core writes and an opened id describes."""
+    return (
+        core.legacy_version,
+        core.modern_version,
+        core.client_capabilities,
+        core.upstream_capabilities,
+        core.server_capabilities,
+        core.client_info,
+        core.recorded,
     )
+
+
+def encode_core(core: SessionCore) -> bytes:
+    return orjson.dumps(_core_fields(core))
 
 
 def decode_core(encoded: bytes) -> SessionCore:
@@ -249,8 +245,8 @@ class LegacySession:
             session.upstream_capabilities,
             session.server_capabilities,
             session.client_info,
-            session.created_at,
             session.recorded,
+            session.created_at,
             session.core_in_store,
             session.subscriptions,
             session.initialized,
