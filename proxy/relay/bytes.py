@@ -304,7 +304,7 @@ class _Forward:
         response = None
         upstream = relay._upstream
         try:
-            # HttpUpstream.forward's, awaited here: a coroutine level fewer for each suspension.
+            # The request awaited here, not in a coroutine of the upstream's: a level fewer for each suspension.
             try:
                 response = self._response = await upstream.forwarding(method, body, headers)
             except (TimeoutError, aiohttp.ClientError) as exc:

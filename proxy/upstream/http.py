@@ -233,22 +233,14 @@ class HttpUpstream:
                 raise UpstreamProtocolError(self.name, f"sent a message that is not JSON-RPC: {excerpt(str(item))}")
         return value
 
-    async def forward(self, method: str, body: bytes | None, headers: Mapping[str, str]) -> aiohttp.ClientResponse:
-        """Raw pass-through for same-era traffic: the caller streams the response bytes, then
-        closes the response. A connection that fails becomes the UpstreamError the relays map."""
-        try:
-            response = await self.forwarding(method, body, headers)
-        except (TimeoutError, aiohttp.ClientError) as exc:
-            raise self.unsent(exc) from None
-        self.answered(response)
-        return response
-
     def forwarding(
         self, method: str, body: bytes | None, headers: Mapping[str, str]
     ) -> Awaitable[aiohttp.ClientResponse]:
-        """`forward` in parts, for a caller that awaits the request itself (a coroutine level fewer
-        for every suspension of the request): await this, map TimeoutError and aiohttp.ClientError
-        with `unsent`, then pass the response to `answered`."""
+        """The request with the static headers merged in, for the caller to await itself (a
+        coroutine level fewer for every suspension of the request). A same-era pass-through
+        (relay/bytes.py) streams the response bytes, then closes the response: it maps
+        TimeoutError and aiohttp.ClientError with `unsent` (the UpstreamError the relays map) and
+        passes the response to `answered`."""
         return self._session.request(
             method,
             self.url,

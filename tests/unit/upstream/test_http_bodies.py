@@ -265,7 +265,7 @@ async def test_the_own_client_session_sends_the_same_headers_as_any_other(
         async with up.exchange(None, extra, method="GET") as reply:
             pass
         for method, body in (("POST", b"{}"), ("DELETE", None)):
-            response = await up.forward(method, body, {"X-Other": "o"})
+            response = await up.forwarding(method, body, {"X-Other": "o"})
             await response.read()
             response.release()
         await session.close()
