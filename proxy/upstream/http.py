@@ -176,14 +176,15 @@ class HttpUpstream:
 
     def arrived_body(self, response: aiohttp.ClientResponse) -> bytes | None:
         """`read_body`'s answer when the whole body has arrived (the usual: a small body comes with
-        the head), without a coroutine; None: it has not, `read_body` waits for it."""
-        content = response.content
-        if not content.is_eof():
-            return None
+        the head), without a coroutine; None: it has not, `read_body` waits for it. A declared
+        length over the limit is refused either way, before anything is read."""
         length = response.content_length
         limit = self.max_reply_bytes
         if length is not None and length > limit:
             raise UpstreamProtocolError(self.name, f"sent a reply {self._over_limit}")
+        content = response.content
+        if not content.is_eof():
+            return None
         try:
             raw = content.read_nowait()
         except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError) as exc:
@@ -195,13 +196,10 @@ class HttpUpstream:
     async def read_body(self, response: aiohttp.ClientResponse) -> bytes:
         """The whole body, as many reads as it takes (one read returns what has arrived so far),
         up to `upstream.max_reply_bytes`."""
-        raw = self.arrived_body(response)
+        raw = self.arrived_body(response)  # it also refuses a declared length over the limit
         if raw is not None:  # a small body has all arrived with the head, taken without a wait
             return raw
         limit = self.max_reply_bytes
-        length = response.content_length
-        if length is not None and length > limit:
-            raise UpstreamProtocolError(self.name, f"sent a reply {self._over_limit}")
         content = response.content
         try:
             raw = await content.read(limit + 1)
