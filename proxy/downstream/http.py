@@ -226,14 +226,15 @@ class McpEndpoint:
         if host is None:  # legacy client, legacy HTTP upstream: the upstream's own session
             if any(jsonrpc.kind(item) == "invalid" for item in (body if isinstance(body, list) else [body])):
                 raise ProxyError(jsonrpc.INVALID_REQUEST, "not a valid JSON-RPC 2.0 message", refused=True)
-            if route is Route.LEGACY_INITIALIZE:  # its client is known by the session the reply hands out
-                response = await self._bytes(request, "POST", raw, record, legacy=True, message=body, caller=caller)
+            initialize = route is Route.LEGACY_INITIALIZE  # its client is known by the session its reply hands out
+            if not initialize:
+                # Counted before it is relayed, as a translated request is: a client that leaves
+                # before the end (even once answered) still sent it.
+                record.sighting = self._byte_sessions.sighting(body, session_id, None)
+            response = await self._bytes(request, "POST", raw, record, legacy=True, message=body, caller=caller)
+            if initialize:
                 record.sighting = self._byte_sessions.sighting(body, session_id, response.headers.get(SESSION_HEADER))
-                return response
-            # Counted before it is relayed, as a translated request is: a client that leaves
-            # before the end (even once answered) still sent it.
-            record.sighting = self._byte_sessions.sighting(body, session_id, None)
-            return await self._bytes(request, "POST", raw, record, legacy=True, message=body, caller=caller)
+            return response
         if route is Route.LEGACY_SESSIONLESS:
             raise ProxyError.rejected(SESSIONLESS)
         if route is Route.LEGACY_INITIALIZE:
