@@ -266,6 +266,11 @@ def cpu_cell(values: list[float]) -> str:
     return f"{cpu_text(middle(values))} ({values[0]:.0f}..{values[-1]:.0f})"
 
 
+def load_text(load: tuple[float, float, float]) -> str:
+    """A load average (1/5/15 min) as the reports write it."""
+    return " / ".join(f"{x:.2f}" for x in load)
+
+
 def render(
     results: list[Measured],
     sides: dict[str, Side],
@@ -275,9 +280,6 @@ def render(
     loads: tuple[tuple[float, float, float], tuple[float, float, float]],
     profiles: dict[str, list[str]],
 ) -> str:
-    def load_text(load: tuple[float, float, float]) -> str:
-        return " / ".join(f"{x:.2f}" for x in load)
-
     lines = [
         "# mcp-era-proxy: before against after",
         "",

@@ -20,13 +20,14 @@ and in bench/results/ratios.md; every process started is stopped by its pid.
 from __future__ import annotations
 
 import argparse
+import os
 import time
 from contextlib import ExitStack
 from pathlib import Path
 
 from bench import servers
 from bench.calls import expect_echo, legacy_call, legacy_session, modern_call
-from bench.compare import SCENARIOS, STORE_SECRET, middle, row_list, this_checkout
+from bench.compare import SCENARIOS, STORE_SECRET, load_text, middle, row_list, this_checkout
 from bench.harness import BENCH, begin, machine, say
 from bench.load import wrk
 
@@ -119,17 +120,12 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=BENCH / "results", metavar="DIR")
     args = parser.parse_args()
     args.rows = [row for row in args.rows if row != "b"]
-    started, load_start = time.time(), _load()
+    started, load_start = time.time(), load_text(os.getloadavg())
     cpu = measure(args)
-    text = render(args, cpu, started, (load_start, _load()))
+    text = render(args, cpu, started, (load_start, load_text(os.getloadavg())))
     (args.out / "ratios.md").write_text(text)
     print(text)
     return 0
-
-
-def _load() -> str:
-    with open("/proc/loadavg") as f:
-        return " / ".join(f.read().split()[:3])
 
 
 if __name__ == "__main__":
