@@ -89,9 +89,15 @@ class HttpUpstream:
             keepalive_timeout=_IDLE_CONNECTION_S,
         )
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=config.connect_timeout_s)
-        # auto_decompress stays on; responses are never re-compressed toward the client.
+        # auto_decompress stays on; responses are never re-compressed toward the client. No cookie
+        # jar: one session serves every caller, so a cookie a reply to one caller set would go with
+        # every later request, whoever made it (clients' own cookies never go upstream).
         return aiohttp.ClientSession(
-            connector=connector, timeout=timeout, trust_env=False, headers=_session_defaults(config)
+            connector=connector,
+            timeout=timeout,
+            trust_env=False,
+            headers=_session_defaults(config),
+            cookie_jar=aiohttp.DummyCookieJar(),
         )
 
     async def close(self) -> None:

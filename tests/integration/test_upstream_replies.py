@@ -604,3 +604,33 @@ async def test_a_client_that_leaves_once_answered_while_the_upstream_stream_goes
     finally:
         ended.set()
     assert outcomes == ["ok"]
+
+
+# ---------------------------------------------------------------------------- cookies an upstream sets
+
+
+async def test_a_cookie_the_upstream_sets_never_goes_with_a_later_request(
+    make_proxy: MakeProxy, fake: FakeModern
+) -> None:
+    """The upstream client keeps no cookies: one that a reply to one caller set would otherwise go
+    with every later request, whoever made it. Clients' own cookies never go upstream either, so a
+    cookie the upstream sets has nobody to go back to. The upstream is named `localhost`: a client
+    cookie jar refuses cookies from an IP address anyway, so on 127.0.0.1 the test could not fail."""
+    assert fake.url is not None
+    proxy = await make_proxy(upstream_url=fake.url.replace("127.0.0.1", "localhost"))
+
+    async def sets_a_cookie(call: Call) -> Outcome:
+        result = jsonrpc.result_response(call.id, complete(content=[]))
+        return Reply(body=result, headers={"Set-Cookie": f"sid=of-call-{call.id}; Path=/"})
+
+    fake.handlers["tools/call"] = sets_a_cookie
+    modern = ModernClient(proxy.client)
+    async with asyncio.timeout(WAIT):
+        for _ in range(2):  # relayed byte for byte
+            assert (await modern.request("tools/call", {"name": "x", "arguments": {}})).status == 200
+        legacy = await proxy.connect()
+        for _ in range(2):  # translated
+            await legacy.request("tools/call", {"name": "x", "arguments": {}})
+    calls = fake.calls_of("tools/call")
+    assert len(calls) == 4
+    assert [call.headers.get("Cookie") for call in calls] == [None] * 4
