@@ -381,7 +381,10 @@ class SseConnector:
         # max_sessions, and the POSTs need connections of their own besides.
         connector = aiohttp.TCPConnector(limit=0, limit_per_host=0, enable_cleanup_closed=True, keepalive_timeout=4.0)
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=connect_timeout_s)
-        return aiohttp.ClientSession(connector=connector, timeout=timeout, trust_env=False)
+        # No cookie jar: its sessions serve every caller (upstream/http.py client_session).
+        return aiohttp.ClientSession(
+            connector=connector, timeout=timeout, trust_env=False, cookie_jar=aiohttp.DummyCookieJar()
+        )
 
 
 _REFUSALS = (400, 404, 405)  # how a 2024-11-05 server refuses a POST to its SSE URL

@@ -355,6 +355,41 @@ async def test_refreshed_credentials_go_on_the_posts_that_follow_over_the_static
     assert (post, post_headers["Authorization"], post_headers["X-Static"]) == ("POST", "Bearer new", "s")
 
 
+async def test_a_cookie_the_server_sets_goes_with_no_later_request_of_any_session(aiohttp_server: Any):
+    """The connector's own client keeps no cookies: its sessions serve every caller (the same as the
+    Streamable HTTP upstream's, tests/integration/test_upstream_replies.py). Named `localhost`: a
+    cookie jar refuses cookies from an IP address anyway."""
+    upstream = FakeSseServer()
+    app = upstream.app()
+
+    async def set_cookie(request: web.Request, response: web.StreamResponse) -> None:
+        response.headers["Set-Cookie"] = f"affinity={request.method}-{len(upstream.seen)}; Path=/"
+
+    app.on_response_prepare.append(set_cookie)
+    server = await aiohttp_server(app)
+    session = SseConnector.client_session(2.0)
+    try:
+        connector = SseConnector(
+            str(server.make_url("/sse")).replace("127.0.0.1", "localhost"),
+            NAME,
+            session,
+            static_headers={},
+            connect_timeout_s=2,
+            endpoint_timeout_s=2,
+            max_event_bytes=1024,
+            max_sessions=2,
+        )
+        for _ in range(2):
+            channel = StdioChannel(connector, NAME)
+            await channel.start()
+            await channel.send(jsonrpc.notification("notifications/initialized"))
+            await channel.stop(1.0)
+    finally:
+        await session.close()
+    assert [method for method, _ in upstream.seen] == ["GET", "POST", "GET", "POST"]
+    assert [headers.get("Cookie") for _, headers in upstream.seen] == [None] * 4
+
+
 async def test_an_event_over_the_byte_bound_ends_the_connection(aiohttp_server: Any):
     upstream = FakeSseServer()
     server = await aiohttp_server(upstream.app())
