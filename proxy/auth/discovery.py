@@ -458,7 +458,10 @@ class Discovery:
             # Its own session: the upstream's carries upstream.headers (its credentials), which a
             # metadata fetch, possibly to another host (an issuer), must not send.
             self._session = aiohttp.ClientSession(
-                timeout=aiohttp.ClientTimeout(total=self._timeout_s), trust_env=False, auto_decompress=True
+                timeout=aiohttp.ClientTimeout(total=self._timeout_s),
+                trust_env=False,
+                auto_decompress=True,
+                cookie_jar=aiohttp.DummyCookieJar(),  # fetched for every caller: nothing kept between fetches
             )
         return self._session
 

@@ -334,7 +334,11 @@ class TokenVerifier:
     async def _get(self, url: str) -> tuple[dict[str, Any], float]:
         """The JWKS document and how long it may be used; KeysUnavailable (logged) otherwise."""
         if self._client is None:
-            self._client = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=FETCH_TIMEOUT_S), trust_env=False)
+            self._client = aiohttp.ClientSession(
+                timeout=aiohttp.ClientTimeout(total=FETCH_TIMEOUT_S),
+                trust_env=False,
+                cookie_jar=aiohttp.DummyCookieJar(),  # fetched for every caller: nothing kept between fetches
+            )
         self.fetches += 1
         try:
             async with self._client.get(url, headers={"Accept": "application/json"}) as response:
