@@ -186,7 +186,9 @@ class ParkedCallState:
     round: int = 0
     pending: dict[str, JSONDict] = field(default_factory=dict)  # key -> {"id", "method", "entry"}
     buffered: list[JSONDict] = field(default_factory=list)  # notifications while parked
-    stash: JSONDict | None = None  # what ended the call while parked: {"reply"} | {"failure"} | {"missing"}
+    # What ended the call while parked, the first of {"reply"} | {"failure"} | {"missing"}: the
+    # retry hears what it would have heard had it been attached then.
+    stash: JSONDict | None = None
 
 
 # ---------------------------------------------------------------- machine
@@ -273,7 +275,8 @@ class ParkedCall:
         state = self.state
         if state.phase == "parked":
             state.pending.clear()
-            state.stash = {"failure": asdict(failure)}
+            if state.stash is None:  # what ended the call first (a reply ends its stream, which then ends)
+                state.stash = {"failure": asdict(failure)}
             return []
         if state.phase == "done":
             return []
@@ -412,7 +415,8 @@ class ParkedCall:
         phase = state.phase
         if phase == "parked":
             state.pending.clear()  # the server finished: it waits for nothing any more
-            state.stash = {"reply": message}
+            if state.stash is None:  # after a missing capability, the reply only runs the call out
+                state.stash = {"reply": message}
             return []
         if phase == "done":
             return []
@@ -447,7 +451,8 @@ class ParkedCall:
         if isinstance(decision, m2l.Missing):
             refusal = AnswerServer(m2l.Answer(error=decision.upstream_error).response(request["id"]))
             if state.phase == "parked":
-                state.stash = {"missing": decision.required}
+                if state.stash is None:
+                    state.stash = {"missing": decision.required}
                 return [refusal]
             return [refusal, *self._missing(decision.required)]
         key = f"s{request['id']}"

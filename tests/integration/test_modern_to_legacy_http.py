@@ -980,6 +980,36 @@ async def test_a_server_elicitation_becomes_input_required_and_the_retry_resumes
     assert not upstream.cancelled.is_set()
 
 
+async def test_a_result_the_server_sent_while_the_call_was_parked_answers_the_retry(
+    proxy: Proxy, client: ModernClient, fake: FakeLegacy
+) -> None:
+    """The server stops waiting for its elicitation and ends the call itself while the client is
+    still answering. Its reply ends the POST's stream, which the proxy reads next: the retry gets
+    the server's result, not a stream that 'ended without a response'."""
+    parked_now = asyncio.Event()
+
+    async def impatient(call: Call) -> Outcome:
+        await call.request("elicitation/create", ELICIT_PARAMS)
+        await parked_now.wait()
+        return tool_result("deployed without confirmation")
+
+    fake.handlers["tools/call"] = impatient
+    relay = proxy.app[MODERN_TO_LEGACY]
+    async with asyncio.timeout(WAIT):
+        result = input_required(await client.request("tools/call", DEPLOY))
+        [upstream] = fake.calls_of("tools/call")
+        [call] = relay._parked.values()
+        parked_now.set()
+        await upstream.done.wait()
+        while not call._reader.done():  # noqa: ASYNC110  # bounded: the reader ends with the stream
+            await asyncio.sleep(0.01)
+        final = await client.request(
+            "tools/call", retry(DEPLOY, result["requestState"], {f"s{upstream.asked[0].id}": ACCEPTED})
+        )
+    assert "error" not in final.final, final.final
+    assert final.result["content"] == text("deployed without confirmation")
+
+
 async def test_at_shutdown_a_parked_call_is_given_time_to_be_resumed_and_finish(
     proxy: Proxy, client: ModernClient, fake: FakeLegacy
 ) -> None:

@@ -357,6 +357,31 @@ def test_a_result_that_came_while_parked_answers_the_retry():
     assert isinstance(actions[1], ReplyClient) and actions[1].outcome.message["id"] == "f2"
 
 
+def test_a_result_that_came_while_parked_still_answers_the_retry_once_its_stream_has_ended():
+    """The reply ends its stream (stdio: the route; HTTP: the server closes the SSE stream), and the
+    reader reports that end next: the end of a stream that carried the reply fails nothing."""
+    call = new()
+    parked(call, ELICIT)
+    assert call.upstream_message(jsonrpc.result_response(5, TEXT)) == []
+    assert call.upstream_ended() == []
+    actions = retry(roundtrip(call), {"s11": {"action": "accept"}})
+    assert actions[0] == Release()
+    assert isinstance(actions[1], ReplyClient) and actions[1].outcome.message["result"]["content"] == TEXT["content"]
+
+
+def test_a_missing_capability_while_parked_is_what_the_retry_hears_whatever_ends_the_call_after_it():
+    """As when the call is running: the request fails with -32021 at once, and what the server does
+    after it (its reply, its stream's end) only runs the call out."""
+    call = new()
+    parked(call, ELICIT)
+    call.upstream_message(SAMPLE)
+    assert call.upstream_message(jsonrpc.result_response(5, TEXT)) == []
+    assert call.upstream_ended() == []
+    actions = retry(call, {})
+    assert isinstance(actions[0], ReplyClient)
+    assert actions[0].outcome.message["error"]["code"] == jsonrpc.MISSING_REQUIRED_CAPABILITY
+
+
 def test_a_failure_while_parked_answers_the_retry_even_after_a_restart_from_stored_state():
     call = new()
     parked(call, ELICIT)
