@@ -234,6 +234,11 @@ class StdioChannel:
     to the one in-flight request that asked for them (stdio has no per-request stream, so with
     several such requests at once a log message cannot be attributed). Anything else, including
     such logs, goes to `on_unsolicited`.
+
+    `modern`: the server speaks 2026-07-28, which has no server requests, so its
+    `notifications/cancelled` ends one of ours (a listen, when it shuts down). A legacy server's
+    names one of its own requests (2025-11-25 basic/utilities/cancellation.mdx: a side cancels
+    only what it sent), numbered apart from ours, and goes to `on_unsolicited` like the rest.
     """
 
     def __init__(
@@ -242,8 +247,11 @@ class StdioChannel:
         name: str,
         on_unsolicited: Callable[[JSONDict], None] = lambda message: None,
         on_exit: Callable[[int | None], None] = lambda code: None,
+        *,
+        modern: bool = False,
     ) -> None:
         self.name = name
+        self._modern = modern
         self._routes: dict[Any, Route] = {}
         self._tokens: dict[Any, Route] = {}
         self._on_unsolicited = on_unsolicited
@@ -309,7 +317,7 @@ class StdioChannel:
             elif method == "notifications/message":
                 asking = [r for r in self._routes.values() if r.wants_logs]
                 route = asking[0] if len(asking) == 1 else None
-            elif method == "notifications/cancelled" and params.get("requestId") in self._routes:
+            elif method == "notifications/cancelled" and self._modern and params.get("requestId") in self._routes:
                 # The server ended one of our requests (a listen at its shutdown): read it as the end.
                 ended = self._routes[params["requestId"]]
                 ended.queue.put_nowait(jsonrpc.result_response(ended.id, {"resultType": "complete"}))
@@ -409,7 +417,7 @@ class StdioModernUpstream:
             if self._channel is not None:
                 self.restarts += 1
                 await self._channel.stop(self._grace_s)
-            channel = StdioChannel(self._make_process, self.name, self._unsolicited, self._exited)
+            channel = StdioChannel(self._make_process, self.name, self._unsolicited, self._exited, modern=True)
             try:
                 await channel.start()
             except UpstreamUnavailable as exc:
