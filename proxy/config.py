@@ -503,6 +503,14 @@ class StoreConfig(_Section):
         description="Deadline of one store call; past it the call counts as a failure and the request goes on "
         "without it.",
     )
+    max_connections: int = Field(
+        32,
+        gt=0,
+        le=10_000,
+        description="Connections this replica opens to Redis at most (the tracking connection besides). More "
+        "store calls at once than this wait for a free connection, within store.timeout_ms: a burst of new "
+        "sessions neither opens a connection each nor fails.",
+    )
     tracking: bool = Field(
         True,
         description="Serve a session's state from this replica's copy, without a round trip, while Redis "

@@ -32,7 +32,7 @@ def connect(config: StoreConfig) -> Redis:
     """The client for `store.url`; needs the `redis` extra."""
     try:
         from redis import __version__ as redis_version
-        from redis.asyncio import Redis
+        from redis.asyncio import BlockingConnectionPool, Redis
         from redis.asyncio.retry import Retry  # the asyncio one: redis-py 8.2 warns at the sync one
         from redis.backoff import NoBackoff
         from redis.driver_info import DriverInfo
@@ -40,8 +40,13 @@ def connect(config: StoreConfig) -> Redis:
         raise RuntimeError("store.url needs redis-py: pip install 'mcp-era-proxy[redis]'") from None
     assert config.url is not None
     timeout = max(config.timeout_ms / 1000, 0.05)
-    client = Redis.from_url(
+    # Bounded, and a call past the bound waits for a connection (within its deadline, RedisCalls):
+    # redis-py's own pool fails such a call at once ("Too many connections"), and a burst of new
+    # sessions then opened the breaker for every request.
+    pool = BlockingConnectionPool.from_url(
         config.url,
+        max_connections=config.max_connections,
+        timeout=timeout,
         socket_connect_timeout=timeout,
         socket_timeout=timeout,
         # No retries inside redis-py (its default backs off for seconds): the deadline and the
@@ -52,7 +57,7 @@ def connect(config: StoreConfig) -> Redis:
         # reads) for every new connection, on the event loop.
         driver_info=DriverInfo(name="redis-py", lib_version=redis_version),
     )
-    return client
+    return Redis.from_pool(pool)  # the client owns the pool: closing it closes the pool
 
 
 class Breaker:
