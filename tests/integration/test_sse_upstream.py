@@ -305,20 +305,24 @@ async def test_extensions_cross_an_sse_upstream_for_a_legacy_client(make_proxy: 
 # ---------------------------------------------------------------- the connection itself
 
 
+def connector_to(url: str, session: aiohttp.ClientSession, **overrides: Any) -> SseConnector:
+    """An SseConnector on `url` as the tests below make it, with `overrides`."""
+    options: dict[str, Any] = {
+        "static_headers": {},
+        "connect_timeout_s": 2,
+        "endpoint_timeout_s": 2,
+        "max_event_bytes": 1024,
+        "max_sessions": 2,
+        **overrides,
+    }
+    return SseConnector(url, NAME, session, **options)
+
+
 async def test_a_post_the_server_refuses_fails_the_write_and_a_404_ends_the_connection(aiohttp_server: Any):
     upstream = FakeSseServer()
     server = await aiohttp_server(upstream.app())
     async with aiohttp.ClientSession() as session:
-        connector = SseConnector(
-            str(server.make_url("/sse")),
-            NAME,
-            session,
-            static_headers={},
-            connect_timeout_s=2,
-            endpoint_timeout_s=2,
-            max_event_bytes=1024,
-            max_sessions=2,
-        )
+        connector = connector_to(str(server.make_url("/sse")), session)
         channel = StdioChannel(connector, NAME)
         await channel.start()
         assert connector.open == 1
@@ -335,16 +339,7 @@ async def test_refreshed_credentials_go_on_the_posts_that_follow_over_the_static
     upstream = FakeSseServer()
     server = await aiohttp_server(upstream.app())
     async with aiohttp.ClientSession() as session:
-        connector = SseConnector(
-            str(server.make_url("/sse")),
-            NAME,
-            session,
-            static_headers={"X-Static": "s"},
-            connect_timeout_s=2,
-            endpoint_timeout_s=2,
-            max_event_bytes=1024,
-            max_sessions=2,
-        )
+        connector = connector_to(str(server.make_url("/sse")), session, static_headers={"X-Static": "s"})
         channel = StdioChannel(with_headers(connector, {"Authorization": "Bearer old"}), NAME)
         await channel.start()
         use_credentials(channel, {"Authorization": "Bearer new"})
@@ -369,16 +364,7 @@ async def test_a_cookie_the_server_sets_goes_with_no_later_request_of_any_sessio
     server = await aiohttp_server(app)
     session = SseConnector.client_session(2.0)
     try:
-        connector = SseConnector(
-            str(server.make_url("/sse")).replace("127.0.0.1", "localhost"),
-            NAME,
-            session,
-            static_headers={},
-            connect_timeout_s=2,
-            endpoint_timeout_s=2,
-            max_event_bytes=1024,
-            max_sessions=2,
-        )
+        connector = connector_to(str(server.make_url("/sse")).replace("127.0.0.1", "localhost"), session)
         for _ in range(2):
             channel = StdioChannel(connector, NAME)
             await channel.start()
@@ -395,16 +381,7 @@ async def test_an_event_over_the_byte_bound_ends_the_connection(aiohttp_server: 
     server = await aiohttp_server(upstream.app())
     exits: list[int | None] = []
     async with aiohttp.ClientSession() as session:
-        connector = SseConnector(
-            str(server.make_url("/sse")),
-            NAME,
-            session,
-            static_headers={},
-            connect_timeout_s=2,
-            endpoint_timeout_s=2,
-            max_event_bytes=200,
-            max_sessions=2,
-        )
+        connector = connector_to(str(server.make_url("/sse")), session, max_event_bytes=200)
         channel = StdioChannel(connector, NAME, on_exit=exits.append)
         await channel.start()
         route = channel.open_route(jsonrpc.request(1, "tools/call", {"name": "echo", "arguments": {"text": "x" * 500}}))
@@ -421,16 +398,7 @@ async def test_the_session_bound_refuses_a_connection_past_it(aiohttp_server: An
     upstream = FakeSseServer()
     server = await aiohttp_server(upstream.app())
     async with aiohttp.ClientSession() as session:
-        connector = SseConnector(
-            str(server.make_url("/sse")),
-            NAME,
-            session,
-            static_headers={},
-            connect_timeout_s=2,
-            endpoint_timeout_s=0.2,
-            max_event_bytes=1024,
-            max_sessions=1,
-        )
+        connector = connector_to(str(server.make_url("/sse")), session, endpoint_timeout_s=0.2, max_sessions=1)
         first = StdioChannel(connector, NAME)
         await first.start()
         with pytest.raises(UpstreamUnavailable, match="max_sessions"):

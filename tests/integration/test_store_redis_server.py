@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-import aiohttp
 import pytest
 from aiohttp.test_utils import TestClient
 from redis.asyncio import Redis
@@ -385,32 +384,23 @@ async def test_a_task_past_its_retention_is_gone_from_redis_and_not_found(replic
 
 
 async def test_a_burst_of_new_sessions_larger_than_the_connection_pool_all_open(
-    aiohttp_server: Any, aiohttp_client: Any, fake: FakeModern, redis: RedisServer
+    replicas: Replicas, redis: RedisServer
 ) -> None:
     """Clients reconnecting at once after a restart: more store calls at a time than the replica has
     connections to Redis wait their turn, within the call's deadline, and none fails (nor trips the
     breaker for everyone else)."""
-    settings = load_settings(
-        None,
+    client = await replicas.start(
         **{
-            "upstream.url": fake.url,
-            "upstream.name": UPSTREAM_NAME,
-            "upstream.era": "modern",
-            "cache.watch": False,
-            "security.secret": SECRET,
-            "store.url": redis.url,
             "store.max_connections": 4,
             # The clients, the proxy and the upstream share this one event loop: a store call's wall
             # time here includes all of their work, which the default 50 ms deadline does not allow.
             "store.timeout_ms": 2000,
-        },
+        }
     )
-    app, _ = create_app(settings)
-    client = await aiohttp_client(await serve(aiohttp_server, app), connector=aiohttp.TCPConnector(limit=0))
     async with asyncio.timeout(WAIT):
         peers = await asyncio.gather(*(LegacyClient.connect(client) for _ in range(60)))
     assert len({peer.session_id for peer in peers}) == 60
-    assert app[METRICS].registry.get_sample_value("mcp_era_proxy_store_up") == 1
+    assert replicas.metric(0, "mcp_era_proxy_store_up") == 1
     probe = Redis.from_url(redis.url)
     try:
         clients = await probe.info("clients")
