@@ -30,7 +30,7 @@ from ..protocol.outcome import UpstreamFailure
 from ..protocol.parked_call import invalid_state
 from ..protocol.relayed_reply import EventCheck, Sent
 from ..upstream.errors import UpstreamError, UpstreamUnavailable
-from ..upstream.http import HttpUpstream, close_response
+from ..upstream.http import FOLLOWED, HttpUpstream, close_response
 from .binding import CallerBinding
 from .failures import UpstreamFailures
 from .scopes import Deadline
@@ -309,6 +309,8 @@ class _Forward:
                 response = self._response = await upstream.forwarding(method, body, headers)
             except (TimeoutError, aiohttp.ClientError) as exc:
                 raise upstream.unsent(exc) from None
+            if response.status in FOLLOWED:
+                response = self._response = await upstream.follow(response, method, body, headers)
             upstream.answered(response)
             if span is not tracing.NULL_UPSTREAM:  # the no-op span's calls are skipped, not made
                 span.status(response.status)

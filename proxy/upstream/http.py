@@ -15,7 +15,9 @@ from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Mapping
 from typing import Any
 
 import aiohttp
+import structlog
 from multidict import CIMultiDict, CIMultiDictProxy
+from yarl import URL
 
 from .. import __version__, tracing
 from ..config import UpstreamConfig
@@ -33,7 +35,14 @@ from .errors import (
 )
 
 JSONDict = dict[str, Any]
+log = structlog.get_logger(__name__)
 _ERROR_BODY_LIMIT = 64 * 1024
+# The redirects followed: those that keep the method and the body (RFC 9110 §15.4.8-9), as a
+# server mounted at /mcp/ answers /mcp (Starlette's trailing slash). 301/302/303 would turn a
+# POST into a GET without its message: answered as any other status.
+FOLLOWED = frozenset((307, 308))
+_MAX_REDIRECTS = 5
+_REDIRECTS_LOGGED = 16  # distinct redirect targets logged, at most
 _CONTENT_TYPE = {"Content-Type": "application/json"}
 _BASE_HEADERS = {
     **_CONTENT_TYPE,
@@ -75,6 +84,8 @@ class HttpUpstream:
         self._static_headers = _CONTENT_TYPE if in_session else {**_BASE_HEADERS, **config.headers}
         self.max_reply_bytes = config.max_reply_bytes
         self._clock = clock
+        self._origin = URL(config.url).origin()
+        self._redirects_logged: set[str] = set()
         self.last_ok: float | None = None  # when the upstream last answered sanely
 
     @staticmethod
@@ -238,19 +249,59 @@ class HttpUpstream:
         return value
 
     def forwarding(
-        self, method: str, body: bytes | None, headers: Mapping[str, str]
+        self, method: str, body: bytes | None, headers: Mapping[str, str], url: str | None = None
     ) -> Awaitable[aiohttp.ClientResponse]:
         """The request with the static headers merged in, for the caller to await itself (a
         coroutine level fewer for every suspension of the request). A same-era pass-through
         (relay/bytes.py) streams the response bytes, then closes the response: it maps
-        TimeoutError and aiohttp.ClientError with `unsent` (the UpstreamError the relays map) and
-        passes the response to `answered`."""
+        TimeoutError and aiohttp.ClientError with `unsent` (the UpstreamError the relays map),
+        gives a 307 or 308 to `follow`, and passes the response to `answered`. aiohttp follows no
+        redirect: it would follow one to any host, with upstream.headers."""
         return self._session.request(
             method,
-            self.url,
+            url or self.url,
             data=body,
             headers={**self._static_headers, **headers} if body else self._bodiless_headers(headers),
+            allow_redirects=False,
         )
+
+    async def follow(
+        self, response: aiohttp.ClientResponse, method: str, body: bytes | None, headers: Mapping[str, str]
+    ) -> aiohttp.ClientResponse:
+        """The answer at the end of the redirects (307, 308) `response` starts, each to the
+        upstream's own origin; one to another origin is refused before anything is sent there:
+        every request carries upstream.headers and the caller's message (aiohttp would drop only
+        Authorization and Cookie). A redirect without a Location is answered as any status."""
+        for _ in range(_MAX_REDIRECTS):
+            location = response.headers.get("Location")
+            if location is None:
+                return response
+            response.close()
+            try:
+                target = response.url.join(URL(location))
+                origin = target.origin()
+            except ValueError:
+                raise UpstreamProtocolError(
+                    self.name, f"redirected the request to an invalid URL {location!r}"
+                ) from None
+            if origin != self._origin:
+                raise UpstreamUnavailable(
+                    self.name,
+                    f"redirected the request to {origin}, another origin, where the proxy does not follow it "
+                    "(upstream.headers and the caller's message would go there); if the server is there, "
+                    "set upstream.url to it",
+                )
+            if str(target) not in self._redirects_logged and len(self._redirects_logged) < _REDIRECTS_LOGGED:
+                self._redirects_logged.add(str(target))
+                log.warning("upstream_redirected", upstream=self.name, status=response.status, path=target.path)
+            try:
+                response = await self.forwarding(method, body, headers, str(target))
+            except (TimeoutError, aiohttp.ClientError) as exc:
+                raise self.unsent(exc) from None
+            if response.status not in FOLLOWED:
+                return response
+        response.close()
+        raise UpstreamProtocolError(self.name, f"redirected the request more than {_MAX_REDIRECTS} times")
 
     def answered(self, response: aiohttp.ClientResponse) -> None:
         """A forwarded request's response arrived: a status under 500 is a sane answer."""
@@ -337,6 +388,8 @@ class _Exchange:
                 response = self._response = await upstream.forwarding(method, body, headers)
             except (TimeoutError, aiohttp.ClientError) as exc:
                 raise upstream.unsent(exc) from None
+            if response.status in FOLLOWED:
+                response = self._response = await upstream.follow(response, method, body, headers)
             status = self.status = response.status
             if traced:
                 span.status(status)
@@ -390,4 +443,4 @@ class _Exchange:
                 span.end(exc)
 
 
-__all__ = ["HttpUpstream", "UpstreamError", "close_response"]
+__all__ = ["FOLLOWED", "HttpUpstream", "UpstreamError", "close_response"]

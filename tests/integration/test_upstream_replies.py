@@ -16,12 +16,13 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
+from aiohttp import web
 from prometheus_client.parser import text_string_to_metric_families
 
 from proxy.protocol import jsonrpc
 from proxy.protocol.headers import PROTOCOL_VERSION_HEADER, SESSION_HEADER
 from proxy.protocol.versions import LATEST_LEGACY
-from tests.integration.conftest import MakeProxy, Proxy, closed_port_url
+from tests.integration.conftest import MakeProxy, Proxy, closed_port_url, serve
 from tests.support.fake_modern import Call, FakeModern, Outcome, Reply, complete
 from tests.support.legacy_client import initialize_message
 from tests.support.mcp_client import ACCEPT
@@ -634,3 +635,97 @@ async def test_a_cookie_the_upstream_sets_never_goes_with_a_later_request(
     calls = fake.calls_of("tools/call")
     assert len(calls) == 4
     assert [call.headers.get("Cookie") for call in calls] == [None] * 4
+
+
+# ---------------------------------------------------------------------------- redirects
+
+
+@pytest.fixture
+async def redirecting(aiohttp_server: Any) -> AsyncIterator[tuple[FakeModern, str]]:
+    """A modern server at /mcp whose /old answers every request with 307 to /mcp (its own origin)."""
+    fake = FakeModern()
+
+    async def moved(request: web.Request) -> web.StreamResponse:
+        await request.read()
+        raise web.HTTPTemporaryRedirect("/mcp")
+
+    fake.app.router.add_route("*", "/old", moved)
+    server = await serve(aiohttp_server, fake.app)
+    fake.url = str(server.make_url("/mcp"))
+    yield fake, str(server.make_url("/old"))
+
+
+async def test_a_redirect_to_the_upstreams_own_origin_is_followed_with_the_request_whole(
+    make_proxy: MakeProxy, redirecting: tuple[FakeModern, str]
+) -> None:
+    """As a server mounted at /mcp/ answers /mcp (Starlette's trailing-slash redirect): a 307 or 308
+    keeps the method and the body, on both the byte path and the translated one."""
+    fake, old = redirecting
+
+    async def answered(call: Call) -> Outcome:
+        return complete(content=[{"type": "text", "text": f"at {call.request.path}"}])
+
+    fake.handlers["tools/call"] = answered
+    proxy = await make_proxy(upstream_url=old, **{"upstream.headers": {"X-Api-Key": "k"}})
+    params = {"name": "x", "arguments": {}}
+    async with asyncio.timeout(WAIT):
+        relayed = await ModernClient(proxy.client).request("tools/call", params)
+        legacy = await proxy.connect()
+        translated = await legacy.request("tools/call", params)
+    for result in (relayed.result, translated.result):
+        assert result["content"] == [{"type": "text", "text": "at /mcp"}], result
+    assert [call.headers.get("X-Api-Key") for call in fake.calls_of("tools/call")] == ["k", "k"]
+
+
+async def test_a_redirect_to_another_origin_is_refused_and_nothing_goes_there(
+    make_proxy: MakeProxy, aiohttp_server: Any, fake: FakeModern
+) -> None:
+    """Each request carries upstream.headers (the proxy's own credentials) and the caller's message:
+    neither goes to a host the operator did not name. aiohttp drops only Authorization and Cookie
+    on such a redirect."""
+    assert fake.url is not None
+
+    async def elsewhere(request: web.Request) -> web.StreamResponse:
+        await request.read()
+        raise web.HTTPTemporaryRedirect(fake.url)  # another port: another origin
+
+    app = web.Application()
+    app.router.add_route("*", "/mcp", elsewhere)
+    server = await serve(aiohttp_server, app)
+    proxy = await make_proxy(upstream_url=str(server.make_url("/mcp")), **{"upstream.headers": {"X-Api-Key": "k"}})
+    async with asyncio.timeout(WAIT):
+        reply = await ModernClient(proxy.client).request("tools/call", {"name": "x", "arguments": {}})
+        translated = await proxy.client.post("/mcp", json=initialize_message(), headers={"Accept": ACCEPT})
+        initialize_error = json.loads(await translated.read())["error"]
+    assert fake.calls == []
+    for error in (reply.error, initialize_error):
+        assert error["code"] == jsonrpc.UPSTREAM_UNAVAILABLE, error
+        assert "redirected" in error["message"] and fake.url.split("/mcp")[0] in error["message"], error
+
+
+@pytest.mark.parametrize(
+    ("status", "location", "code", "says"),
+    [
+        (307, "/mcp", jsonrpc.UPSTREAM_INVALID, "more than 5 times"),  # to itself, round and round
+        (308, None, jsonrpc.UPSTREAM_UNAVAILABLE, "answered HTTP 308"),  # nowhere to go
+        (301, "/elsewhere", jsonrpc.UPSTREAM_UNAVAILABLE, "answered HTTP 301"),  # a POST would lose its body
+    ],
+)
+async def test_a_redirect_that_leads_nowhere_is_the_clients_error_naming_it(
+    make_proxy: MakeProxy, aiohttp_server: Any, status: int, location: str | None, code: int, says: str
+) -> None:
+    hits: list[str] = []
+
+    async def redirect(request: web.Request) -> web.StreamResponse:
+        hits.append(request.path)
+        await request.read()
+        return web.Response(status=status, headers={"Location": location} if location else {})
+
+    app = web.Application()
+    app.router.add_route("*", "/{path:.*}", redirect)
+    server = await serve(aiohttp_server, app)
+    proxy = await make_proxy(upstream_url=str(server.make_url("/mcp")))
+    async with asyncio.timeout(WAIT):
+        reply = await ModernClient(proxy.client).request("tools/call", {"name": "x", "arguments": {}})
+    assert reply.error["code"] == code and says in reply.error["message"], reply.error
+    assert hits == ["/mcp"] * (6 if status == 307 else 1)

@@ -156,7 +156,10 @@ class Session:
     def __init__(self, response: Response) -> None:
         self.response = response
 
-    async def request(self, method: str, url: str, *, data: bytes | None, headers: dict[str, str]) -> Response:
+    async def request(
+        self, method: str, url: str, *, data: bytes | None, headers: dict[str, str], allow_redirects: bool
+    ) -> Response:
+        assert not allow_redirects  # HttpUpstream.follow decides
         return self.response
 
 
