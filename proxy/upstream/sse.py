@@ -172,7 +172,11 @@ class SseConnection:
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=self._connect_timeout_s, sock_read=None)
         try:
             async with asyncio.timeout(self._connect_timeout_s):
-                response = await self._session.get(self.sse_url, headers=headers, timeout=timeout)
+                # No redirects, here or on the POSTs: aiohttp would follow one to any host, with
+                # upstream.headers (it drops only Authorization and Cookie). A 3xx is answered below.
+                response = await self._session.get(
+                    self.sse_url, headers=headers, timeout=timeout, allow_redirects=False
+                )
         except TimeoutError:
             raise UpstreamTimeout(self.name, "did not answer the SSE GET in time") from None
         except aiohttp.ClientError as exc:
@@ -184,8 +188,12 @@ class SseConnection:
             raise UpstreamHTTPError(self.name, response.status, body, response.headers.get("WWW-Authenticate"))
         content_type = response.headers.get("Content-Type", "").split(";")[0].strip().lower()
         if response.status != 200 or content_type != "text/event-stream":
+            location = response.headers.get("Location")
+            moved = f", redirecting to {location} (not followed; if the server is there, set upstream.sse_url to it)"
+            moved = moved if location else ""
             raise UpstreamUnavailable(
-                self.name, f"answered the SSE GET with HTTP {response.status} ({content_type or 'no content type'})"
+                self.name,
+                f"answered the SSE GET with HTTP {response.status} ({content_type or 'no content type'}){moved}",
             )
         return SseEvents(response, self._max_event_bytes)
 
@@ -267,7 +275,7 @@ class SseConnection:
             try:
                 async with asyncio.timeout(_POST_TIMEOUT_S):
                     async with self._session.post(
-                        self.endpoint, data=jsonrpc.encode(message), headers=headers
+                        self.endpoint, data=jsonrpc.encode(message), headers=headers, allow_redirects=False
                     ) as response:
                         status = response.status
                         body = await response.content.read(_POST_BODY_LIMIT)
@@ -408,7 +416,7 @@ async def serves_sse(url: str, session: aiohttp.ClientSession, headers: Mapping[
     }
     try:
         async with asyncio.timeout(timeout_s):
-            async with session.post(url, data=probe, headers=post_headers) as response:
+            async with session.post(url, data=probe, headers=post_headers, allow_redirects=False) as response:
                 if response.status not in _REFUSALS:
                     return False
                 body = await response.content.read(_POST_BODY_LIMIT)
@@ -416,7 +424,7 @@ async def serves_sse(url: str, session: aiohttp.ClientSession, headers: Mapping[
                 if jsonrpc.kind(jsonrpc.decode(body)) != "invalid":
                     return False
             get_headers = {**headers, "Accept": "text/event-stream"}
-            async with session.get(url, headers=get_headers) as response:
+            async with session.get(url, headers=get_headers, allow_redirects=False) as response:
                 content_type = response.headers.get("Content-Type", "").split(";")[0].strip().lower()
                 if response.status != 200 or content_type != "text/event-stream":
                     return False

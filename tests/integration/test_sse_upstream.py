@@ -205,6 +205,31 @@ async def test_an_sse_get_refused_with_401_reaches_clients_of_both_eras_with_its
     assert listed.result["tools"]
 
 
+async def test_a_redirected_sse_get_is_not_followed_and_the_error_names_where_it_pointed(
+    make_proxy: MakeProxy, aiohttp_server: Any
+):
+    """Its GET and POSTs carry upstream.headers and the client's credentials: nothing goes to a URL
+    the operator did not name (aiohttp would follow to any host, dropping only Authorization)."""
+    target = FakeSseServer()
+    elsewhere = await aiohttp_server(target.app())
+    location = str(elsewhere.make_url("/sse"))
+
+    async def moved(request: web.Request) -> web.StreamResponse:
+        raise web.HTTPTemporaryRedirect(location)
+
+    app = web.Application()
+    app.router.add_get("/sse", moved)
+    server = await aiohttp_server(app)
+    proxy = await make_proxy(
+        **{"upstream.sse_url": str(server.make_url("/sse")), "upstream.headers": {"X-Api-Key": "k"}}
+    )
+    response = await proxy.client.post(PATH, json=initialize_message(), headers={"Accept": ACCEPT})
+    error = await error_body(response)
+    assert error["code"] == jsonrpc.UPSTREAM_UNAVAILABLE
+    assert "HTTP 307" in error["message"] and location in error["message"], error
+    assert target.seen == []
+
+
 async def test_an_endpoint_on_another_origin_is_refused(make_proxy: MakeProxy):
     proxy = await make_proxy(FakeSseServer(endpoint="http://elsewhere.example/message"))
     reply = await legacy_initialize(proxy.client)
