@@ -13,11 +13,11 @@ import ssl
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Mapping
 from typing import Any
+from urllib.parse import urljoin, urlsplit
 
 import aiohttp
 import structlog
 from multidict import CIMultiDict, CIMultiDictProxy
-from yarl import URL
 
 from .. import __version__, tracing
 from ..config import UpstreamConfig
@@ -84,7 +84,7 @@ class HttpUpstream:
         self._static_headers = _CONTENT_TYPE if in_session else {**_BASE_HEADERS, **config.headers}
         self.max_reply_bytes = config.max_reply_bytes
         self._clock = clock
-        self._origin = URL(config.url).origin()
+        self._origin = origin_of(config.url)
         self._redirects_logged: set[str] = set()
         self.last_ok: float | None = None  # when the upstream last answered sanely
 
@@ -277,25 +277,21 @@ class HttpUpstream:
             if location is None:
                 return response
             response.close()
-            try:
-                target = response.url.join(URL(location))
-                origin = target.origin()
-            except ValueError:
-                raise UpstreamProtocolError(
-                    self.name, f"redirected the request to an invalid URL {location!r}"
-                ) from None
-            if origin != self._origin:
+            target = urljoin(str(response.url), location)
+            if origin_of(target) != self._origin:
                 raise UpstreamUnavailable(
                     self.name,
-                    f"redirected the request to {origin}, another origin, where the proxy does not follow it "
-                    "(upstream.headers and the caller's message would go there); if the server is there, "
+                    f"redirected the request to {target}, on another origin, where the proxy does not follow "
+                    "it (upstream.headers and the caller's message would go there); if the server is there, "
                     "set upstream.url to it",
                 )
-            if str(target) not in self._redirects_logged and len(self._redirects_logged) < _REDIRECTS_LOGGED:
-                self._redirects_logged.add(str(target))
-                log.warning("upstream_redirected", upstream=self.name, status=response.status, path=target.path)
+            if target not in self._redirects_logged and len(self._redirects_logged) < _REDIRECTS_LOGGED:
+                self._redirects_logged.add(target)
+                log.warning(
+                    "upstream_redirected", upstream=self.name, status=response.status, path=urlsplit(target).path
+                )
             try:
-                response = await self.forwarding(method, body, headers, str(target))
+                response = await self.forwarding(method, body, headers, target)
             except (TimeoutError, aiohttp.ClientError) as exc:
                 raise self.unsent(exc) from None
             if response.status not in FOLLOWED:
@@ -307,6 +303,18 @@ class HttpUpstream:
         """A forwarded request's response arrived: a status under 500 is a sane answer."""
         if response.status < 500:
             self.last_ok = self._clock()
+
+
+def origin_of(url: str) -> tuple[str, str, int | None]:
+    """A URL's origin (scheme, host, port; the scheme's port when none is given), in lower case:
+    what a URL the upstream names must share with the configured one before anything goes there."""
+    parts = urlsplit(url)
+    scheme = parts.scheme.lower()
+    try:
+        port = parts.port or {"http": 80, "https": 443}.get(scheme)
+    except ValueError:  # a port out of range
+        port = -1
+    return scheme, (parts.hostname or "").lower(), port
 
 
 def close_response(response: aiohttp.ClientResponse) -> None:
@@ -443,4 +451,4 @@ class _Exchange:
                 span.end(exc)
 
 
-__all__ = ["FOLLOWED", "HttpUpstream", "UpstreamError", "close_response"]
+__all__ = ["FOLLOWED", "HttpUpstream", "UpstreamError", "close_response", "origin_of"]

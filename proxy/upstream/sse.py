@@ -17,7 +17,7 @@ import contextlib
 import itertools
 from collections.abc import Callable, Mapping
 from typing import Any
-from urllib.parse import urljoin, urlsplit
+from urllib.parse import urljoin
 
 import aiohttp
 import structlog
@@ -28,6 +28,7 @@ from ..protocol.legacy_to_modern import upstream_headers
 from ..protocol.sse import Decoder, Event
 from ..protocol.versions import LATEST_MODERN
 from .errors import UpstreamHTTPError, UpstreamTimeout, UpstreamUnavailable
+from .http import origin_of
 from .stdio import Tally
 
 JSONDict = dict[str, Any]
@@ -51,19 +52,9 @@ def resolve_endpoint(sse_url: str, data: str) -> str:
     if not target:
         raise EndpointError("the endpoint event is empty")
     resolved = urljoin(sse_url, target)
-    if _origin(resolved) != _origin(sse_url):
+    if origin_of(resolved) != origin_of(sse_url):
         raise EndpointError(f"the endpoint {target!r} is not on the SSE URL's origin")
     return resolved
-
-
-def _origin(url: str) -> tuple[str, str, int | None]:
-    parts = urlsplit(url)
-    scheme = parts.scheme.lower()
-    try:
-        port = parts.port or {"http": 80, "https": 443}.get(scheme)
-    except ValueError:  # a port out of range
-        port = -1
-    return scheme, (parts.hostname or "").lower(), port
 
 
 class SseEvents:
@@ -189,8 +180,11 @@ class SseConnection:
         content_type = response.headers.get("Content-Type", "").split(";")[0].strip().lower()
         if response.status != 200 or content_type != "text/event-stream":
             location = response.headers.get("Location")
-            moved = f", redirecting to {location} (not followed; if the server is there, set upstream.sse_url to it)"
-            moved = moved if location else ""
+            moved = (
+                f", redirecting to {location} (not followed; if the server is there, set upstream.sse_url to it)"
+                if location
+                else ""
+            )
             raise UpstreamUnavailable(
                 self.name,
                 f"answered the SSE GET with HTTP {response.status} ({content_type or 'no content type'}){moved}",
