@@ -186,9 +186,7 @@ class ParkedCallState:
     round: int = 0
     pending: dict[str, JSONDict] = field(default_factory=dict)  # key -> {"id", "method", "entry"}
     buffered: list[JSONDict] = field(default_factory=list)  # notifications while parked
-    # What ended the call while parked, the first of {"reply"} | {"failure"} | {"missing"}: the
-    # retry hears what it would have heard had it been attached then.
-    stash: JSONDict | None = None
+    stash: JSONDict | None = None  # what ended the call while parked (_stash): {"reply"} | {"failure"} | {"missing"}
 
 
 # ---------------------------------------------------------------- machine
@@ -275,8 +273,7 @@ class ParkedCall:
         state = self.state
         if state.phase == "parked":
             state.pending.clear()
-            if state.stash is None:  # what ended the call first (a reply ends its stream, which then ends)
-                state.stash = {"failure": asdict(failure)}
+            self._stash({"failure": asdict(failure)})
             return []
         if state.phase == "done":
             return []
@@ -415,8 +412,7 @@ class ParkedCall:
         phase = state.phase
         if phase == "parked":
             state.pending.clear()  # the server finished: it waits for nothing any more
-            if state.stash is None:  # after a missing capability, the reply only runs the call out
-                state.stash = {"reply": message}
+            self._stash({"reply": message})
             return []
         if phase == "done":
             return []
@@ -451,8 +447,7 @@ class ParkedCall:
         if isinstance(decision, m2l.Missing):
             refusal = AnswerServer(m2l.Answer(error=decision.upstream_error).response(request["id"]))
             if state.phase == "parked":
-                if state.stash is None:
-                    state.stash = {"missing": decision.required}
+                self._stash({"missing": decision.required})
                 return [refusal]
             return [refusal, *self._missing(decision.required)]
         key = f"s{request['id']}"
@@ -505,6 +500,13 @@ class ParkedCall:
         state.downstream = None
         claims = Claims(state.park_id, state.principal, state.method, params_digest(state.params), state.round)
         return [Park(downstream.id, {key: p["entry"] for key, p in state.pending.items()}, claims)]
+
+    def _stash(self, ended: JSONDict) -> None:
+        """Keep what ended the call while parked, for the retry; only the first: a reply ends its
+        stream, whose end then comes too, and after a missing capability the reply only runs the
+        call out, as when the call runs."""
+        if self.state.stash is None:
+            self.state.stash = ended
 
     def _ended_while_parked(self, stash: JSONDict) -> list[Action]:
         if "missing" in stash:
