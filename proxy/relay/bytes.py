@@ -30,7 +30,7 @@ from ..protocol.outcome import UpstreamFailure
 from ..protocol.parked_call import invalid_state
 from ..protocol.relayed_reply import EventCheck, Sent
 from ..upstream.errors import UpstreamError, UpstreamUnavailable
-from ..upstream.http import FOLLOWED, HttpUpstream, close_response
+from ..upstream.http import FOLLOWED, HttpUpstream, Reply
 from .binding import CallerBinding
 from .failures import UpstreamFailures
 from .scopes import Deadline
@@ -124,7 +124,7 @@ class ByteRelay:
 
     def _reply(
         self,
-        response: aiohttp.ClientResponse,
+        response: Reply,
         sent: Sent,
         legacy: bool,
         principal: str | None,
@@ -258,7 +258,7 @@ class _Forward:
         "_span",
     )
 
-    _response: aiohttp.ClientResponse  # set on entering, as is _span
+    _response: Reply  # set on entering, as is _span
     _span: tracing.UpstreamSpan
 
     def __init__(
@@ -329,7 +329,7 @@ class _Forward:
             raise
 
     async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
-        close_response(self._response)  # set: entering succeeded
+        self._response.close()  # set: entering succeeded
         self._end(exc_type, exc)
 
     def _end(self, exc_type: type[BaseException] | None, exc: BaseException | None) -> None:

@@ -17,7 +17,7 @@ from urllib.parse import urljoin, urlsplit
 
 import aiohttp
 import structlog
-from multidict import CIMultiDict, CIMultiDictProxy
+from multidict import CIMultiDictProxy
 
 from .. import __version__, tracing
 from ..config import UpstreamConfig
@@ -33,6 +33,7 @@ from .errors import (
     UpstreamTimeout,
     UpstreamUnavailable,
 )
+from .wire import Reply, Requests, Target
 
 JSONDict = dict[str, Any]
 log = structlog.get_logger(__name__)
@@ -43,26 +44,26 @@ _ERROR_BODY_LIMIT = 64 * 1024
 FOLLOWED = frozenset((307, 308))
 _MAX_REDIRECTS = 5
 _REDIRECTS_LOGGED = 16  # distinct redirect targets logged, at most
-_CONTENT_TYPE = {"Content-Type": "application/json"}
-_BASE_HEADERS = {
-    **_CONTENT_TYPE,
-    "Accept": "application/json, text/event-stream",
-    "User-Agent": f"mcp-era-proxy/{__version__}",
-}
+_BASE_HEADERS = {"Accept": "application/json, text/event-stream", "User-Agent": f"mcp-era-proxy/{__version__}"}
 
 
-def _session_defaults(config: UpstreamConfig) -> CIMultiDict[str] | None:
-    """The static headers the proxy's own client session sends as its defaults: aiohttp merges a
-    request's headers into its defaults one by one in Python (about 20 bytecodes a header), and
-    copies the defaults in C. Never
-    Content-Type, which a bodiless request must not have (a default cannot be left out); None when
-    `upstream.headers` names one (of any case): then every static header goes with each request."""
-    if any(name.lower() == "content-type" for name in config.headers):
-        return None
-    defaults = CIMultiDict({name: value for name, value in _BASE_HEADERS.items() if name != "Content-Type"})
+def _static_headers(config: UpstreamConfig) -> tuple[dict[str, str], dict[str, str]]:
+    """The headers every request carries (the base ones, then `upstream.headers`, the last of any
+    case winning), and the Content-Type a request with a body carries: one `upstream.headers`
+    names (of any case) or JSON. A bodiless request (GET, DELETE) carries no Content-Type."""
+    every = dict(_BASE_HEADERS)
+    named = {name.lower(): name for name in every}
+    content_type = "application/json"
     for name, value in config.headers.items():
-        defaults[name] = value  # as aiohttp merges a request's headers: the last of any case wins
-    return defaults
+        lower = name.lower()
+        if lower == "content-type":
+            content_type = value
+            continue
+        if lower in named:
+            del every[named[lower]]
+        every[name] = value
+        named[lower] = name
+    return every, {"Content-Type": content_type}
 
 
 _IDLE_CONNECTION_S = 4.0
@@ -77,11 +78,9 @@ class HttpUpstream:
         self.name = config.name
         self.url = config.url
         self._session = session
-        # The static headers merged into each request's: only Content-Type when the session sends
-        # the others as its defaults (one made by client_session), else all of them.
-        defaults = _session_defaults(config)
-        in_session = defaults is not None and _sends_by_default(session, defaults)
-        self._static_headers = _CONTENT_TYPE if in_session else {**_BASE_HEADERS, **config.headers}
+        every, self._content_type = _static_headers(config)
+        self._requests = Requests(session, every)  # written onto the session's connections
+        self._target = Target(config.url)
         self.max_reply_bytes = config.max_reply_bytes
         self._clock = clock
         self._origin = origin_of(config.url)
@@ -107,7 +106,6 @@ class HttpUpstream:
             connector=connector,
             timeout=timeout,
             trust_env=False,
-            headers=_session_defaults(config),
             cookie_jar=aiohttp.DummyCookieJar(),
         )
 
@@ -132,12 +130,7 @@ class HttpUpstream:
             async for _ in replies:
                 pass
 
-    def _bodiless_headers(self, extra: Mapping[str, str]) -> dict[str, str]:
-        headers = {**self._static_headers, **extra}
-        headers.pop("Content-Type", None)
-        return headers
-
-    async def _stream_messages(self, response: aiohttp.ClientResponse) -> AsyncGenerator[JSONDict, None]:
+    async def _stream_messages(self, response: Reply) -> AsyncGenerator[JSONDict, None]:
         self.last_ok = self._clock()
         decoder = Decoder()
         pending = 0  # bytes since the last whole event (to within a chunk): bounds one event
@@ -154,7 +147,7 @@ class HttpUpstream:
         except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError) as exc:
             raise UpstreamUnavailable(self.name, f"dropped the stream ({exc.__class__.__name__})") from None
 
-    async def _body_messages(self, response: aiohttp.ClientResponse, content_type: str) -> list[JSONDict]:
+    async def _body_messages(self, response: Reply, content_type: str) -> list[JSONDict]:
         """The messages of a reply that is not a stream (none for 202/204 and empty bodies)."""
         status = response.status
         if status in (401, 403):
@@ -184,14 +177,14 @@ class HttpUpstream:
             return messages
         raise UpstreamHTTPError(self.name, status, raw, None)
 
-    async def _read_limited(self, response: aiohttp.ClientResponse) -> bytes:
+    async def _read_limited(self, response: Reply) -> bytes:
         """The start of an error body (only quoted: the rest is not read)."""
         try:
             return await response.content.read(_ERROR_BODY_LIMIT)
         except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError) as exc:
             raise UpstreamUnavailable(self.name, f"dropped the response ({exc.__class__.__name__})") from None
 
-    def arrived_body(self, response: aiohttp.ClientResponse) -> bytes | None:
+    def arrived_body(self, response: Reply) -> bytes | None:
         """`read_body`'s answer when the whole body has arrived (the usual: a small body comes with
         the head), without a coroutine; None: it has not, `read_body` waits for it. A declared
         length over the limit is refused either way, before anything is read."""
@@ -210,7 +203,7 @@ class HttpUpstream:
             raise UpstreamProtocolError(self.name, f"sent a reply {self._over_limit}")
         return raw
 
-    async def read_body(self, response: aiohttp.ClientResponse) -> bytes:
+    async def read_body(self, response: Reply) -> bytes:
         """The whole body, as many reads as it takes (one read returns what has arrived so far),
         up to `upstream.max_reply_bytes`."""
         raw = self.arrived_body(response)  # it also refuses a declared length over the limit
@@ -250,24 +243,21 @@ class HttpUpstream:
 
     def forwarding(
         self, method: str, body: bytes | None, headers: Mapping[str, str], url: str | None = None
-    ) -> Awaitable[aiohttp.ClientResponse]:
+    ) -> Awaitable[Reply]:
         """The request with the static headers merged in, for the caller to await itself (a
         coroutine level fewer for every suspension of the request). A same-era pass-through
         (relay/bytes.py) streams the response bytes, then closes the response: it maps
         TimeoutError and aiohttp.ClientError with `unsent` (the UpstreamError the relays map),
-        gives a 307 or 308 to `follow`, and passes the response to `answered`. aiohttp follows no
-        redirect: it would follow one to any host, with upstream.headers."""
-        return self._session.request(
+        gives a 307 or 308 to `follow`, and passes the response to `answered`. No redirect is
+        followed here."""
+        return self._requests.send(
             method,
-            url or self.url,
-            data=body,
-            headers={**self._static_headers, **headers} if body else self._bodiless_headers(headers),
-            allow_redirects=False,
+            self._target if url is None else Target(url),
+            body,
+            {**self._content_type, **headers} if body else headers,
         )
 
-    async def follow(
-        self, response: aiohttp.ClientResponse, method: str, body: bytes | None, headers: Mapping[str, str]
-    ) -> aiohttp.ClientResponse:
+    async def follow(self, response: Reply, method: str, body: bytes | None, headers: Mapping[str, str]) -> Reply:
         """The answer at the end of the redirects (307, 308) `response` starts, each to the
         upstream's own origin; one to another origin is refused before anything is sent there:
         every request carries upstream.headers and the caller's message (aiohttp would drop only
@@ -277,7 +267,7 @@ class HttpUpstream:
             if location is None:
                 return response
             response.close()
-            target = urljoin(str(response.url), location)
+            target = urljoin(response.url, location)
             if origin_of(target) != self._origin:
                 raise UpstreamUnavailable(
                     self.name,
@@ -299,7 +289,7 @@ class HttpUpstream:
         response.close()
         raise UpstreamProtocolError(self.name, f"redirected the request more than {_MAX_REDIRECTS} times")
 
-    def answered(self, response: aiohttp.ClientResponse) -> None:
+    def answered(self, response: Reply) -> None:
         """A forwarded request's response arrived: a status under 500 is a sane answer."""
         if response.status < 500:
             self.last_ok = self._clock()
@@ -317,14 +307,6 @@ def origin_of(url: str) -> tuple[str, str, int | None]:
     return scheme, (parts.hostname or "").lower(), port
 
 
-def close_response(response: aiohttp.ClientResponse) -> None:
-    """Close a response the proxy is done with, unless it has ended by itself: aiohttp gives the
-    connection back as soon as the body has all been read, and closing the response then would
-    only mark its (read) stream closed, about 100 bytecodes per request."""
-    if not response.closed or response.connection is not None:
-        response.close()
-
-
 def _unreachable(exc: aiohttp.ClientConnectorError) -> str:
     """Where the connection failed and why: aiohttp's own text names the TLS context instead
     ("Cannot connect to host h:p ssl:default [Connect call failed ...]"), even for http URLs."""
@@ -334,13 +316,6 @@ def _unreachable(exc: aiohttp.ClientConnectorError) -> str:
     else:
         reason = os.strerror(error.errno)  # "Connection refused", not asyncio's "Connect call failed"
     return f"is unreachable at {exc.host}:{exc.port} ({reason})"
-
-
-def _sends_by_default(session: aiohttp.ClientSession | None, headers: CIMultiDict[str]) -> bool:
-    """Whether `session` sends exactly `headers` as its defaults (a session of the caller's may
-    send others, or none)."""
-    defaults = getattr(session, "headers", None)  # a stand-in of the tests' may have none
-    return defaults is not None and list(defaults.items()) == list(headers.items())
 
 
 def _media_type(content_type: str) -> str:
@@ -372,7 +347,7 @@ class _Exchange:
 
     status: int
     headers: CIMultiDictProxy[str]
-    _response: aiohttp.ClientResponse  # set on entering, as are the two above
+    _response: Reply  # set on entering, as are the two above
 
     def __init__(
         self, upstream: HttpUpstream, method: str, message: JSONDict | None, headers: Mapping[str, str]
@@ -444,11 +419,11 @@ class _Exchange:
         try:
             if self._stream is not None:
                 await self._stream.aclose()
-            close_response(self._response)
+            self._response.close()
         finally:
             span = self._span
             if span is not tracing.NULL_UPSTREAM:
                 span.end(exc)
 
 
-__all__ = ["FOLLOWED", "HttpUpstream", "UpstreamError", "close_response", "origin_of"]
+__all__ = ["FOLLOWED", "HttpUpstream", "Reply", "UpstreamError", "origin_of"]

@@ -853,6 +853,9 @@ async def test_a_session_the_upstream_forgot_is_reinitialized_and_the_request_re
     async with asyncio.timeout(WAIT):
         await client.request(method, params)
         [old] = fake.sessions
+        # The session's GET stream open first: else the GET may be what meets the 404 (then the
+        # session is opened again before the request is sent, which is right, but not this path).
+        await old.stream()
         fake.forget(old.id)
         reply = await client.request(method, params)
     assert reply.status == 200
@@ -872,6 +875,9 @@ async def test_a_forgotten_session_that_cannot_be_opened_again_fails_the_request
     async with asyncio.timeout(WAIT):
         await client.request(method, params)
         [old] = fake.sessions
+        # The session's GET stream open first: else the GET may be what meets the 404 (then the
+        # session is opened again before the request is sent, which is right, but not this path).
+        await old.stream()
         fake.forget(old.id)
         fake.initialize_error = {"code": jsonrpc.INTERNAL_ERROR, "message": "not today"}
         reply = await client.request(method, params)
