@@ -149,48 +149,40 @@ class Requests:
         return f"{start}{block}{separator}{defaults}{length}\r\n".encode()
 
     async def send(self, method: str, target: Target, body: bytes | None, headers: Mapping[str, str]) -> Reply:
-        """Send the request and wait for the head of its reply (informational replies skipped).
-        Raises what ClientSession.request would: TimeoutError for the connection, aiohttp's
-        ClientError otherwise."""
+        """Send the request and wait for the head of its reply (informational replies passed
+        over). Raises what ClientSession.request would: TimeoutError for the connection, aiohttp's
+        ClientError otherwise. One coroutine, no helper: each level is resumed on every suspension."""
         head = self.head(method, target, body, headers)
         retries = 1 if method in _RETRIED else 0
         while True:
             connection = await self._connector.connect(target.key_request(), [], self._timeout)
             try:
-                return await self._exchange(connection, head, body, target.url)
-            except (aiohttp.ClientOSError, aiohttp.ServerDisconnectedError):
-                if not retries:
+                protocol: ResponseHandler | None = connection.protocol
+                transport = connection.transport
+                if protocol is None or transport is None or transport.is_closing():
+                    raise aiohttp.ServerDisconnectedError()
+                # A parser for this reply; a body with neither a length nor chunks is read to the
+                # connection's end (as ClientSession reads one).
+                protocol.set_response_params(read_until_eof=True)
+                if body:
+                    transport.writelines((head, body))  # one write of both (the loop gathers them)
+                else:
+                    transport.write(head)
+                while True:
+                    try:
+                        message, payload = await protocol.read()
+                    except aiohttp.http_exceptions.HttpProcessingError as exc:
+                        raise aiohttp.ClientResponseError(
+                            _NO_REQUEST_INFO, (), status=exc.code, message=exc.message, headers=exc.headers
+                        ) from exc
+                    code = message.code
+                    if not 100 <= code < 200 or code == 101:
+                        return Reply(code, message.headers, payload, target.url, connection)
+            except BaseException as exc:
+                connection.close()
+                if not retries or not isinstance(exc, aiohttp.ClientOSError | aiohttp.ServerDisconnectedError):
                     raise
                 retries -= 1
-
-    @staticmethod
-    async def _exchange(connection: aiohttp.connector.Connection, head: bytes, body: bytes | None, url: str) -> Reply:
-        try:
-            protocol: ResponseHandler | None = connection.protocol
-            transport = connection.transport
-            if protocol is None or transport is None or transport.is_closing():
-                raise aiohttp.ServerDisconnectedError()
-            # A parser for this reply; a body is read to the connection's end when it has neither
-            # a length nor chunks (as ClientSession reads one).
-            protocol.set_response_params(read_until_eof=True)
-            if body:
-                transport.writelines((head, body))  # one write of both (the loop gathers them)
-            else:
-                transport.write(head)
-            while True:
-                try:
-                    message, payload = await protocol.read()
-                except aiohttp.http_exceptions.HttpProcessingError as exc:
-                    raise aiohttp.ClientResponseError(
-                        _NO_REQUEST_INFO, (), status=exc.code, message=exc.message, headers=exc.headers
-                    ) from exc
-                code = message.code
-                if not 100 <= code < 200 or code == 101:
-                    break
-        except BaseException:
-            connection.close()
-            raise
-        return Reply(code, message.headers, payload, url, connection)
 
 
 _NO_REQUEST_INFO = aiohttp.RequestInfo(URL(), "", CIMultiDictProxy(CIMultiDict()), URL())

@@ -4,6 +4,8 @@ aiohttp's server and against a server on a bare socket where a reply must be mal
 from __future__ import annotations
 
 import asyncio
+import datetime
+import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -282,3 +284,63 @@ def test_a_target_is_an_http_url_with_its_path_and_query_and_host() -> None:
     assert Target("http://[::1]:9/mcp").host == "[::1]:9"
     with pytest.raises(ValueError, match="not an http"):
         Target("ftp://example.com/mcp")
+
+
+def _tls_contexts(tmp_path: Any) -> tuple[ssl.SSLContext, ssl.SSLContext]:
+    """A server context with a certificate for `localhost` from a throwaway authority, and a
+    client context that trusts only that authority."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    now = datetime.datetime.now(datetime.UTC)
+
+    def certificate(subject: str, key: Any, issuer: str, signer: Any, ca: bool) -> x509.Certificate:
+        builder = (
+            x509.CertificateBuilder()
+            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, subject)]))
+            .issuer_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, issuer)]))
+            .public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(minutes=1))
+            .not_valid_after(now + datetime.timedelta(hours=1))
+            .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
+        )
+        if not ca:
+            builder = builder.add_extension(x509.SubjectAlternativeName([x509.DNSName(subject)]), critical=False)
+        return builder.sign(signer, hashes.SHA256())
+
+    ca_key, key = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(ec.SECP256R1())
+    ca = certificate("test authority", ca_key, "test authority", ca_key, True)
+    leaf = certificate("localhost", key, "test authority", ca_key, False)
+    pem = serialization.Encoding.PEM
+    chain, key_file = tmp_path / "chain.pem", tmp_path / "key.pem"
+    chain.write_bytes(leaf.public_bytes(pem))
+    key_file.write_bytes(key.private_bytes(pem, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
+    server = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    server.load_cert_chain(chain, key_file)
+    client = ssl.create_default_context(cadata=ca.public_bytes(pem).decode())
+    return server, client
+
+
+async def test_an_https_upstream_is_reached_over_verified_tls(aiohttp_server: Any, tmp_path: Any) -> None:
+    """TLS is the connector's: the certificate is verified for the URL's host name (SNI included)."""
+    server_context, client_context = _tls_contexts(tmp_path)
+
+    async def answer(request: web.Request) -> web.Response:
+        return web.json_response({"tls": request.secure})
+
+    app = web.Application()
+    app.router.add_post("/mcp", answer)
+    server = await aiohttp_server(app, ssl=server_context)
+    session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=client_context))
+    try:
+        requests = Requests(session, EVERY)
+        async with asyncio.timeout(WAIT):
+            reply = await requests.send("POST", Target(f"https://localhost:{server.port}/mcp"), b"{}", {})
+            assert (reply.status, await reply.content.read()) == (200, b'{"tls": true}')
+            with pytest.raises(aiohttp.ClientConnectorCertificateError):  # the certificate names localhost only
+                await requests.send("POST", Target(f"https://127.0.0.1:{server.port}/mcp"), b"{}", {})
+    finally:
+        await session.close()
