@@ -1,5 +1,6 @@
 """What the upstream side of one `tools/call` costs a Python client: aiohttp's ClientSession (what the
-proxy and the bare hop (b) use) against the floor, a bare asyncio protocol on a kept-alive connection.
+bare hop (b) uses), the proxy's own requests on aiohttp's connections (proxy/upstream/wire.py), and
+the floor, a bare asyncio protocol on a kept-alive connection.
 
     python -m bench.client_cost [--requests 8000] [--repeat 3]
 
@@ -74,6 +75,23 @@ async def with_aiohttp(url: str, requests: int) -> float:
         return await timed(worker, requests)
 
 
+async def with_wire(url: str, requests: int) -> float:
+    """The proxy's way: the same requests written onto the session's pooled connections."""
+    from proxy.upstream.wire import Requests, Target
+
+    connector = aiohttp.TCPConnector(limit=0)
+    async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=None)) as session:
+        wire, target = Requests(session, {}), Target(url)
+
+        async def worker(count: int) -> None:
+            for _ in range(count):
+                reply = await wire.send("POST", target, BODY, HEADERS)
+                orjson.loads(await reply.content.read())
+                reply.close()
+
+        return await timed(worker, requests)
+
+
 class _Replies(asyncio.Protocol):
     """Replies with a Content-Length, one at a time: the floor's reader."""
 
@@ -137,10 +155,11 @@ def main() -> None:
         with servers.upstream(procs, "modern") as (url, _):
             for index in range(args.repeat):
                 aiohttp_us = run(with_aiohttp(url, args.requests))
+                wire_us = run(with_wire(url, args.requests))
                 floor_us = run(floor(url, args.requests))
                 say(
                     f"run {index + 1}/{args.repeat}: CPU µs per request: aiohttp ClientSession {aiohttp_us:.1f}, "
-                    f"bare protocol (the floor) {floor_us:.1f}, difference {aiohttp_us - floor_us:.1f}"
+                    f"the proxy's requests on its connections {wire_us:.1f}, bare protocol (the floor) {floor_us:.1f}"
                 )
     finally:
         procs.stop_all()
