@@ -88,7 +88,10 @@ def create_app(
     tracing: Tracing | None = None,
 ) -> tuple[web.Application, web.Application | None]:
     """The MCP application, and the admin application when it listens separately. `tracing`: spans
-    on a provider of the caller's (tracing/otel.py OtelTracing); by default per `settings.tracing`."""
+    on a provider of the caller's (tracing/otel.py OtelTracing); by default per `settings.tracing`.
+    `client_session`: the upstream's client of the caller's (not closed here); a Streamable HTTP
+    upstream takes only its connections and timeout from it (upstream/wire.py), not its default
+    headers, trace configs or middlewares."""
     metrics = metrics or Metrics()
     tracing = tracing if tracing is not None else tracing_from_settings(settings.tracing)
     state = build_state(settings, metrics, store, clock, cache_clock)
