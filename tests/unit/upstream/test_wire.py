@@ -42,6 +42,20 @@ class Conversation:
 Serve = Callable[[Conversation, int], Awaitable[None]]
 
 
+def answering(raw: bytes, *, close: bool = False) -> Serve:
+    """Answers a connection's first request with `raw`, then closes the connection (`close`: the
+    end of a body without a length) or waits for the client to."""
+
+    async def serve(conversation: Conversation, _: int) -> None:
+        await conversation.request()
+        conversation.writer.write(raw)
+        await conversation.writer.drain()
+        if not close:
+            await conversation.request()
+
+    return serve
+
+
 @pytest.fixture
 async def bare_server() -> AsyncIterator[Callable[[Serve], Awaitable[str]]]:
     """A server on a bare socket: `serve(conversation, n)` runs each connection, numbered from 0."""
@@ -202,15 +216,12 @@ async def test_closing_a_reply_before_its_end_closes_its_connection(
 
 
 async def test_informational_replies_are_passed_over(bare_server: Any, session: aiohttp.ClientSession) -> None:
-    async def serve(conversation: Conversation, _: int) -> None:
-        await conversation.request()
-        conversation.writer.write(
+    url = await bare_server(
+        answering(
             b"HTTP/1.1 103 Early Hints\r\nLink: </x>\r\n\r\n"
             b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}"
         )
-        await conversation.request()
-
-    url = await bare_server(serve)
+    )
     async with asyncio.timeout(WAIT):
         reply = await Requests(session, EVERY).send("POST", Target(url), b"{}", {})
         assert reply.status == 200
@@ -221,12 +232,7 @@ async def test_informational_replies_are_passed_over(bare_server: Any, session: 
 async def test_a_reply_without_a_length_is_read_to_the_end_of_its_connection(
     bare_server: Any, session: aiohttp.ClientSession
 ) -> None:
-    async def serve(conversation: Conversation, _: int) -> None:
-        await conversation.request()
-        conversation.writer.write(b'HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n\r\n{"a": 1}')
-        await conversation.writer.drain()
-
-    url = await bare_server(serve)
+    url = await bare_server(answering(b'HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n\r\n{"a": 1}', close=True))
     async with asyncio.timeout(WAIT):
         reply = await Requests(session, EVERY).send("POST", Target(url), b"{}", {})
         assert reply.content_length is None
@@ -236,12 +242,7 @@ async def test_a_reply_without_a_length_is_read_to_the_end_of_its_connection(
 async def test_a_reply_that_is_not_http_fails_as_a_client_error(
     bare_server: Any, session: aiohttp.ClientSession
 ) -> None:
-    async def serve(conversation: Conversation, _: int) -> None:
-        await conversation.request()
-        conversation.writer.write(b"SSH-2.0-OpenSSH_9.6\r\n\r\n")
-        await conversation.request()
-
-    url = await bare_server(serve)
+    url = await bare_server(answering(b"SSH-2.0-OpenSSH_9.6\r\n\r\n"))
     async with asyncio.timeout(WAIT):
         with pytest.raises(aiohttp.ClientResponseError):
             await Requests(session, EVERY).send("POST", Target(url), b"{}", {})
