@@ -146,7 +146,9 @@ class Requests:
             length = "" if method == "GET" else "Content-Length: 0\r\n"
         start = f"{method} {target.path} HTTP/1.1\r\nHost: {target.host}\r\n"
         separator = "\r\n" if lines else ""
-        return f"{start}{block}{separator}{defaults}{length}\r\n".encode()
+        # A client's header value holds its bytes that are not UTF-8 as aiohttp's server read them
+        # (surrogate escapes): they go upstream as the client sent them, not dropped or refused.
+        return f"{start}{block}{separator}{defaults}{length}\r\n".encode("utf-8", "surrogateescape")
 
     async def send(self, method: str, target: Target, body: bytes | None, headers: Mapping[str, str]) -> Reply:
         """Send the request and wait for the head of its reply (informational replies passed

@@ -29,6 +29,7 @@ from tests.support.mcp_client import ACCEPT
 from tests.support.modern_client import ModernClient, read_reply
 from tests.support.raw_http_client import Reply as RawReply
 from tests.support.raw_http_client import build, raw_exchange
+from tests.support.raw_http_client import exchange as raw_http_exchange
 from tests.support.raw_upstream import LAST_CHUNK, RawRequest, RawUpstream, chunk, head, sse, whole
 
 WAIT = 5.0  # upper bound for anything a test waits for
@@ -289,6 +290,28 @@ async def test_valid_replies_still_pass_through_unchanged(make_proxy: MakeProxy,
     async with asyncio.timeout(WAIT):
         streamed = await exchange(proxy, era)
     assert streamed.status == 200 and streamed.body == events
+
+
+@pytest.mark.parametrize("era", ERAS)
+async def test_a_header_whose_bytes_are_not_utf8_reaches_the_upstream_as_the_client_sent_it(
+    make_proxy: MakeProxy, raw: RawUpstream, era: Era
+) -> None:
+    """A header the proxy passes on (`Mcp-*`) whose bytes are not UTF-8 (obs-text, RFC 9110
+    §5.5) goes upstream byte for byte: not dropped, not altered, not a 500."""
+    proxy = await make_proxy(upstream_url=raw.url, **era.config)
+    answer = b'{"jsonrpc":"2.0","id":7,"result":{"content":[]}}'
+    raw.script = whole(200, "application/json", answer)
+    body, headers = era.request()
+    value = b"caf\xe9 \x80\xff"
+    server = proxy.client.server
+    request = build(
+        "POST", "/mcp", [*headers.items(), ("Mcp-Param-City", value)], body, host=f"{server.host}:{server.port}"
+    )
+    async with asyncio.timeout(WAIT):
+        reply = await asyncio.to_thread(raw_http_exchange, int(server.port or 0), request, timeout=WAIT)
+    assert (reply.status, reply.body) == (200, answer), reply.head
+    [seen] = raw.requests
+    assert seen.headers["mcp-param-city"].encode("latin-1") == value  # RawUpstream reads heads as latin-1
 
 
 @pytest.mark.parametrize("era", ERAS)
