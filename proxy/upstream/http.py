@@ -7,6 +7,7 @@ is how a 2026-07-28 server learns that a request was cancelled.
 
 from __future__ import annotations
 
+import base64
 import os
 import socket
 import ssl
@@ -18,6 +19,7 @@ from urllib.parse import urljoin, urlsplit
 import aiohttp
 import structlog
 from multidict import CIMultiDictProxy
+from yarl import URL
 
 from .. import __version__, tracing
 from ..config import UpstreamConfig
@@ -81,6 +83,13 @@ class HttpUpstream:
         every, self._content_type = _static_headers(config)
         self._requests = Requests(session, every)  # written onto the session's connections
         self._target = Target(config.url)
+        # upstream.url's user and password, as Basic credentials over any other Authorization (as
+        # aiohttp's client sent them); None, the usual: nothing merged.
+        url = URL(config.url)
+        self._credentials = None
+        if url.user or url.password:
+            pair = f"{url.user or ''}:{url.password or ''}".encode()
+            self._credentials = {"Authorization": "Basic " + base64.b64encode(pair).decode("ascii")}
         self.max_reply_bytes = config.max_reply_bytes
         self._clock = clock
         self._origin = origin_of(config.url)
@@ -250,12 +259,11 @@ class HttpUpstream:
         TimeoutError and aiohttp.ClientError with `unsent` (the UpstreamError the relays map),
         gives a 307 or 308 to `follow`, and passes the response to `answered`. No redirect is
         followed here."""
-        return self._requests.send(
-            method,
-            self._target if url is None else Target(url),
-            body,
-            {**self._content_type, **headers} if body else headers,
-        )
+        if body:
+            headers = {**self._content_type, **headers}
+        if self._credentials is not None:
+            headers = {**headers, **self._credentials}
+        return self._requests.send(method, self._target if url is None else Target(url), body, headers)
 
     async def follow(self, response: Reply, method: str, body: bytes | None, headers: Mapping[str, str]) -> Reply:
         """The answer at the end of the redirects (307, 308) `response` starts, each to the

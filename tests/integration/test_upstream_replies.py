@@ -11,6 +11,7 @@ docs/design.md §Errors: once a reply has started, the only honest ending is to 
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 from collections.abc import AsyncIterator
 from typing import Any
@@ -312,6 +313,24 @@ async def test_a_header_whose_bytes_are_not_utf8_reaches_the_upstream_as_the_cli
     assert (reply.status, reply.body) == (200, answer), reply.head
     [seen] = raw.requests
     assert seen.headers["mcp-param-city"].encode("latin-1") == value  # RawUpstream reads heads as latin-1
+
+
+@pytest.mark.parametrize("era", ERAS)
+async def test_credentials_in_the_upstream_url_go_with_every_request_as_basic_authorization(
+    make_proxy: MakeProxy, raw: RawUpstream, era: Era
+) -> None:
+    """`upstream.url` may carry a user and password (hidden in --check-config): each request
+    carries them as Basic credentials, over any other Authorization, and they are not in the path."""
+    url = raw.url.replace("http://", "http://proxy-user:p%40ss@")
+    proxy = await make_proxy(upstream_url=url, **era.config)
+    answer = b'{"jsonrpc":"2.0","id":7,"result":{"content":[]}}'
+    raw.script = whole(200, "application/json", answer)
+    async with asyncio.timeout(WAIT):
+        reply = await exchange(proxy, era)
+    assert (reply.status, reply.body) == (200, answer), reply.head
+    expected = "Basic " + base64.b64encode(b"proxy-user:p@ss").decode()
+    assert raw.requests and all(seen.headers["authorization"] == expected for seen in raw.requests)
+    assert all(seen.path == "/mcp" for seen in raw.requests)
 
 
 @pytest.mark.parametrize("era", ERAS)
