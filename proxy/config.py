@@ -159,7 +159,12 @@ class UpstreamConfig(_Section):
     """The MCP server behind the proxy: exactly one of `url` (Streamable HTTP), `command` (stdio) and
     `sse_url` (HTTP+SSE)."""
 
-    url: str | None = Field(None, description="Streamable HTTP endpoint of the MCP server behind the proxy.")
+    url: str | None = Field(
+        None,
+        description="Streamable HTTP endpoint of the MCP server behind the proxy. A user and password in it "
+        "(https://user:pass@host/mcp) go with every request as Basic credentials, over any other "
+        "Authorization; --check-config hides the password.",
+    )
     command: list[str] | None = Field(
         None,
         description="Or: the MCP server to start and speak to over stdio (program and arguments): a list, or "
