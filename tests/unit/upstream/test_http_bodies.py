@@ -289,3 +289,47 @@ async def test_a_body_that_has_all_arrived_is_read_without_a_coroutine() -> None
     response.content, response.content_length = Arrived(raw), len(raw)  # type: ignore[assignment]
     with pytest.raises(UpstreamProtocolError, match=r"upstream\.max_reply_bytes"):
         upstream(max_reply_bytes=len(raw) - 1).arrived_body(response)  # type: ignore[arg-type]
+
+
+async def test_upstream_max_connections_bounds_the_requests_in_flight(aiohttp_server: Any) -> None:
+    """The requests are written onto the client session's pool: at most `upstream.max_connections`
+    reach the upstream at once, and the others wait for a connection rather than fail."""
+    import asyncio
+
+    from aiohttp import web
+
+    in_flight, most, release = 0, 0, asyncio.Event()
+
+    async def hold(request: web.Request) -> web.Response:
+        nonlocal in_flight, most
+        in_flight += 1
+        most = max(most, in_flight)
+        await release.wait()
+        in_flight -= 1
+        return web.json_response(jsonrpc.result_response(1, {}))
+
+    app = web.Application()
+    app.router.add_post("/mcp", hold)
+    server = await aiohttp_server(app)
+    config = UpstreamConfig(url=str(server.make_url("/mcp")), max_connections=2)
+    up = HttpUpstream(config, HttpUpstream.client_session(config))
+
+    async def call() -> list[Any]:
+        async with up.exchange(jsonrpc.request(1, "ping"), {}) as reply:
+            return [message async for message in reply]
+
+    calls = [asyncio.ensure_future(call()) for _ in range(5)]
+    try:
+        async with asyncio.timeout(5):
+            while in_flight < 2:  # noqa: ASYNC110  # bounded by the timeout above
+                await asyncio.sleep(0.01)
+            for _ in range(20):  # the other three had every chance to get through
+                await asyncio.sleep(0)
+            held = in_flight
+    finally:
+        release.set()
+        answers = await asyncio.gather(*calls, return_exceptions=True)
+        await up.close()
+    assert held == 2
+    assert answers == [[jsonrpc.result_response(1, {})]] * 5
+    assert most == 2
