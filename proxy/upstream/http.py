@@ -18,7 +18,7 @@ from urllib.parse import urljoin, urlsplit
 
 import aiohttp
 import structlog
-from multidict import CIMultiDictProxy
+from multidict import CIMultiDict, CIMultiDictProxy
 from yarl import URL
 
 from .. import __version__, tracing
@@ -49,23 +49,14 @@ _REDIRECTS_LOGGED = 16  # distinct redirect targets logged, at most
 _BASE_HEADERS = {"Accept": "application/json, text/event-stream", "User-Agent": f"mcp-era-proxy/{__version__}"}
 
 
-def _static_headers(config: UpstreamConfig) -> tuple[dict[str, str], dict[str, str]]:
+def _static_headers(config: UpstreamConfig) -> tuple[CIMultiDict[str], dict[str, str]]:
     """The headers every request carries (the base ones, then `upstream.headers`, the last of any
     case winning), and the Content-Type a request with a body carries: one `upstream.headers`
     names (of any case) or JSON. A bodiless request (GET, DELETE) carries no Content-Type."""
-    every = dict(_BASE_HEADERS)
-    named = {name.lower(): name for name in every}
-    content_type = "application/json"
+    every = CIMultiDict(_BASE_HEADERS)
     for name, value in config.headers.items():
-        lower = name.lower()
-        if lower == "content-type":
-            content_type = value
-            continue
-        if lower in named:
-            del every[named[lower]]
-        every[name] = value
-        named[lower] = name
-    return every, {"Content-Type": content_type}
+        every[name] = value  # replaces one of any case
+    return every, {"Content-Type": every.popone("Content-Type", "application/json")}
 
 
 _IDLE_CONNECTION_S = 4.0

@@ -41,7 +41,7 @@ class Target:
             raise ValueError(f"not an http(s) URL: {url!r}")
         self.url = url
         self.path = parsed.raw_path_qs or "/"
-        self.host = parsed.host_port_subcomponent or parsed.raw_host or ""
+        self.host = parsed.host_port_subcomponent or ""  # set: an absolute URL with a host
         self._key_request: aiohttp.ClientRequest | None = None
 
     def key_request(self) -> aiohttp.ClientRequest:
