@@ -29,6 +29,7 @@ from .downstream.bridge import EndpointBridge
 from .downstream.server import runner as make_runner
 from .downstream.stdio import StdinReader, StdoutWriter, serve_lines
 from .logs import configure_logging
+from .seams.supported import refusal
 
 log = structlog.get_logger(__name__)
 
@@ -228,6 +229,10 @@ def _checked_settings(args: argparse.Namespace, check_output: TextIO) -> Setting
         tracing.require(settings.tracing)
     except ConfigError as exc:
         print(f"mcp-era-proxy: {exc}", file=sys.stderr)
+        return 2
+    refused = refusal()  # a dependency whose private parts are not the shape the proxy relies on
+    if refused is not None:
+        print(f"mcp-era-proxy: {refused}", file=sys.stderr)
         return 2
     if args.check_config:
         print(json.dumps(shown(settings), indent=2), file=check_output)

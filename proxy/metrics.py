@@ -7,15 +7,14 @@ import functools
 import time
 from bisect import bisect_left
 from collections.abc import Callable, Iterator
-from typing import cast
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
-from prometheus_client import metrics as prometheus_metrics
 from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.metrics import MetricWrapperBase
 from prometheus_client.registry import Collector
 from prometheus_client.samples import Sample
-from prometheus_client.utils import floatToGoString
+
+from .seams.prometheus_internals import bound_label, created_series, made_with
 
 PREFIX = "mcp_era_proxy_"
 
@@ -111,7 +110,7 @@ class Tally(Collector):
         return ((self.name, "counter", self.labelnames, self.documentation),)
 
     def collect(self) -> Iterator[Metric]:
-        created = _created_series()
+        created = created_series()
         family = CounterMetricFamily(self.name, self.documentation, labels=self.labelnames)
         for values, cell in self._cells.items():
             family.add_metric(values, cell.value, created=cell.created if created else None)
@@ -140,7 +139,7 @@ class Timing(Collector):
         self.documentation = documentation
         self.labelnames = labelnames
         self._bounds = bounds
-        self._le = (*(cast(Callable[[float], str], floatToGoString)(bound) for bound in bounds), "+Inf")
+        self._le = (*(bound_label(bound) for bound in bounds), "+Inf")
         self._clock = clock
         # Per label values: the count in each bucket (the last one +Inf), then the sum, then when
         # the series was created. Label values are bounded by their callers, so this stays small.
@@ -173,7 +172,7 @@ class Timing(Collector):
         return ((self.name, "histogram", self.labelnames, self.documentation),)
 
     def collect(self) -> Iterator[Metric]:
-        created = _created_series()
+        created = created_series()
         family = HistogramMetricFamily(self.name, self.documentation, labels=self.labelnames)
         for values, timed in self._series.items():
             buckets, total = [], 0.0
@@ -188,12 +187,6 @@ class Timing(Collector):
 
     def describe(self) -> Iterator[Metric]:
         yield HistogramMetricFamily(self.name, self.documentation, labels=self.labelnames)
-
-
-def _created_series() -> bool:
-    """Whether `_created` series are exported: prometheus_client's own switch (an environment variable
-    read at import, or disable_created_metrics())."""
-    return bool(getattr(prometheus_metrics, "_use_created", True))
 
 
 class Metrics:
@@ -362,9 +355,7 @@ class Metrics:
         series is its name with `_total`): what the reference page lists and the deploy checks
         hold the dashboard and alerts to."""
         out: list[tuple[str, str, tuple[str, ...], str]] = [
-            (value._name, str(value._type), tuple(value._labelnames), value._documentation)
-            for value in vars(self).values()
-            if isinstance(value, MetricWrapperBase)
+            made_with(value) for value in vars(self).values() if isinstance(value, MetricWrapperBase)
         ]
         out += [
             entry for value in vars(self).values() if isinstance(value, Tally | Timing) for entry in value.documented

@@ -12,6 +12,7 @@ from aiohttp.typedefs import Handler
 from multidict import CIMultiDict, CIMultiDictProxy
 
 from ..protocol import jsonrpc
+from ..seams.aiohttp_internals import set_body
 from ..state.sealing import Sealer
 from .envelope import REFUSED_HEADER, REPLAY_PATH, REPLAYED_HEADER, TARGET_HEADER, open_envelope
 from .owners import Owner
@@ -58,7 +59,7 @@ class ReplayEndpoint:
             return _refusal(401, "unopenable", "the replay's method is not served")
         # Served as if the client had sent it here: its method, headers and body.
         replayed = request.clone(method=envelope.method, headers=CIMultiDictProxy(CIMultiDict(envelope.headers)))
-        replayed._read_bytes = envelope.body
+        set_body(replayed, envelope.body)
         return await handler(replayed)
 
     def _first_use(self, digest: bytes, expires: float) -> bool:

@@ -35,8 +35,8 @@ from ..relay.detect import EraDetector
 from ..relay.failures import UpstreamFailures
 from ..relay.legacy_sessions import LegacySessionHost
 from ..relay.routes import Router
-from ..relay.scopes import task_of
 from ..relay.tasks.host import LegacyTaskHost
+from ..seams.asyncio_internals import task_of
 from ..state.sealing import Sealer
 from ..state.sessions import short_hash
 from ..tracing import NO_TRACING, NULL_DOWNSTREAM, Tracing

@@ -31,12 +31,19 @@ from typing import Any, cast
 
 import structlog
 from aiohttp import StreamReader, hdrs, web
-from aiohttp.web_protocol import RequestHandler
 from aiohttp.web_urldispatcher import PlainResource, UrlMappingMatchInfo
 from yarl import URL
 
 from ..config import DownstreamConfig, Settings
 from ..protocol import jsonrpc
+from ..seams.aiohttp_internals import (
+    RequestHandler,
+    ServerReplacingRunner,
+    queued_requests,
+    request_count,
+    request_in_progress,
+    set_match,
+)
 from .guard import JsonErrors
 
 log = structlog.get_logger(__name__)
@@ -49,14 +56,17 @@ class DeadlineHandler(JsonErrors):
     """aiohttp's connection handler, timing the reading of each request's headers and body (and,
     as JsonErrors, answering HTTP it cannot parse with a JSON-RPC error body).
 
-    Reads two of aiohttp's own fields after it parsed what arrived: `_request_count` (a request's
-    headers are complete) and `_messages` (its body, as aiohttp queued it for the handler).
+    Reads the handler's own counters after it parsed what arrived (seams/aiohttp_internals.py): the
+    requests whose headers are complete, and the body of the last one as aiohttp queued it.
     """
 
-    __slots__ = ("_body", "_deadline", "_expired", "_limits")
+    __slots__ = ("_body", "_deadline", "_event_loop", "_expired", "_limits")
 
-    def __init__(self, manager: web.Server, limits: DownstreamConfig, **kwargs: Any) -> None:
-        super().__init__(manager, **kwargs)
+    def __init__(
+        self, manager: web.Server, limits: DownstreamConfig, loop: asyncio.AbstractEventLoop, **kwargs: Any
+    ) -> None:
+        super().__init__(manager, loop=loop, **kwargs)
+        self._event_loop = loop
         self._limits = limits
         self._deadline: asyncio.TimerHandle | None = None
         self._body: StreamReader | None = None  # a body being received
@@ -65,19 +75,19 @@ class DeadlineHandler(JsonErrors):
     def data_received(self, data: bytes) -> None:
         if self._expired:
             return  # the connection closes: nothing more is read
-        heads = self._request_count
+        heads = request_count(self)
         in_body = self._body is not None
         _parse(self, data)
-        if self._request_count != heads:  # a request's headers are complete: theirs is met
+        if request_count(self) != heads:  # a request's headers are complete: theirs is met
             if self._deadline is not None:  # none, for a request that arrived in one packet
                 self._disarm()
-            messages = self._messages
+            messages = queued_requests(self)
             body = messages[-1][1] if messages else None
             if body is not None and not body.is_eof():  # only the last request's body may be unfinished
                 self._body = body
                 self._arm(self._limits.body_timeout_s, self._body_too_slow)
                 body.on_eof(self._body_received)
-        elif not in_body and data and self._deadline is None and not self._request_in_progress:
+        elif not in_body and data and self._deadline is None and not request_in_progress(self):
             # A request's first bytes. (Bytes that ended a body are not: what follows them in the
             # same packet, if anything, is timed from the next packet on.)
             self._arm(self._limits.header_timeout_s, self._headers_too_slow)
@@ -87,7 +97,7 @@ class DeadlineHandler(JsonErrors):
         super().connection_lost(exc)
 
     def _arm(self, seconds: float, expired: Any) -> None:
-        self._deadline = self._loop.call_later(seconds, expired)
+        self._deadline = self._event_loop.call_later(seconds, expired)
 
     def _disarm(self) -> None:
         if self._deadline is not None:
@@ -100,7 +110,7 @@ class DeadlineHandler(JsonErrors):
 
     def _headers_too_slow(self) -> None:
         self._deadline = None
-        if self._request_in_progress or self.transport is None:
+        if request_in_progress(self) or self.transport is None:
             # Bytes behind a request being answered (pipelined): nothing may be written now, and
             # the keep-alive timer bounds them once the reply is done.
             return
@@ -162,17 +172,26 @@ async def direct_routes(app: web.Application) -> Direct:
 
 
 class DeadlineServer(web.Server):
-    """The server aiohttp makes for an application, its connections made as DeadlineHandlers, its
-    plain routes served without the router (`direct`, see the module's doc)."""
+    """The server aiohttp makes for an application, its connections made as DeadlineHandlers with
+    the runner's `handler_settings`, its plain routes served without the router (`direct`, see the
+    module's doc). Made in the running loop its connections are served on."""
 
-    def __init__(self, made: web.Server, limits: DownstreamConfig, direct: Direct | None = None) -> None:
+    def __init__(
+        self,
+        made: web.Server,
+        limits: DownstreamConfig,
+        handler_settings: dict[str, Any],
+        direct: Direct | None = None,
+    ) -> None:
         super().__init__(
             self._dispatch if direct else made.request_handler,
             request_factory=made.request_factory,
             handler_cancellation=made.handler_cancellation,
-            **made._kwargs,
+            **handler_settings,
         )
         self._limits = limits
+        self._handler_settings = handler_settings
+        self._event_loop = asyncio.get_running_loop()
         self._routed = made.request_handler
         self._direct = direct or {}
 
@@ -182,23 +201,41 @@ class DeadlineServer(web.Server):
         direct = self._direct.get((request.method, request.raw_path))
         if direct is None or hdrs.EXPECT in request.headers:
             return self._routed(request)
-        # What the application's dispatch sets: the match, which request.app, request.match_info
-        # and the on_response_prepare signals read.
-        request._match_info, handler = direct  # type: ignore[attr-defined]
+        match, handler = direct
+        set_match(request, match)  # as the application's dispatch would
         return handler(cast(web.Request, request))
 
     def __call__(self) -> RequestHandler:
-        return DeadlineHandler(self, self._limits, loop=self._loop, **self._kwargs)
+        return DeadlineHandler(self, self._limits, self._event_loop, **self._handler_settings)
 
 
-class Runner(web.AppRunner):
-    def __init__(self, app: web.Application, limits: DownstreamConfig, **kwargs: Any) -> None:
-        super().__init__(app, **kwargs)
+class Runner(ServerReplacingRunner):
+    """The application's runner, serving it on a DeadlineServer: `handler_settings` are what each
+    connection handler is made with (aiohttp's keyword arguments: keepalive_timeout, access_log)."""
+
+    def __init__(
+        self,
+        app: web.Application,
+        limits: DownstreamConfig,
+        *,
+        handle_signals: bool = False,
+        shutdown_timeout: float = 60.0,
+        handler_cancellation: bool = True,
+        **handler_settings: Any,
+    ) -> None:
+        super().__init__(
+            app,
+            handle_signals=handle_signals,
+            shutdown_timeout=shutdown_timeout,
+            handler_cancellation=handler_cancellation,
+            **handler_settings,
+        )
         self._limits = limits
+        self._handler_settings = handler_settings
 
-    async def _make_server(self) -> web.Server:
-        made = await super()._make_server()  # the application is started and frozen
-        return DeadlineServer(made, self._limits, await direct_routes(self.app))
+    async def made_server(self, made: web.Server) -> web.Server:
+        # the application is started and frozen
+        return DeadlineServer(made, self._limits, self._handler_settings, await direct_routes(self.app))
 
 
 _SHORTEST_GRACE_S = 0.01
@@ -215,7 +252,6 @@ def runner(app: web.Application, settings: Settings) -> Runner:
     return Runner(
         app,
         settings.downstream,
-        handler_cancellation=True,
         access_log=None,
         # aiohttp reads a timeout of 0 as none at all (shutdown would wait for every call): a
         # grace of 0 means "cancel at once".

@@ -30,7 +30,7 @@ from ..protocol.outcome import UpstreamFailure
 from ..protocol.parked_call import invalid_state
 from ..protocol.relayed_reply import EventCheck, Sent
 from ..upstream.errors import UpstreamError, UpstreamUnavailable
-from ..upstream.http import FOLLOWED, HttpUpstream, Reply
+from ..upstream.http import FOLLOWED, HttpReply, HttpUpstream
 from .binding import CallerBinding
 from .failures import UpstreamFailures
 from .scopes import Deadline
@@ -124,7 +124,7 @@ class ByteRelay:
 
     def _reply(
         self,
-        response: Reply,
+        response: HttpReply,
         sent: Sent,
         legacy: bool,
         principal: str | None,
@@ -258,7 +258,7 @@ class _Forward:
         "_span",
     )
 
-    _response: Reply  # set on entering, as is _span
+    _response: HttpReply  # set on entering, as is _span
     _span: tracing.UpstreamSpan
 
     def __init__(

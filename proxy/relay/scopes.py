@@ -4,24 +4,16 @@ starts (a call, a relay, a stream) until they end, logs their failures, and ends
 from __future__ import annotations
 
 import asyncio
-import sys
 from asyncio import get_running_loop
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, Generic, Literal, Self, TypeVar
 
 import structlog
 
+from ..seams.asyncio_internals import task_of
+
 log = structlog.get_logger(__name__)
 T = TypeVar("T")
-
-# The running task of a loop, as asyncio.current_task(loop) gives it: in Python 3.11 that is a
-# Python function (13 bytecodes) over this C dict, whose lookup is the same answer with no frame;
-# from 3.12 on it is C itself. `task_of(asyncio.get_running_loop())` is asyncio.current_task().
-task_of: Callable[[asyncio.AbstractEventLoop], asyncio.Task[Any] | None]
-if sys.version_info < (3, 12):
-    task_of = asyncio.tasks._current_tasks.get  # type: ignore[attr-defined]
-else:
-    task_of = asyncio.current_task
 
 
 class TaskScope:

@@ -35,7 +35,7 @@ from .errors import (
     UpstreamTimeout,
     UpstreamUnavailable,
 )
-from .wire import Reply, Requests, Target
+from .wire import HttpReply, Target, requests_on
 
 JSONDict = dict[str, Any]
 log = structlog.get_logger(__name__)
@@ -72,7 +72,7 @@ class HttpUpstream:
         self.url = config.url
         self._session = session
         every, self._content_type = _static_headers(config)
-        self._requests = Requests(session, every)  # written onto the session's connections
+        self._requests = requests_on(session, every)  # written onto the session's connections
         self._target = Target(config.url)
         # upstream.url's user and password, as Basic credentials over any other Authorization (as
         # aiohttp's client sent them); None, the usual: nothing merged.
@@ -130,7 +130,7 @@ class HttpUpstream:
             async for _ in replies:
                 pass
 
-    async def _stream_messages(self, response: Reply) -> AsyncGenerator[JSONDict, None]:
+    async def _stream_messages(self, response: HttpReply) -> AsyncGenerator[JSONDict, None]:
         self.last_ok = self._clock()
         decoder = Decoder()
         pending = 0  # bytes since the last whole event (to within a chunk): bounds one event
@@ -147,7 +147,7 @@ class HttpUpstream:
         except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError) as exc:
             raise UpstreamUnavailable(self.name, f"dropped the stream ({exc.__class__.__name__})") from None
 
-    async def _body_messages(self, response: Reply, content_type: str) -> list[JSONDict]:
+    async def _body_messages(self, response: HttpReply, content_type: str) -> list[JSONDict]:
         """The messages of a reply that is not a stream (none for 202/204 and empty bodies)."""
         status = response.status
         if status in (401, 403):
@@ -177,14 +177,14 @@ class HttpUpstream:
             return messages
         raise UpstreamHTTPError(self.name, status, raw, None)
 
-    async def _read_limited(self, response: Reply) -> bytes:
+    async def _read_limited(self, response: HttpReply) -> bytes:
         """The start of an error body (only quoted: the rest is not read)."""
         try:
             return await response.content.read(_ERROR_BODY_LIMIT)
         except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError) as exc:
             raise UpstreamUnavailable(self.name, f"dropped the response ({exc.__class__.__name__})") from None
 
-    def arrived_body(self, response: Reply) -> bytes | None:
+    def arrived_body(self, response: HttpReply) -> bytes | None:
         """`read_body`'s answer when the whole body has arrived (the usual: a small body comes with
         the head), without a coroutine; None: it has not, `read_body` waits for it. A declared
         length over the limit is refused either way, before anything is read."""
@@ -203,7 +203,7 @@ class HttpUpstream:
             raise UpstreamProtocolError(self.name, f"sent a reply {self._over_limit}")
         return raw
 
-    async def read_body(self, response: Reply) -> bytes:
+    async def read_body(self, response: HttpReply) -> bytes:
         """The whole body, as many reads as it takes (one read returns what has arrived so far),
         up to `upstream.max_reply_bytes`."""
         raw = self.arrived_body(response)  # it also refuses a declared length over the limit
@@ -243,7 +243,7 @@ class HttpUpstream:
 
     def forwarding(
         self, method: str, body: bytes | None, headers: Mapping[str, str], url: str | None = None
-    ) -> Awaitable[Reply]:
+    ) -> Awaitable[HttpReply]:
         """The request with the static headers merged in, for the caller to await itself (a
         coroutine level fewer for every suspension of the request). A same-era pass-through
         (relay/bytes.py) streams the response bytes, then closes the response: it maps
@@ -256,7 +256,9 @@ class HttpUpstream:
             headers = {**headers, **self._credentials}
         return self._requests.send(method, self._target if url is None else Target(url), body, headers)
 
-    async def follow(self, response: Reply, method: str, body: bytes | None, headers: Mapping[str, str]) -> Reply:
+    async def follow(
+        self, response: HttpReply, method: str, body: bytes | None, headers: Mapping[str, str]
+    ) -> HttpReply:
         """The answer at the end of the redirects (307, 308) `response` starts, each to the
         upstream's own origin; one to another origin is refused before anything is sent there:
         every request carries upstream.headers and the caller's message (aiohttp would drop only
@@ -288,7 +290,7 @@ class HttpUpstream:
         response.close()
         raise UpstreamProtocolError(self.name, f"redirected the request more than {_MAX_REDIRECTS} times")
 
-    def answered(self, response: Reply) -> None:
+    def answered(self, response: HttpReply) -> None:
         """A forwarded request's response arrived: a status under 500 is a sane answer."""
         if response.status < 500:
             self.last_ok = self._clock()
@@ -346,7 +348,7 @@ class _Exchange:
 
     status: int
     headers: CIMultiDictProxy[str]
-    _response: Reply  # set on entering, as are the two above
+    _response: HttpReply  # set on entering, as are the two above
 
     def __init__(
         self, upstream: HttpUpstream, method: str, message: JSONDict | None, headers: Mapping[str, str]
@@ -425,4 +427,4 @@ class _Exchange:
                 span.end(exc)
 
 
-__all__ = ["FOLLOWED", "HttpUpstream", "Reply", "UpstreamError", "origin_of"]
+__all__ = ["FOLLOWED", "HttpReply", "HttpUpstream", "UpstreamError", "origin_of"]

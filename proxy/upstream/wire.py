@@ -11,17 +11,35 @@ with its body stream, decompression and errors (`ClientPayloadError`, `ServerDis
 What this leaves out on purpose: cookies (the proxy's client keeps none), redirects (the caller
 follows 307/308 on the upstream's own origin, `HttpUpstream.follow`), proxies from the environment
 (`trust_env` is off), `Expect: 100-continue` and the session's trace configs and middlewares.
+
+The parts of aiohttp's client below its public API are named in `seams/aiohttp_internals.py`. Where
+the installed aiohttp lacks their shape, `requests_on` gives `SessionRequests` instead: the same
+requests through `ClientSession.request`, aiohttp's public API, at its cost.
 """
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Mapping
+from typing import Protocol
 
 import aiohttp
-from aiohttp.client_proto import ResponseHandler
+import structlog
 from multidict import CIMultiDict, CIMultiDictProxy
 from yarl import URL
+
+from ..seams.aiohttp_internals import (
+    Connection,
+    HttpProcessingError,
+    ResponseHandler,
+    client_problems,
+    connect,
+    expect_reply,
+    key_request,
+    read_head,
+    unparsable_reply,
+)
+
+log = structlog.get_logger(__name__)
 
 # Sent unless a request names them: aiohttp's own automatic headers, so an upstream sees the same
 # request it saw from ClientSession (the parser decompresses what it is sent).
@@ -49,13 +67,30 @@ class Target:
         TLS settings); made on first use, inside the running loop it needs."""
         request = self._key_request
         if request is None:
-            request = self._key_request = aiohttp.ClientRequest(
-                "GET", URL(self.url), loop=asyncio.get_running_loop(), ssl=True
-            )
+            request = self._key_request = key_request(self.url)
         return request
 
 
-class Reply:
+class HttpReply(Protocol):
+    """An upstream's reply, as the proxy reads it: status, headers, the body stream (`content`, an
+    aiohttp StreamReader), the URL answered, and `close`, which closes the connection unless the
+    body was read to its end."""
+
+    status: int
+    headers: CIMultiDictProxy[str]
+    content: aiohttp.StreamReader
+    url: str
+
+    @property
+    def content_length(self) -> int | None: ...
+
+    @property
+    def closed(self) -> bool: ...
+
+    def close(self) -> None: ...
+
+
+class PooledReply:
     """An upstream's reply, with the part of `aiohttp.ClientResponse` the proxy reads: status,
     headers, the body stream (`content`, an aiohttp StreamReader) and `close`. The connection goes
     back to the pool when the body has been read to its end; closing before that closes the
@@ -69,13 +104,13 @@ class Reply:
         headers: CIMultiDictProxy[str],
         content: aiohttp.StreamReader,
         url: str,
-        connection: aiohttp.connector.Connection,
+        connection: Connection,
     ) -> None:
         self.status = status
         self.headers = headers
         self.content = content
         self.url = url
-        self._connection: aiohttp.connector.Connection | None = connection
+        self._connection: Connection | None = connection
         content.on_eof(self._ended)  # called at once when the body came whole with the head
 
     @property
@@ -150,36 +185,32 @@ class Requests:
         # (surrogate escapes): they go upstream as the client sent them, not dropped or refused.
         return f"{start}{block}{separator}{defaults}{length}\r\n".encode("utf-8", "surrogateescape")
 
-    async def send(self, method: str, target: Target, body: bytes | None, headers: Mapping[str, str]) -> Reply:
+    async def send(self, method: str, target: Target, body: bytes | None, headers: Mapping[str, str]) -> PooledReply:
         """Send the request and wait for the head of its reply (informational replies passed
         over). Raises what ClientSession.request would: TimeoutError for the connection, aiohttp's
         ClientError otherwise. One coroutine, no helper: each level is resumed on every suspension."""
         head = self.head(method, target, body, headers)
         retries = 1 if method in _RETRIED else 0
         while True:
-            connection = await self._connector.connect(target.key_request(), [], self._timeout)
+            connection = await connect(self._connector, target.key_request(), self._timeout)
             try:
                 protocol: ResponseHandler | None = connection.protocol
                 transport = connection.transport
                 if protocol is None or transport is None or transport.is_closing():
                     raise aiohttp.ServerDisconnectedError()
-                # A parser for this reply; a body with neither a length nor chunks is read to the
-                # connection's end (as ClientSession reads one).
-                protocol.set_response_params(read_until_eof=True)
+                expect_reply(protocol)
                 if body:
                     transport.writelines((head, body))  # one write of both (the loop gathers them)
                 else:
                     transport.write(head)
                 while True:
                     try:
-                        message, payload = await protocol.read()
-                    except aiohttp.http_exceptions.HttpProcessingError as exc:
-                        raise aiohttp.ClientResponseError(
-                            _NO_REQUEST_INFO, (), status=exc.code, message=exc.message, headers=exc.headers
-                        ) from exc
+                        message, payload = await read_head(protocol)
+                    except HttpProcessingError as exc:
+                        raise unparsable_reply(exc) from exc
                     code = message.code
                     if not 100 <= code < 200 or code == 101:
-                        return Reply(code, message.headers, payload, target.url, connection)
+                        return PooledReply(code, message.headers, payload, target.url, connection)
             except BaseException as exc:
                 connection.close()
                 if not retries or not isinstance(exc, aiohttp.ClientOSError | aiohttp.ServerDisconnectedError):
@@ -187,6 +218,75 @@ class Requests:
                 retries -= 1
 
 
-_NO_REQUEST_INFO = aiohttp.RequestInfo(URL(), "", CIMultiDictProxy(CIMultiDict()), URL())
+class SessionReply:
+    """A reply of `SessionRequests`: the same surface as `Reply`, over aiohttp's ClientResponse."""
 
-__all__ = ["Reply", "Requests", "Target"]
+    __slots__ = ("_response", "content", "headers", "status", "url")
+
+    def __init__(self, response: aiohttp.ClientResponse) -> None:
+        self._response = response
+        self.status = response.status
+        self.headers = response.headers
+        self.content = response.content
+        self.url = str(response.url)
+
+    @property
+    def content_length(self) -> int | None:
+        return self._response.content_length
+
+    @property
+    def closed(self) -> bool:
+        return self._response.connection is None
+
+    def close(self) -> None:
+        self._response.close()
+
+
+# ClientSession's own automatic headers that `SessionRequests` leaves to its callers, as `Requests`
+# does: they send Accept, User-Agent and a body's Content-Type themselves.
+_LEFT_TO_CALLERS = frozenset(("Accept", "User-Agent", "Content-Type"))
+
+
+class SessionRequests:
+    """`Requests` through `ClientSession.request`, aiohttp's public API: used where the installed
+    aiohttp lacks the shape `Requests` relies on. The same headers go out (the session's own
+    default headers aside); it costs what ClientSession costs per request."""
+
+    __slots__ = ("_defaults", "_session")
+
+    def __init__(self, session: aiohttp.ClientSession, every: Mapping[str, str]) -> None:
+        self._session = session
+        defaults = CIMultiDict(every)
+        defaults.setdefault("Accept-Encoding", _ACCEPT_ENCODING)
+        self._defaults = defaults
+
+    async def send(self, method: str, target: Target, body: bytes | None, headers: Mapping[str, str]) -> SessionReply:
+        if any("\r" in line or "\n" in line for header in headers.items() for line in header):
+            raise ValueError("a line break in a header")  # as Requests says it (aiohttp would too)
+        merged = self._defaults.copy()
+        merged.update(headers)  # a request's header replaces a default of the same name, of any case
+        response = await self._session.request(
+            method, target.url, data=body, headers=merged, allow_redirects=False, skip_auto_headers=_LEFT_TO_CALLERS
+        )
+        return SessionReply(response)
+
+
+def requests_on(session: aiohttp.ClientSession, every: Mapping[str, str]) -> Requests | SessionRequests:
+    """The upstream's requests on `session`'s connections: written onto them (`Requests`) where the
+    installed aiohttp has the shape that relies on, through ClientSession.request otherwise (said
+    once, as `dependency_fallback`)."""
+    problems = client_problems()
+    if not problems:
+        return Requests(session, every)
+    log.warning(
+        "dependency_fallback",
+        dependency="aiohttp",
+        version=aiohttp.__version__,
+        part="upstream requests",
+        instead="ClientSession.request",
+        missing=problems,
+    )
+    return SessionRequests(session, every)
+
+
+__all__ = ["HttpReply", "PooledReply", "Requests", "SessionReply", "SessionRequests", "Target", "requests_on"]

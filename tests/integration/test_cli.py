@@ -289,3 +289,31 @@ def test_a_port_in_use_is_said_at_once_before_the_upstream_is_probed_and_nothing
     assert "cannot_start" in done.stderr + done.stdout and "in use" in done.stderr + done.stdout
     assert "stopped" not in done.stderr + done.stdout
     assert seen == []  # the upstream heard nothing of a proxy that could not start
+
+
+@pytest.mark.parametrize("mode", [["--listen", "127.0.0.1:0"], ["stdio"]], ids=["http", "stdio"])
+def test_an_aiohttp_without_what_the_read_deadlines_rely_on_is_refused_at_start(mode: list[str]) -> None:
+    """An aiohttp of a shape the proxy does not know (a patched class stands for it): no listener,
+    no upstream, a message naming the version installed and the range the proxy is tested with."""
+    script = (
+        "import sys\n"
+        "from aiohttp.web_protocol import RequestHandler\n"
+        "del RequestHandler._request_count\n"
+        "from proxy.cli import main\n"
+        "sys.exit(main(sys.argv[1:]))\n"
+    )
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(ENV_PREFIX)}
+    done = subprocess.run(
+        [sys.executable, "-c", script, *mode, "--upstream", "http://127.0.0.1:9/mcp"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=clean,
+        cwd=REPO,
+        check=False,
+    )
+    assert done.returncode == 2, done.stderr
+    assert f"aiohttp {aiohttp.__version__} is installed" in done.stderr
+    assert "RequestHandler._request_count is missing" in done.stderr
+    assert "aiohttp>=" in done.stderr and "Traceback" not in done.stderr
+    assert done.stdout == ""

@@ -1,5 +1,7 @@
 """Requests written straight onto aiohttp's pooled connections (proxy/upstream/wire.py), against
-aiohttp's server and against a server on a bare socket where a reply must be malformed or odd."""
+aiohttp's server and against a server on a bare socket where a reply must be malformed or odd; the
+same behaviour through ClientSession.request (`SessionRequests`, the fallback where the installed
+aiohttp lacks the shape the first relies on)."""
 
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from proxy.upstream.wire import Requests, Target
+from proxy.upstream.wire import Requests, SessionRequests, Target
 
 WAIT = 5.0
 EVERY = {"Accept": "application/json, text/event-stream", "User-Agent": "test/1", "X-Static": "s"}
@@ -90,6 +92,13 @@ async def bare_server() -> AsyncIterator[Callable[[Serve], Awaitable[str]]]:
         task.cancel()
 
 
+@pytest.fixture(params=[Requests, SessionRequests], ids=["pooled", "session"])
+def make_requests(request: pytest.FixtureRequest) -> type[Requests] | type[SessionRequests]:
+    """Each test runs on both ways of sending the upstream's requests."""
+    made: type[Requests] | type[SessionRequests] = request.param
+    return made
+
+
 @pytest.fixture
 async def session() -> AsyncIterator[aiohttp.ClientSession]:
     client = aiohttp.ClientSession(cookie_jar=aiohttp.DummyCookieJar())
@@ -135,11 +144,16 @@ async def recording_server(aiohttp_server: Any) -> tuple[str, list[tuple[list[tu
     ],
 )
 async def test_a_request_reaches_the_server_as_aiohttp_s_client_sends_it(
-    aiohttp_server: Any, session: aiohttp.ClientSession, method: str, body: bytes | None, headers: dict[str, str]
+    make_requests: Any,
+    aiohttp_server: Any,
+    session: aiohttp.ClientSession,
+    method: str,
+    body: bytes | None,
+    headers: dict[str, str],
 ) -> None:
     url, seen = await recording_server(aiohttp_server)
     async with asyncio.timeout(WAIT):
-        reply = await Requests(session, EVERY).send(method, Target(url), body, headers)
+        reply = await make_requests(session, EVERY).send(method, Target(url), body, headers)
         assert (reply.status, await reply.content.read()) == (200, b"{}")
         merged = {name: value for name, value in EVERY.items() if name.lower() not in {n.lower() for n in headers}}
         async with session.request(method, url, data=body, headers={**merged, **headers}) as response:
@@ -150,10 +164,10 @@ async def test_a_request_reaches_the_server_as_aiohttp_s_client_sends_it(
 
 
 async def test_a_line_break_in_a_header_is_refused_before_anything_is_sent(
-    aiohttp_server: Any, session: aiohttp.ClientSession
+    make_requests: Any, aiohttp_server: Any, session: aiohttp.ClientSession
 ) -> None:
     url, seen = await recording_server(aiohttp_server)
-    requests = Requests(session, EVERY)
+    requests = make_requests(session, EVERY)
     for headers in ({"Mcp-Name": "a\r\nX-Injected: 1"}, {"Mcp-Name": "a\nb"}, {"X-A\r\nB": "v"}):
         with pytest.raises(ValueError, match="line break"):
             await requests.send("POST", Target(url), b"{}", headers)
@@ -164,10 +178,10 @@ async def test_a_line_break_in_a_header_is_refused_before_anything_is_sent(
 
 
 async def test_a_reply_read_to_its_end_gives_its_connection_back_for_the_next_request(
-    aiohttp_server: Any, session: aiohttp.ClientSession
+    make_requests: Any, aiohttp_server: Any, session: aiohttp.ClientSession
 ) -> None:
     url, seen = await recording_server(aiohttp_server)
-    requests = Requests(session, EVERY)
+    requests = make_requests(session, EVERY)
     async with asyncio.timeout(WAIT):
         for _ in range(3):
             reply = await requests.send("POST", Target(url), b"{}", {})
@@ -178,7 +192,7 @@ async def test_a_reply_read_to_its_end_gives_its_connection_back_for_the_next_re
 
 
 async def test_closing_a_reply_before_its_end_closes_its_connection(
-    aiohttp_server: Any, session: aiohttp.ClientSession
+    make_requests: Any, aiohttp_server: Any, session: aiohttp.ClientSession
 ) -> None:
     """How a 2026-07-28 server learns that its request was cancelled: the connection closes."""
     disconnected = asyncio.Event()
@@ -200,7 +214,7 @@ async def test_closing_a_reply_before_its_end_closes_its_connection(
     app.router.add_get("/mcp", stream)
     server = await aiohttp_server(app)
     url = str(server.make_url("/mcp"))
-    requests = Requests(session, EVERY)
+    requests = make_requests(session, EVERY)
     async with asyncio.timeout(WAIT):
         reply = await requests.send("GET", Target(url), None, {})
         assert await reply.content.readany() == b"data: {}\n\n"
@@ -215,7 +229,9 @@ async def test_closing_a_reply_before_its_end_closes_its_connection(
     assert peers[0] != peers[1]  # the closed connection was not given back
 
 
-async def test_informational_replies_are_passed_over(bare_server: Any, session: aiohttp.ClientSession) -> None:
+async def test_informational_replies_are_passed_over(
+    make_requests: Any, bare_server: Any, session: aiohttp.ClientSession
+) -> None:
     url = await bare_server(
         answering(
             b"HTTP/1.1 103 Early Hints\r\nLink: </x>\r\n\r\n"
@@ -223,34 +239,34 @@ async def test_informational_replies_are_passed_over(bare_server: Any, session: 
         )
     )
     async with asyncio.timeout(WAIT):
-        reply = await Requests(session, EVERY).send("POST", Target(url), b"{}", {})
+        reply = await make_requests(session, EVERY).send("POST", Target(url), b"{}", {})
         assert reply.status == 200
         assert reply.headers["Content-Type"] == "application/json"
         assert await reply.content.read() == b"{}"
 
 
 async def test_a_reply_without_a_length_is_read_to_the_end_of_its_connection(
-    bare_server: Any, session: aiohttp.ClientSession
+    make_requests: Any, bare_server: Any, session: aiohttp.ClientSession
 ) -> None:
     url = await bare_server(answering(b'HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n\r\n{"a": 1}', close=True))
     async with asyncio.timeout(WAIT):
-        reply = await Requests(session, EVERY).send("POST", Target(url), b"{}", {})
+        reply = await make_requests(session, EVERY).send("POST", Target(url), b"{}", {})
         assert reply.content_length is None
         assert await reply.content.read() == b'{"a": 1}'
 
 
 async def test_a_reply_that_is_not_http_fails_as_a_client_error(
-    bare_server: Any, session: aiohttp.ClientSession
+    make_requests: Any, bare_server: Any, session: aiohttp.ClientSession
 ) -> None:
     url = await bare_server(answering(b"SSH-2.0-OpenSSH_9.6\r\n\r\n"))
     async with asyncio.timeout(WAIT):
         with pytest.raises(aiohttp.ClientResponseError):
-            await Requests(session, EVERY).send("POST", Target(url), b"{}", {})
+            await make_requests(session, EVERY).send("POST", Target(url), b"{}", {})
 
 
 @pytest.mark.parametrize(("method", "sent_again"), [("GET", True), ("DELETE", True), ("POST", False)])
 async def test_a_request_on_a_connection_the_server_dropped_is_sent_again_once_only_when_idempotent(
-    bare_server: Any, session: aiohttp.ClientSession, method: str, sent_again: bool
+    make_requests: Any, bare_server: Any, session: aiohttp.ClientSession, method: str, sent_again: bool
 ) -> None:
     """As aiohttp's client: the server closed a kept-alive connection as the request went on it."""
     received: list[int] = []
@@ -264,7 +280,7 @@ async def test_a_request_on_a_connection_the_server_dropped_is_sent_again_once_o
             conversation.writer.write(answer)
 
     url = await bare_server(serve)
-    requests = Requests(session, EVERY)
+    requests = make_requests(session, EVERY)
     async with asyncio.timeout(WAIT):
         first = await requests.send(method, Target(url), b"{}" if method == "POST" else None, {})
         assert await first.content.read() == b"{}"
@@ -325,7 +341,9 @@ def _tls_contexts(tmp_path: Any) -> tuple[ssl.SSLContext, ssl.SSLContext]:
     return server, client
 
 
-async def test_an_https_upstream_is_reached_over_verified_tls(aiohttp_server: Any, tmp_path: Any) -> None:
+async def test_an_https_upstream_is_reached_over_verified_tls(
+    make_requests: Any, aiohttp_server: Any, tmp_path: Any
+) -> None:
     """TLS is the connector's: the certificate is verified for the URL's host name (SNI included)."""
     server_context, client_context = _tls_contexts(tmp_path)
 
@@ -337,7 +355,7 @@ async def test_an_https_upstream_is_reached_over_verified_tls(aiohttp_server: An
     server = await aiohttp_server(app, ssl=server_context)
     session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=client_context))
     try:
-        requests = Requests(session, EVERY)
+        requests = make_requests(session, EVERY)
         async with asyncio.timeout(WAIT):
             reply = await requests.send("POST", Target(f"https://localhost:{server.port}/mcp"), b"{}", {})
             assert (reply.status, await reply.content.read()) == (200, b'{"tls": true}')
