@@ -1,7 +1,8 @@
 """The HTTP server the endpoints run on: aiohttp's, with deadlines on reading each request.
 
-aiohttp bounds only an idle connection (`keepalive_timeout`: no request under way, before the
-first or between two). A client that sends its headers or its body a byte at a time holds its
+aiohttp bounds only an idle connection (`keepalive_timeout`: no request under way, between two;
+before the first only from aiohttp 3.14.4, so that one is timed here, with the same
+`downstream.idle_timeout_s`). A client that sends its headers or its body a byte at a time holds its
 connection, and then its handler, for as long as it likes (slowloris). So, per request:
 
 - headers (`downstream.header_timeout_s`, from the request's first byte): past it the client gets
@@ -60,7 +61,7 @@ class DeadlineHandler(JsonErrors):
     requests whose headers are complete, and the body of the last one as aiohttp queued it.
     """
 
-    __slots__ = ("_body", "_deadline", "_event_loop", "_expired", "_limits")
+    __slots__ = ("_body", "_deadline", "_event_loop", "_expired", "_limits", "_unused")
 
     def __init__(
         self, manager: web.Server, limits: DownstreamConfig, loop: asyncio.AbstractEventLoop, **kwargs: Any
@@ -71,10 +72,18 @@ class DeadlineHandler(JsonErrors):
         self._deadline: asyncio.TimerHandle | None = None
         self._body: StreamReader | None = None  # a body being received
         self._expired = False
+        self._unused = True  # nothing has arrived yet
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)
+        self._arm(self._limits.idle_timeout_s, self._unused_too_long)
 
     def data_received(self, data: bytes) -> None:
         if self._expired:
             return  # the connection closes: nothing more is read
+        if self._unused:  # its first bytes: the idle deadline before them is met
+            self._unused = False
+            self._disarm()
         heads = request_count(self)
         in_body = self._body is not None
         _parse(self, data)
@@ -107,6 +116,13 @@ class DeadlineHandler(JsonErrors):
     def _body_received(self) -> None:
         self._body = None
         self._disarm()
+
+    def _unused_too_long(self) -> None:
+        # A connection that never sent a byte is closed as aiohttp closes one idle between two
+        # requests: nothing is written, nobody asked anything.
+        self._deadline = None
+        self._expired = True
+        self.force_close()
 
     def _headers_too_slow(self) -> None:
         self._deadline = None

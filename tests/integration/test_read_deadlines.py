@@ -48,7 +48,7 @@ async def serve_proxy(fake: FakeModern) -> AsyncIterator[Serve]:
         runners.append(started)
         site = web.TCPSite(started, "127.0.0.1", 0)
         await site.start()
-        return site.port
+        return started.addresses[0][1]
 
     yield start
     for started in runners:

@@ -84,7 +84,7 @@ async def served() -> AsyncIterator[tuple[str, web.Application, mock.MagicMock]]
     await site.start()
     resolve = UrlDispatcher.resolve
     with mock.patch.object(UrlDispatcher, "resolve", autospec=True, side_effect=resolve) as counted:
-        yield f"http://127.0.0.1:{site.port}", app, counted
+        yield f"http://127.0.0.1:{started.addresses[0][1]}", app, counted
     await started.cleanup()
 
 
@@ -126,7 +126,7 @@ async def test_an_application_with_middlewares_is_dispatched_as_usual() -> None:
         site = web.TCPSite(started, "127.0.0.1", 0)
         await site.start()
         async with aiohttp.ClientSession(timeout=WAIT) as client:
-            async with client.post(f"http://127.0.0.1:{site.port}/mcp", data=b"{}") as response:
+            async with client.post(f"http://127.0.0.1:{started.addresses[0][1]}/mcp", data=b"{}") as response:
                 assert response.status == 200
                 assert response.headers["X-Middleware"] == "1"
     finally:
