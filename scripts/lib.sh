@@ -51,3 +51,24 @@ peer_venv() {  # name "requirement [requirement ...]"
     echo "$2" > "$dir/.requirement"
   fi
 }
+
+# The floors tier's virtualenv ($CACHE/venvs/floors): the proxy with the lowest version of every
+# runtime dependency pyproject.toml declares (tests/floors/constraints.txt) and the newest test
+# tools; rebuilt when either file changes. The proxy itself is installed editable from this clone.
+floors_venv() {
+  local dir="$CACHE/venvs/floors" key
+  key="$(cat "$REPO/pyproject.toml" "$REPO/tests/floors/constraints.txt" | sha256sum | cut -c1-16)"
+  if [ ! -x "$dir/bin/python" ] || [ "$(cat "$dir/.key" 2>/dev/null)" != "$key" ]; then
+    rm -rf "$dir"
+    "$PYTHON" -m venv "$dir"
+    if ! { "$dir/bin/pip" install -q --upgrade pip \
+        && "$dir/bin/pip" install -q -c "$REPO/tests/floors/constraints.txt" -e "$REPO[test]"; } >"$dir.log" 2>&1; then
+      cat "$dir.log" >&2; echo "cannot install the floors (tests/floors/constraints.txt)" >&2; return 1
+    fi
+    echo "$key" > "$dir/.key"
+    echo "$REPO" > "$dir/.clone"
+  elif [ "$(cat "$dir/.clone" 2>/dev/null)" != "$REPO" ]; then  # another clone: the proxy from this one
+    "$dir/bin/pip" install -q --no-deps -e "$REPO" >"$dir.log" 2>&1 || { cat "$dir.log" >&2; return 1; }
+    echo "$REPO" > "$dir/.clone"
+  fi
+}

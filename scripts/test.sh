@@ -3,9 +3,12 @@
 #
 #   bash scripts/test.sh           everything (the README's test command, what .ci/run runs): ruff,
 #                                  mypy, the documentation site's strict build, the core's coverage
-#                                  gate, the deploy lint, then every test:
+#                                  gate, the deploy lint, the floors tier, then every test:
 #                                  unit, hostile, integration, e2e against the real peers, the
 #                                  conformance runs, the replica suite, the ops checks and the soak
+#   bash scripts/test.sh --floors  the floors tier alone: the suites of tests/floors/suites.txt on the
+#                                  lowest version of every runtime dependency pyproject.toml declares
+#                                  (tests/floors/constraints.txt), in a virtualenv of their own
 #   bash scripts/test.sh --quick   the inner loop: ruff, mypy, the site's build, the coverage gate,
 #                                  and every test that starts no third-party peer (tests/unit,
 #                                  tests/hostile, tests/integration and the repository checks in
@@ -17,6 +20,19 @@
 . "$(dirname "$0")/lib.sh"
 QUICK=0
 if [ "${1:-}" = "--quick" ]; then QUICK=1; shift; fi
+# The floors tier: the suites that go through the dependencies' private parts (proxy/seams/) on the
+# lowest versions pyproject.toml declares, so that its ranges are the ones the test command proves.
+floors_suites() { grep -v '^#' "$REPO/tests/floors/suites.txt" | awk 'NF { print $1 }'; }
+run_floors() {
+  # shellcheck disable=SC2046  # one path a line
+  (cd "$REPO" && "$CACHE/venvs/floors/bin/pytest" -q -p no:cacheprovider --no-header $(floors_suites))
+}
+if [ "${1:-}" = "--floors" ]; then
+  shift
+  floors_venv
+  run_floors
+  exit
+fi
 project_venv
 # redis-server for the store's integration tests; HAProxy and Prometheus for the replica and ops suites.
 bash "$REPO/scripts/setup-services.sh"
@@ -36,12 +52,16 @@ cd "$REPO"
 byte_code=$!
 trap 'kill "$byte_code" 2>/dev/null || true' EXIT
 if [ "$QUICK" -eq 0 ]; then
+  # The floors' virtualenv is made meanwhile (downloads, the first time: the checks below use the CPU).
+  floors_log="$(mktemp)"
+  floors_venv >"$floors_log" 2>&1 &
+  floors_setup=$!
   # The deploy lint (helm, node and promtool processes, 40 s) runs beside the Python checks below,
   # which use one core; its report is printed after theirs, and a failure of it fails the run.
   deploy_report="$(mktemp)"
   LINT_DEPLOY_PYTEST=0 bash scripts/lint-deploy.sh >"$deploy_report" 2>&1 &
   deploy_lint=$!
-  trap 'kill "$byte_code" "$deploy_lint" 2>/dev/null || true; rm -f "$deploy_report"' EXIT
+  trap 'kill "$byte_code" "$deploy_lint" "$floors_setup" 2>/dev/null || true; rm -f "$deploy_report" "$floors_log"' EXIT
 fi
 .venv/bin/ruff check proxy tests scripts bench
 .venv/bin/ruff format --check proxy tests scripts bench
@@ -82,6 +102,12 @@ wait "$deploy_lint" || deploy_status=$?
 cat "$deploy_report"
 [ "$deploy_status" -eq 0 ] || { echo "the deploy lint failed (exit $deploy_status)" >&2; exit "$deploy_status"; }
 rm -f "$deploy_report"
+floors_status=0
+wait "$floors_setup" || floors_status=$?
+cat "$floors_log"
+rm -f "$floors_log"
+[ "$floors_status" -eq 0 ] || { echo "the floors' virtualenv could not be made (exit $floors_status)" >&2; exit 1; }
+names_tests "$@" || run_floors  # arguments that name tests replace the tiers' selections
 wait "$byte_code"
 trap - EXIT
 exec .venv/bin/pytest "$@"

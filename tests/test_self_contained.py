@@ -4,6 +4,8 @@ tests/peers, the official schemas vendored in tests/schemas)."""
 from __future__ import annotations
 
 import json
+import re
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -56,3 +58,42 @@ def test_the_npm_peers_are_pinned_in_the_clone() -> None:
         assert lock["packages"][f"node_modules/{name}"]["version"] == version, name
     assert (peers / "fixtures" / "conformance-fixture-v2.mjs").is_file()
     assert (peers / "peer.sh").is_file() and (peers / "env.sh").is_file()
+
+
+def _floors_declared() -> dict[str, str]:
+    """Each runtime dependency pyproject.toml declares (extras included), with its lowest version."""
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    requirements = list(project["dependencies"])
+    for extra in ("redis", "otel"):
+        requirements += project["optional-dependencies"][extra]
+    floors: dict[str, str] = {}
+    for requirement in requirements:
+        found = re.match(r"([A-Za-z0-9_.-]+)(?:\[[^]]*\])?([^;]*)", requirement)
+        assert found is not None, requirement
+        lowest = [part.strip()[2:] for part in found[2].split(",") if part.strip().startswith(">=")]
+        assert len(lowest) == 1, f"{requirement}: a runtime dependency declares its lowest version (>=)"
+        floors[found[1].lower()] = lowest[0]
+    return floors
+
+
+def test_the_floors_tier_pins_the_lowest_version_pyproject_declares_of_every_runtime_dependency() -> None:
+    pinned = {}
+    for line in (REPO / "tests" / "floors" / "constraints.txt").read_text().splitlines():
+        if line.strip() and not line.startswith("#"):
+            name, _, version = line.partition("==")
+            pinned[name.strip().lower()] = version.strip()
+    declared = _floors_declared()
+    assert set(pinned) == set(declared)
+    for name, version in declared.items():
+        # ">=2.7" is proved by 2.7.0: the same release, spelt in full
+        assert pinned[name] == version or pinned[name] == version + ".0" * (3 - version.count(".") - 1), name
+
+
+def test_the_floors_tier_runs_suites_that_exist() -> None:
+    suites = [
+        line.split()[0]
+        for line in (REPO / "tests" / "floors" / "suites.txt").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
+    assert any("tests/unit/seams/".startswith(suite.rstrip("/") + "/") for suite in suites)  # the seams' own
+    assert all((REPO / suite).exists() for suite in suites), suites
