@@ -11,6 +11,7 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 import aiohttp
@@ -286,6 +287,45 @@ def test_a_port_in_use_is_said_at_once_before_the_upstream_is_probed_and_nothing
             upstream.shutdown()
             upstream.server_close()
     assert done.returncode == 1
-    assert "cannot_start" in done.stderr + done.stdout and "in use" in done.stderr + done.stdout
+    [failed] = [line for line in log_lines(done.stderr) if line["event"] == "cannot_start"]
+    assert "in use" in failed["error"]
+    # Which address, and where it was set: the flag, the config key and the variable.
+    assert (failed["address"], failed["setting"]) == (f"127.0.0.1:{port}", "listen")
+    assert all(where in failed["hint"] for where in ("--listen HOST:PORT", "listen", f"{ENV_PREFIX}LISTEN"))
     assert "stopped" not in done.stderr + done.stdout
     assert seen == []  # the upstream heard nothing of a proxy that could not start
+
+
+def log_lines(output: str) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in output.splitlines() if line.startswith("{")]
+
+
+@pytest.mark.parametrize("stdio", [False, True], ids=["http", "stdio"])
+def test_an_admin_address_in_use_is_named_with_its_flag_variable_and_setting(stdio: bool) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        flags = ["--admin-listen", f"127.0.0.1:{port}", "--upstream-era", "legacy"]
+        done = (
+            run_cli("stdio", "--upstream", "http://127.0.0.1:1/mcp", *flags)
+            if stdio
+            else run_cli("--upstream", "http://127.0.0.1:1/mcp", "--listen", "127.0.0.1:0", *flags)
+        )
+    assert done.returncode == 1, done.stderr
+    events = log_lines(done.stderr)
+    [failed] = [line for line in events if line["event"] == "cannot_start"]
+    assert "in use" in failed["error"]
+    assert (failed["address"], failed["setting"]) == (f"127.0.0.1:{port}", "admin_listen")
+    assert "another program listens there" in failed["hint"]
+    assert all(where in failed["hint"] for where in ("--admin-listen HOST:PORT", f"{ENV_PREFIX}ADMIN_LISTEN"))
+    assert "stopped" not in [line["event"] for line in events]  # it never started
+    assert "Traceback" not in done.stderr
+
+
+def test_an_address_that_does_not_resolve_names_its_setting_and_not_a_port_in_use() -> None:
+    done = run_cli("--upstream", "http://127.0.0.1:1/mcp", "--listen", "nowhere.invalid:8080")
+    assert done.returncode == 1
+    [failed] = [line for line in log_lines(done.stderr) if line["event"] == "cannot_start"]
+    assert (failed["address"], failed["setting"]) == ("nowhere.invalid:8080", "listen")
+    assert "listens there" not in failed["hint"] and "--listen HOST:PORT" in failed["hint"]
