@@ -93,6 +93,50 @@ def test_the_demo_refuses_an_upstream_port_something_else_listens_on(logs_dir: P
         assert sock.connect_ex(("127.0.0.1", proxy_port)) != 0
 
 
+def test_the_demo_refuses_a_proxy_address_something_else_listens_on(logs_dir: Path) -> None:
+    """It printed "Ready. Point an MCP client ... at" that address, where the other program answered,
+    and the proxy then failed with cannot_start."""
+    upstream_port = reserved_port()
+    with socket.socket() as foreign:
+        foreign.bind(("127.0.0.1", 0))
+        foreign.listen()
+        taken = foreign.getsockname()[1]
+        env = {"PROXY_LISTEN": f"127.0.0.1:{taken}", "UPSTREAM_PORT": str(upstream_port)}
+        demo = Process(demo_argv(), logs_dir / "demo-proxy-port-taken.log", env, REPO)
+        try:
+            code = demo.proc.wait(timeout=100)
+        finally:
+            demo.stop()
+    output = demo.output()
+    assert code == 1, output
+    assert f"127.0.0.1:{taken} is already in use by another program" in output and "--listen HOST:PORT" in output
+    assert "Ready" not in output and "listening" not in output  # neither the proxy nor the example started
+    with socket.socket() as sock:
+        assert sock.connect_ex(("127.0.0.1", upstream_port)) != 0
+
+
+def test_the_demo_is_ready_only_once_the_proxy_itself_listens(logs_dir: Path) -> None:
+    """Another program takes the proxy's port after the demo checked it, while the example
+    upstream starts: the proxy cannot start, and the demo says so instead of "Ready" (it took the
+    port answering for the proxy's readiness)."""
+    proxy_port, upstream_port = reserved_port(), reserved_port()
+    env = {"PROXY_LISTEN": f"127.0.0.1:{proxy_port}", "UPSTREAM_PORT": str(upstream_port)}
+    demo = Process(demo_argv(), logs_dir / "demo-proxy-port-taken-late.log", env, REPO)
+    with socket.socket() as foreign:
+        try:
+            demo.wait_listening(240, port=upstream_port)  # the proxy starts once its upstream listens
+            foreign.bind(("127.0.0.1", proxy_port))
+            foreign.listen()
+            code = demo.proc.wait(timeout=60)
+        finally:
+            demo.stop()
+    output = demo.output()
+    assert code == 1, output
+    assert "Ready" not in output, output
+    assert "cannot_start" in output and f"address=127.0.0.1:{proxy_port}" in output
+    assert "demo: the proxy did not start (exit 1)" in output
+
+
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
 def test_a_signal_to_the_demo_script_stops_the_proxy_and_the_example_upstream(
     logs_dir: Path, signum: signal.Signals
