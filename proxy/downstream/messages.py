@@ -23,7 +23,7 @@ class Record:
 
     error_code: object = None  # the JSON-RPC error code of an error reply
     method: Any = None
-    downstream_era = "legacy"
+    downstream_era = "legacy"  # until the client's MCP-Protocol-Version header or its message says
     upstream_era = "unknown"
     outcome = "ok"
     status = 200

@@ -142,3 +142,30 @@ async def test_every_request_is_logged_once_with_eras_outcome_latency_and_a_hash
     assert event["downstream_era"] == "legacy" and event["upstream_era"] == "modern"
     assert isinstance(event["latency_ms"], float)
     assert event["session"] and event["session"] != peer.session_id and event["session"] not in peer.session_id
+
+
+async def test_a_modern_request_the_unreachable_upstream_fails_is_counted_and_logged_as_modern(
+    make_proxy: MakeProxy,
+) -> None:
+    """The era probe fails before the request reaches its relay: it was counted and logged as
+    legacy, the record's default."""
+    proxy = await make_proxy(upstream_url=closed_port_url(), **{"upstream.era": "auto"})
+    with structlog.testing.capture_logs() as logs:
+        reply = await ModernClient(proxy.client).request("tools/list")
+        # No body to classify; its header declares 2026-07-28.
+        unreadable = await proxy.client.post(
+            "/mcp",
+            data=b"{not json",
+            headers={"Content-Type": "application/json", "MCP-Protocol-Version": "2026-07-28"},
+        )
+    assert reply.error is not None and unreadable.status == 400
+    assert [(e["method"], e["downstream_era"]) for e in logs if e["event"] == "request"] == [
+        ("tools/list", "modern"),
+        (None, "modern"),
+    ]
+    requests = samples(await (await proxy.client.get("/metrics")).text(), "mcp_era_proxy_requests_total")
+    modern = {
+        dict(labels)["outcome"]: value for labels, value in requests.items() if ("downstream_era", "modern") in labels
+    }
+    assert modern == {"upstream_error": 1, "rejected": 1}
+    assert not [labels for labels, value in requests.items() if ("downstream_era", "legacy") in labels and value]
