@@ -314,9 +314,9 @@ def log_events() -> str:
             "for a file), each with `event`, `level` and `ts`; under `--workers N`, every line a worker writes "
             "carries `worker` (its index). Every downstream message produces one `request` event with `method`, "
             "`downstream_era`, `upstream_era`, `outcome`, `status`, `latency_ms` and `session` (a hash of the "
-            "session id, never the id; credentials are never logged). Each event is listed with the level it "
-            "is logged at; events read together share a row and its meaning, which names in `code` the fields "
-            "their lines carry.\n\n",
+            "session id, never the id, null outside a session; credentials are never logged). Each event is "
+            "listed with the level it is logged at; events read together share a row and its meaning, which "
+            "names in `code` the fields their lines carry.\n\n",
             table(["event and level", "meaning", "logged by"], rows),
         ]
     )

@@ -235,9 +235,11 @@ class McpEndpoint:
                 # Counted before it is relayed, as a translated request is: a client that leaves
                 # before the end (even once answered) still sent it.
                 record.sighting = self._byte_sessions.sighting(body, session_id, None)
+                record.session = session_id  # the upstream's own session
             response = await self._bytes(request, "POST", raw, record, legacy=True, message=body, caller=caller)
             if initialize:
-                record.sighting = self._byte_sessions.sighting(body, session_id, response.headers.get(SESSION_HEADER))
+                record.session = response.headers.get(SESSION_HEADER)  # the one its reply hands out
+                record.sighting = self._byte_sessions.sighting(body, session_id, record.session)
             return response
         if route is Route.LEGACY_SESSIONLESS:
             raise ProxyError.rejected(SESSIONLESS)
