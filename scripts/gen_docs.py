@@ -118,7 +118,8 @@ def _default(info: FieldInfo) -> str:
     if info.is_required():
         return "required"
     value = info.get_default(call_default_factory=True)
-    return "unset" if value is None else f"`{_value(value)}`"
+    # An empty string is a value worked out from other settings (its description says how).
+    return "unset" if value is None else "derived" if value == "" else f"`{_value(value)}`"
 
 
 def _is_section(info: FieldInfo) -> bool:

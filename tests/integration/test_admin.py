@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from urllib.parse import urlsplit
+
 import structlog
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -169,3 +171,18 @@ async def test_a_modern_request_the_unreachable_upstream_fails_is_counted_and_lo
     }
     assert modern == {"upstream_error": 1, "rejected": 1}
     assert not [labels for labels, value in requests.items() if ("downstream_era", "legacy") in labels and value]
+
+
+async def test_an_unnamed_upstream_is_called_by_its_host_and_port_in_readiness_errors_and_the_status_page(
+    make_proxy: MakeProxy,
+) -> None:
+    """Everything said "upstream 'upstream'" (upstream.name's default)."""
+    url = closed_port_url()
+    proxy = await make_proxy(upstream_url=url, **{"upstream.name": None, "upstream.era": "auto"})
+    where = urlsplit(url).netloc  # 127.0.0.1:<port>
+    assert (await (await proxy.client.get("/readyz")).json())["upstream"] == where
+    reply = await ModernClient(proxy.client).request("tools/list")
+    assert reply.error is not None and f"upstream '{where}'" in reply.error["message"], reply.error
+    assert f"Upstream <b>{where}</b>" in await (await proxy.client.get("/")).text()
+    errors = samples(await (await proxy.client.get("/metrics")).text(), "mcp_era_proxy_upstream_errors_total")
+    assert {dict(labels)["upstream"] for labels in errors} == {where}

@@ -20,6 +20,7 @@ from proxy.config import (
     is_loopback_host,
     load_settings,
     parse_listen,
+    shown,
 )
 from proxy.protocol.meta import LOG_LEVELS
 
@@ -120,6 +121,27 @@ def test_sources_merge_key_by_key_inside_a_section(tmp_path, monkeypatch):
     assert settings.upstream.url == "http://env.example/mcp"
     assert settings.upstream.name == "from-yaml"
     assert settings.upstream.request_timeout_s == 9.0
+
+
+@pytest.mark.parametrize(
+    ("upstream", "name"),
+    [
+        ({"upstream.url": "https://user:secret@mcp.example.com/mcp?key=k"}, "mcp.example.com"),
+        ({"upstream.url": "http://127.0.0.1:3000/mcp"}, "127.0.0.1:3000"),
+        ({"upstream.url": "http://[::1]:3000/mcp"}, "[::1]:3000"),
+        ({"upstream.sse_url": "http://legacy.internal:8000/sse"}, "legacy.internal:8000"),
+        ({"upstream.command": "npx -y @modelcontextprotocol/server-everything stdio"}, "npx"),
+        ({"upstream.command": ["/opt/my servers/run server.sh", "--stdio"]}, "run_server.sh"),
+        ({"upstream.url": "http://127.0.0.1:3000/mcp", "upstream.name": "billing"}, "billing"),
+    ],
+    ids=["credentials-and-path-left-out", "host-and-port", "ipv6", "sse", "program", "program-sanitized", "set"],
+)
+def test_the_upstream_is_named_by_its_host_and_port_or_its_program_unless_named(upstream, name):
+    """It was named `upstream` whatever it was: errors read "upstream 'upstream' answered ..."."""
+    settings = load_settings(None, **upstream)
+    assert settings.upstream.name == name
+    assert shown(settings)["upstream"]["name"] == name  # --check-config shows the name in use
+    assert load_settings(None, **{**upstream, "upstream.name": name}).upstream.name == name  # a valid name
 
 
 def test_flags_left_unset_do_not_hide_env_or_file_values(tmp_path, monkeypatch):
