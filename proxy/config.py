@@ -1076,15 +1076,30 @@ def _yaml_problem(path: Path, exc: yaml.MarkedYAMLError) -> str:
 
 
 def _check_environment() -> None:
-    """A misspelt MCP_ERA_PROXY_* variable is an error, not a silently ignored setting."""
-    fields = set(Settings.model_fields)
+    """A misspelt MCP_ERA_PROXY_* variable is an error named by the variable, not a silently
+    ignored setting, nor one pydantic would report by the setting it spells (`upstream.ulr`)."""
     for name in os.environ:
-        if name.upper().startswith(ENV_PREFIX):
-            key = name[len(ENV_PREFIX) :].lower().split("__")[0]
-            if key not in fields:
-                close = difflib.get_close_matches(key, fields, n=1)
-                hint = f"did you mean {ENV_PREFIX}{close[0].upper()}...? " if close else ""
-                raise ConfigError(f"unknown environment variable {name} ({hint}settings: {', '.join(sorted(fields))})")
+        if not name.upper().startswith(ENV_PREFIX):
+            continue
+        path = name[len(ENV_PREFIX) :].lower().split("__")
+        for depth, key in enumerate(path):
+            known = _keys_at(tuple(path[:depth]))
+            if not known:  # below a setting (a map such as upstream.headers): keys of its value
+                break
+            if key not in known:
+                raise ConfigError(f"unknown environment variable {name} ({_env_hint(path, depth, known)})")
+
+
+def _env_hint(path: list[str], depth: int, known: list[str]) -> str:
+    """The variable closest to one whose key at `depth` is misspelt, and the settings there."""
+    section, key, rest = path[:depth], path[depth], path[depth + 1 :]
+    close = difflib.get_close_matches(key, known, n=1)
+    hint = ""
+    if close:
+        spelt = ENV_PREFIX + "__".join((*section, close[0], *rest)).upper()
+        hint = f"did you mean {spelt}{'__...' if not rest and _keys_at((*section, close[0])) else ''}? "
+    where = f"settings of {'.'.join(section)}" if section else "settings"
+    return f"{hint}{where}: {', '.join(sorted(known))}"
 
 
 class ConfigError(ValueError):

@@ -289,11 +289,33 @@ def test_unknown_flag_keys_are_rejected(key, field):
         load_settings(**{"upstream.url": URL, key: "x"})
 
 
-def test_unknown_nested_environment_keys_are_rejected(monkeypatch):
+@pytest.mark.parametrize(
+    ("key", "suggested"),
+    [
+        ("upstream.ulr", "MCP_ERA_PROXY_UPSTREAM__URL?"),
+        ("upstream.pool.max_sesions", "MCP_ERA_PROXY_UPSTREAM__POOL__MAX_SESSIONS?"),
+        ("upstraem.url", "MCP_ERA_PROXY_UPSTREAM__URL?"),
+        ("upstream.timeout", None),
+    ],
+)
+def test_an_unknown_nested_environment_variable_is_named_as_set(monkeypatch, key, suggested):
+    """It was reported as the setting it would have been ("upstream.ulr: unknown setting"), which
+    names no variable the operator can find."""
     _env(monkeypatch, "upstream.url", URL)
-    _env(monkeypatch, "upstream.timeout", "3")
-    with pytest.raises(ConfigError, match=r"upstream\.timeout"):
+    _env(monkeypatch, key, "3")
+    with pytest.raises(ConfigError) as refused:
         load_settings()
+    message = str(refused.value)
+    assert message.startswith(f"unknown environment variable {ENV_PREFIX}{key.upper().replace('.', '__')} (")
+    assert "unknown setting" not in message
+    if suggested is not None:
+        assert f"did you mean {suggested}" in message
+
+
+def test_variables_below_a_map_setting_are_its_keys_not_unknown_settings(monkeypatch):
+    _env(monkeypatch, "upstream.url", URL)
+    monkeypatch.setenv(f"{ENV_PREFIX}UPSTREAM__HEADERS__X_API_KEY", "k")
+    assert load_settings().upstream.headers == {"x_api_key": "k"}
 
 
 def test_unknown_top_level_environment_keys_are_rejected(monkeypatch):
