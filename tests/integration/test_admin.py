@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import html
 from urllib.parse import urlsplit
 
 import structlog
 from prometheus_client.parser import text_string_to_metric_families
 
+from proxy.downstream.admin import STREAMS_IN_WORDS
+from proxy.metrics import STREAM_KINDS
 from tests.support.fake_modern import Call, FakeModern, Outcome, error
 from tests.support.legacy_client import initialize_message
 from tests.support.mcp_client import ACCEPT
@@ -186,3 +189,13 @@ async def test_an_unnamed_upstream_is_called_by_its_host_and_port_in_readiness_e
     assert f"Upstream <b>{where}</b>" in await (await proxy.client.get("/")).text()
     errors = samples(await (await proxy.client.get("/metrics")).text(), "mcp_era_proxy_upstream_errors_total")
     assert {dict(labels)["upstream"] for labels in errors} == {where}
+
+
+async def test_the_status_page_says_what_is_open_in_words_not_metric_labels(proxy: Proxy) -> None:
+    """It showed "streams: downstream_get" and the like."""
+    await (await proxy.connect()).request("ping")
+    page = await (await proxy.client.get("/")).text()
+    for words in STREAMS_IN_WORDS.values():
+        assert f"<td>{html.escape(words)}</td><td>0</td>" in page
+    assert "<td>legacy sessions (held here)</td><td>1</td>" in page
+    assert not any(kind in page for kind in STREAM_KINDS), page
