@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import errno
 import gc
 import json
 import os
@@ -14,7 +15,7 @@ import signal
 import socket
 import sys
 import tempfile
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Iterator, Sequence
 from typing import Any, TextIO
 
 import aiohttp
@@ -133,14 +134,11 @@ async def serve(
     internal_app = app.get(INTERNAL)
     runners: list[web.AppRunner] = []
     listening = False
-    listeners = (
-        (app, settings.listen),
-        (internal_app, settings.replicas.internal_listen),  # replays from other replicas only
-        (admin_app, settings.admin_listen),
-    )
+    applications = {"listen": app, "replicas.internal_listen": internal_app, "admin_listen": admin_app}
     try:
-        for application, address in listeners:
-            if application is None or address is None:
+        for setting, address in _addresses(settings):
+            application = applications[setting]  # the internal one: replays from other replicas only
+            if application is None:
                 continue
             runner = make_runner(application, settings)  # with deadlines on reading requests
             await runner.setup()
@@ -149,7 +147,8 @@ async def serve(
             # Workers share the MCP port: the kernel spreads connections over them (SO_REUSEPORT).
             # Each has an admin port of its own (proxy/cluster/workers.py).
             shared = settings.workers > 1 and application is app
-            await web.TCPSite(runner, host, port, reuse_address=True, reuse_port=shared or None).start()
+            with _listening_on(setting, address):
+                await web.TCPSite(runner, host, port, reuse_address=True, reuse_port=shared or None).start()
             path = settings.path if application is app else ""
             name = "mcp" if application is app else "internal" if application is internal_app else "admin"
             log.info("listening", address=f"http://{bound_address(runner)}{path}", listener=name)
@@ -183,21 +182,68 @@ async def serve(
             log.info("stopped")
 
 
+def _addresses(settings: Settings) -> list[tuple[str, str]]:
+    """The addresses to listen on, each with the setting that names it, in the order they open:
+    the MCP endpoint, the internal listener, the separate admin listener."""
+    named = (
+        ("listen", settings.listen),
+        ("replicas.internal_listen", settings.replicas.internal_listen),
+        ("admin_listen", settings.admin_listen),
+    )
+    return [(setting, address) for setting, address in named if address is not None]
+
+
+class CannotListen(OSError):
+    """An address the proxy cannot listen on, said with where it was set: the setting, its flag
+    and its environment variable, so the operator knows what to change."""
+
+    def __init__(self, setting: str, address: str, cause: OSError) -> None:
+        super().__init__(cause.errno, cause.strerror or str(cause))
+        self.setting = setting
+        self.address = address
+        self.cause = cause
+
+    def fields(self) -> dict[str, str]:
+        """The `cannot_start` line's fields."""
+        flag = _LISTEN_FLAGS.get(self.setting)
+        where = f"{flag} HOST:PORT, " if flag else ""
+        variable = ENV_PREFIX + self.setting.upper().replace(".", "__")
+        taken = "another program listens there: stop it, or " if self.errno == errno.EADDRINUSE else ""
+        return {
+            "error": str(self.cause),
+            "address": self.address,
+            "setting": self.setting,
+            "hint": f"{taken}choose another address with {where}{self.setting} in the config file or {variable}",
+        }
+
+
+# The command line's flag of each address setting (replicas.internal_listen has none).
+_LISTEN_FLAGS = {"listen": "--listen", "admin_listen": "--admin-listen"}
+
+
+@contextlib.contextmanager
+def _listening_on(setting: str, address: str) -> Iterator[None]:
+    """Binding `address` (set by `setting`): its failure said as CannotListen."""
+    try:
+        yield
+    except OSError as exc:
+        raise CannotListen(setting, address, exc) from None
+
+
 def _check_bindable(settings: Settings) -> None:
-    """Each configured address can be bound now (OSError, as binding it would, if not). Asked
-    first, so a port in use is the first thing said, before any upstream probe; the listeners bind
-    for real later (a port taken in between still fails there). Port 0 and the port workers share
-    (SO_REUSEPORT) are not asked."""
-    for address in (settings.listen, settings.replicas.internal_listen, settings.admin_listen):
-        if address is None:
-            continue
+    """Each configured address can be bound now (CannotListen, as binding it would fail, if not).
+    Asked first, so a port in use is the first thing said, before any upstream probe; the listeners
+    bind for real later (a port taken in between still fails there). Port 0 and the port workers
+    share (SO_REUSEPORT) are not asked."""
+    for setting, address in _addresses(settings):
         host, port = parse_listen(address)
-        if port == 0 or (settings.workers > 1 and address == settings.listen):
+        if port == 0 or (settings.workers > 1 and setting == "listen"):
             continue
-        family, kind, proto, _, sockaddr = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
-        with socket.socket(family, kind, proto) as sock:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            sock.bind(sockaddr)
+        with _listening_on(setting, address):
+            family, kind, proto, _, sockaddr = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+            with socket.socket(family, kind, proto) as sock:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                sock.bind(sockaddr)
 
 
 def bound_address(runner: web.AppRunner) -> str:
@@ -267,12 +313,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         event_loop_runner()(serve(settings) if link is None else _serve_worker(settings, link))
     except OSError as exc:
-        log.error("cannot_start", error=str(exc))
+        _cannot_start(exc)
         return 1
     finally:
         if link is not None:
             link.close()
     return 0
+
+
+def _cannot_start(exc: OSError) -> None:
+    """The start failed: said once, with the address and how to change it when a listener failed."""
+    log.error("cannot_start", **(exc.fields() if isinstance(exc, CannotListen) else {"error": str(exc)}))
 
 
 def event_loop_runner() -> Callable[[Coroutine[Any, Any, None]], None]:
@@ -308,7 +359,7 @@ def stdio_main(argv: Sequence[str]) -> int:
     try:
         event_loop_runner()(serve_stdio(settings))
     except OSError as exc:
-        log.error("cannot_start", error=str(exc))
+        _cannot_start(exc)
         return 1
     return 0
 
@@ -375,7 +426,8 @@ async def serve_stdio(
             await admin_runner.setup()
             runners.append(admin_runner)
             host, port = parse_listen(settings.admin_listen)
-            await web.TCPSite(admin_runner, host, port, reuse_address=True).start()
+            with _listening_on("admin_listen", settings.admin_listen):
+                await web.TCPSite(admin_runner, host, port, reuse_address=True).start()
             log.info("listening", address=f"http://{bound_address(admin_runner)}", listener="admin")
         client = aiohttp.ClientSession(
             connector=aiohttp.UnixConnector(path=socket_path, limit=0), auto_decompress=False
@@ -399,4 +451,5 @@ async def serve_stdio(
         for started in runners:
             await started.cleanup()
         shutil.rmtree(private, ignore_errors=True)
-        log.info("stopped")
+        if bridge is not None:  # a start that failed says so itself (cannot_start), nothing stopped
+            log.info("stopped")

@@ -177,7 +177,11 @@ class UpstreamConfig(_Section):
     )
     env: dict[str, str] = Field(default_factory=dict, description="Extra environment for the stdio server.")
     cwd: str | None = Field(None, description="Working directory of the stdio server.")
-    name: str = Field("upstream", description="Label used in logs and metrics (never the URL).")
+    name: str = Field(
+        "",
+        description="Label of the upstream in logs, errors, metrics and the status page. Default: the URL's host and "
+        "port (never its credentials or path), or the stdio command's program name.",
+    )
     era: Literal["auto", "legacy", "modern"] = Field(
         "auto", description="Protocol era the upstream speaks; `auto` detects it (and re-detects when it changes)."
     )
@@ -266,6 +270,8 @@ class UpstreamConfig(_Section):
             )
         if self.sse_url is not None and self.era == "modern":
             raise ValueError("an HTTP+SSE server (upstream.sse_url) speaks 2024-11-05: upstream.era cannot be modern")
+        if not self.name:  # frozen: set once, while it is validated
+            object.__setattr__(self, "name", _label_of(self.url or self.sse_url, self.command))
         return self
 
     @property
@@ -298,9 +304,25 @@ class UpstreamConfig(_Section):
     @field_validator("name")
     @classmethod
     def _label(cls, value: str) -> str:
-        if not value or not all(c.isalnum() or c in "-_." for c in value):
-            raise ValueError("use letters, digits, '-', '_' or '.'")
+        if not value or not all(c.isalnum() or c in _LABEL_PUNCTUATION for c in value):
+            raise ValueError("use letters, digits and '-', '_', '.', ':', '[' or ']'")
         return value
+
+
+_LABEL_PUNCTUATION = frozenset("-_.:[]")  # a host and port: 127.0.0.1:3000, [::1]:3000
+
+
+def _label_of(url: str | None, command: list[str] | None) -> str:
+    """upstream.name's default: the URL's host and port (its credentials and path left out), or the
+    command's program name, in the characters a name may use."""
+    if url is not None:
+        parts = urlsplit(url)
+        host = f"[{parts.hostname}]" if ":" in (parts.hostname or "") else parts.hostname or ""
+        label = host if parts.port is None else f"{host}:{parts.port}"
+    else:
+        label = os.path.basename(command[0]) if command else ""
+    label = "".join(c if c.isalnum() or c in _LABEL_PUNCTUATION else "_" for c in label)
+    return label or "upstream"
 
 
 class SecurityConfig(_Section):
@@ -1054,15 +1076,30 @@ def _yaml_problem(path: Path, exc: yaml.MarkedYAMLError) -> str:
 
 
 def _check_environment() -> None:
-    """A misspelt MCP_ERA_PROXY_* variable is an error, not a silently ignored setting."""
-    fields = set(Settings.model_fields)
+    """A misspelt MCP_ERA_PROXY_* variable is an error named by the variable, not a silently
+    ignored setting, nor one pydantic would report by the setting it spells (`upstream.ulr`)."""
     for name in os.environ:
-        if name.upper().startswith(ENV_PREFIX):
-            key = name[len(ENV_PREFIX) :].lower().split("__")[0]
-            if key not in fields:
-                close = difflib.get_close_matches(key, fields, n=1)
-                hint = f"did you mean {ENV_PREFIX}{close[0].upper()}...? " if close else ""
-                raise ConfigError(f"unknown environment variable {name} ({hint}settings: {', '.join(sorted(fields))})")
+        if not name.upper().startswith(ENV_PREFIX):
+            continue
+        path = name[len(ENV_PREFIX) :].lower().split("__")
+        for depth, key in enumerate(path):
+            known = _keys_at(tuple(path[:depth]))
+            if not known:  # below a setting (a map such as upstream.headers): keys of its value
+                break
+            if key not in known:
+                raise ConfigError(f"unknown environment variable {name} ({_env_hint(path, depth, known)})")
+
+
+def _env_hint(path: list[str], depth: int, known: list[str]) -> str:
+    """The variable closest to one whose key at `depth` is misspelt, and the settings there."""
+    section, key, rest = path[:depth], path[depth], path[depth + 1 :]
+    close = difflib.get_close_matches(key, known, n=1)
+    hint = ""
+    if close:
+        spelt = ENV_PREFIX + "__".join((*section, close[0], *rest)).upper()
+        hint = f"did you mean {spelt}{'__...' if not rest and _keys_at((*section, close[0])) else ''}? "
+    where = f"settings of {'.'.join(section)}" if section else "settings"
+    return f"{hint}{where}: {', '.join(sorted(known))}"
 
 
 class ConfigError(ValueError):

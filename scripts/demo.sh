@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Starts the proxy in front of a working example upstream: a modern-only (2026-07-28) MCP server
 # built on mcp==2.3.0. Point any MCP client, legacy (one built on mcp 1.x) or 2026-07-28, at the
-# URL it prints last. Ctrl-C (or SIGTERM to this script) stops both.
+# URL it prints last, once the proxy itself listens there (an address another program holds is
+# refused, saying so). Ctrl-C (or SIGTERM to this script) stops both.
 #
 #   bash scripts/demo.sh [--listen HOST:PORT] [--upstream-port PORT] [proxy flags...]
 #
@@ -30,13 +31,25 @@ project_venv runtime
 [ -x "$CACHE/venvs/mcp2/bin/python" ] || say "installing the example server's SDK, mcp==2.3.0, into $CACHE/venvs/mcp2 (first run only)"
 peer_venv mcp2 "mcp==2.3.0"
 
-listened() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+listened() { (exec 3<>"/dev/tcp/${2:-127.0.0.1}/$1") 2>/dev/null; }
 
 # Whatever already listens there would be taken for the example upstream: the proxy would start
 # in front of a foreign server (the example's own bind fails a moment later, in its log only).
 if listened "$UPSTREAM_PORT"; then
   say "127.0.0.1:$UPSTREAM_PORT is already in use; choose a free port for the example upstream" \
     "with --upstream-port PORT (or UPSTREAM_PORT=...)"
+  exit 1
+fi
+# The proxy's own address: another program there would answer in its place (the proxy itself
+# fails with cannot_start). An address of every interface is reached on loopback.
+PROXY_PORT="${LISTEN##*:}"
+PROXY_HOST="${LISTEN%:*}"
+PROXY_HOST="${PROXY_HOST#[}"
+PROXY_HOST="${PROXY_HOST%]}"
+case "$PROXY_HOST" in 0.0.0.0 | "" ) PROXY_HOST=127.0.0.1 ;; :: ) PROXY_HOST=::1 ;; esac
+if listened "$PROXY_PORT" "$PROXY_HOST"; then
+  say "$LISTEN is already in use by another program; choose a free address for the proxy" \
+    "with --listen HOST:PORT (or PROXY_LISTEN=...)"
   exit 1
 fi
 
@@ -85,16 +98,39 @@ MCP_ERA_PROXY_SHUTDOWN__GRACE_S="${MCP_ERA_PROXY_SHUTDOWN__GRACE_S:-2}" \
   --listen "$LISTEN" --log-format console ${PROXY_ARGS[@]+"${PROXY_ARGS[@]}"} &
 PROXY=$!
 CHILDREN+=("$PROXY")
-PROXY_PORT="${LISTEN##*:}"
+
+# Ready when the proxy's own socket listens on its port, not whatever else took the port since
+# the check above: on Linux, the port's listening socket (/proc/net/tcp, tcp6) is one of the
+# proxy's descriptors; without /proc, the port answers.
+proxy_listens() {
+  [ -r /proc/net/tcp ] || { listened "$PROXY_PORT" "$PROXY_HOST"; return; }
+  local port descriptors inode
+  port="$(printf '%04X' "$PROXY_PORT")"
+  descriptors="$(ls -l "/proc/$PROXY/fd" 2>/dev/null)" || return 1
+  # Each line: sl local_address(HEX_IP:HEX_PORT) rem_address st(0A: LISTEN) ... inode (10th).
+  for inode in $(awk -v port=":$port" '$4 == "0A" && substr($2, length($2) - 4) == port { print $10 }' \
+    /proc/net/tcp /proc/net/tcp6 2>/dev/null); do
+    [[ "$descriptors" == *"socket:[$inode]"* ]] && return 0
+  done
+  return 1
+}
 for _ in $(seq 300); do
   kill -0 "$PROXY" 2>/dev/null || break
-  listened "$PROXY_PORT" && break
+  proxy_listens && break
   sleep 0.1
 done
-if kill -0 "$PROXY" 2>/dev/null && listened "$PROXY_PORT"; then
+if ! kill -0 "$PROXY" 2>/dev/null; then
+  code=0
+  wait "$PROXY" || code=$?
+  say "the proxy did not start (exit $code): its own message above says why"
+  exit 1
+fi
+if proxy_listens; then
   # Last and plain: the one thing to use.
   echo
   echo "Ready. Point an MCP client (legacy or 2026-07-28) at:  http://$LISTEN/mcp"
   echo "(the example server behind it: http://127.0.0.1:$UPSTREAM_PORT/mcp, 2026-07-28 only; Ctrl-C stops both)"
+else
+  say "the proxy is running but not listening on $LISTEN after 30 s: its log above says what it waits for"
 fi
 wait "$PROXY"

@@ -118,7 +118,8 @@ def _default(info: FieldInfo) -> str:
     if info.is_required():
         return "required"
     value = info.get_default(call_default_factory=True)
-    return "unset" if value is None else f"`{_value(value)}`"
+    # An empty string is a value worked out from other settings (its description says how).
+    return "unset" if value is None else "derived" if value == "" else f"`{_value(value)}`"
 
 
 def _is_section(info: FieldInfo) -> bool:
@@ -314,9 +315,9 @@ def log_events() -> str:
             "for a file), each with `event`, `level` and `ts`; under `--workers N`, every line a worker writes "
             "carries `worker` (its index). Every downstream message produces one `request` event with `method`, "
             "`downstream_era`, `upstream_era`, `outcome`, `status`, `latency_ms` and `session` (a hash of the "
-            "session id, never the id; credentials are never logged). Each event is listed with the level it "
-            "is logged at; events read together share a row and its meaning, which names in `code` the fields "
-            "their lines carry.\n\n",
+            "session id, never the id, null outside a session; credentials are never logged). Each event is "
+            "listed with the level it is logged at; events read together share a row and its meaning, which "
+            "names in `code` the fields their lines carry.\n\n",
             table(["event and level", "meaning", "logged by"], rows),
         ]
     )

@@ -1,22 +1,32 @@
 """The documentation site's reference (docs/reference/) documents every log event, every metric and
-every setting, and its generated pages are those scripts/gen_docs.py writes from the code today."""
+every setting, and its generated pages are those scripts/gen_docs.py writes from the code today.
+Every page renders as meant where `mkdocs build --strict` does not look: no list left as text, no
+block nested by less than Python-Markdown's 4 spaces, no link to a page's own top."""
 
 from __future__ import annotations
 
+import functools
 import importlib.util
+import posixpath
+import re
 import sys
+from html.parser import HTMLParser
 from pathlib import Path
 from types import ModuleType
 from typing import Any
+from urllib.parse import urlsplit
 
+import markdown
 import pytest
+from mkdocs.config import load_config
 
 import proxy
 from proxy.config import Settings, shown
 from proxy.metrics import Metrics
 
 REPO = Path(proxy.__file__).resolve().parents[1]
-REFERENCE = REPO / "docs" / "reference"
+DOCS = REPO / "docs"
+REFERENCE = DOCS / "reference"
 
 
 def _generator() -> ModuleType:
@@ -127,3 +137,127 @@ def test_an_event_without_a_meaning_and_a_meaning_without_an_event_fail(tmp_path
 
 def test_the_meanings_name_every_event_once_and_only_events_that_are_logged():
     assert gen_docs.meaning_problems(gen_docs.log_calls(), gen_docs.meanings()) == ""
+
+
+# ---------------------------------------------------------------- what the strict build does not see
+
+_LIST_MARKER = re.compile(r"(?:[-*+]|\d+\.) ")
+# Where a list marker that Markdown did not take ends up as text; code is shown as written.
+_BLOCKS = frozenset({"p", "li", "td", "th", "dd", "dt", "h1", "h2", "h3", "h4", "h5", "h6"})
+_VERBATIM = frozenset({"pre", "code"})
+
+
+class _Rendered(HTMLParser):
+    """A rendered page's blocks of text (code left out) and its links."""
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.blocks: list[str] = []
+        self.links: list[str] = []
+        self._open: list[list[str]] = []  # the text of each block still open, innermost last
+        self._verbatim = 0
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag in _BLOCKS:
+            self._open.append([])
+        elif tag in _VERBATIM:
+            self._verbatim += 1
+        elif tag == "a":
+            self.links += [value for name, value in attrs if name == "href" and value is not None]
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag in _BLOCKS and self._open:
+            self.blocks.append("".join(self._open.pop()))
+        elif tag in _VERBATIM:
+            self._verbatim -= 1
+
+    def handle_data(self, data: str) -> None:
+        if self._open and not self._verbatim:
+            self._open[-1].append(data)
+
+
+@functools.cache
+def site_markdown() -> tuple[list[str], dict[str, Any]]:
+    """mkdocs.yml's Markdown extensions (MkDocs' own included) and their settings."""
+    config = load_config(str(REPO / "mkdocs.yml"))
+    return config.markdown_extensions, config.mdx_configs
+
+
+def rendered(text: str) -> _Rendered:
+    """`text` rendered as the site renders it."""
+    extensions, settings = site_markdown()
+    html = markdown.markdown(text, extensions=extensions, extension_configs=settings)
+    page = _Rendered()
+    page.feed(html)
+    page.close()
+    return page
+
+
+def literal_list_markers(text: str) -> list[str]:
+    """Lines that meant to start a list item but render as text: Python-Markdown starts a list only
+    after a blank line, so an item glued to the paragraph above it (or a list whose first marker
+    was lost) reads as one paragraph with "- " in it."""
+    return [
+        line.strip()
+        for block in rendered(text).blocks
+        for line in block.splitlines()[1:]
+        if _LIST_MARKER.match(line.lstrip())
+    ]
+
+
+def links_to_own_top(text: str, page: str) -> list[str]:
+    """Links on `page` (its path under docs/) that lead to that same page's top: a link meant for
+    one of its sections that lost its anchor."""
+    found = []
+    for href in rendered(text).links:
+        target, _, anchor = href.partition("#")
+        if urlsplit(target).scheme or anchor:
+            continue
+        if posixpath.normpath(posixpath.join(posixpath.dirname(page), target)) == page or not target:
+            found.append(href)
+    return found
+
+
+def under_indented(text: str) -> list[int]:
+    """The lines (numbered from 1) of a block meant to go inside a list item but indented by 1 to 3
+    spaces, outside code fences: a nested list item, or a paragraph or fence after a blank line.
+    Python-Markdown nests only what is indented by 4: the rest becomes a sibling item, a paragraph
+    ending the list, or, a wrapped line starting with "413.", a list item of its own."""
+    found = []
+    fence = ""
+    previous = ""
+    for number, line in enumerate(text.splitlines(), 1):
+        stripped = line.lstrip(" ")
+        margin = len(line) - len(stripped)
+        opens = stripped.startswith(("```", "~~~"))
+        if fence and not (opens and stripped.startswith(fence)):
+            previous = line
+            continue
+        if 1 <= margin <= 3 and not fence and (_LIST_MARKER.match(stripped) or not previous.strip()):
+            found.append(number)
+        if opens:
+            fence = "" if fence else stripped[:3]
+        previous = line
+    return found
+
+
+def test_the_markup_checks_find_a_glued_list_an_under_indented_block_and_a_link_to_the_pages_own_top():
+    glued = "Intro:\n- one\n- two\n\nSteps:\n1. first\n2. second\n"
+    assert literal_list_markers(glued) == ["- one", "- two", "1. first", "2. second"]
+    assert literal_list_markers("Intro:\n\n- one\n- two\n\n```text\n- verbatim\n```\n") == []
+    page = "See [below](migrate.md), [here]() and [there](../migrate.md); [fine](migrate.md#retiring-the-bridge), "
+    page += "[other](use/tasks.md), [site](https://example.com/migrate.md)."
+    assert links_to_own_top(page, "migrate.md") == ["migrate.md", ""]
+    assert links_to_own_top("[up](../use/tasks.md) [self](tasks.md)", "use/tasks.md") == ["../use/tasks.md", "tasks.md"]
+    nested = "- item:\n  - flattened\n\n  a paragraph that left the list\n\n  ```text\n   - code\n  ```\n"
+    nested += "- too\n  413. a wrapped number\n"
+    assert under_indented(nested) == [2, 4, 6, 10]
+    assert under_indented("- item:\n    - nested\n\n    its paragraph\n1. step\n  continued\n") == []
+
+
+@pytest.mark.parametrize("path", sorted(p.relative_to(DOCS).as_posix() for p in DOCS.rglob("*.md")))
+def test_no_page_renders_a_list_as_text_nests_too_little_or_links_to_its_own_top(path: str):
+    text = (DOCS / path).read_text()
+    assert literal_list_markers(text) == [], f"docs/{path}: a list needs a blank line before it"
+    assert under_indented(text) == [], f"docs/{path}: lines nested in a list item need 4 spaces"
+    assert links_to_own_top(text, path) == [], f"docs/{path}: a link to this page's own top (an anchor lost?)"

@@ -18,6 +18,14 @@ from . import status_page
 from .clients import ClientReport
 from .reply import json_response
 
+# The kinds of streams_open (metrics.STREAM_KINDS) as the status page says them.
+STREAMS_IN_WORDS = {
+    "downstream_get": "legacy clients' GET streams (server requests and notifications)",
+    "downstream_listen": "2026-07-28 clients' listen streams (subscriptions/listen)",
+    "downstream_sse": "HTTP+SSE clients' streams (2024-11-05)",
+    "upstream_listen": "listens held upstream for legacy clients' sessions",
+}
+
 
 class Admin:
     def __init__(
@@ -92,7 +100,7 @@ class Admin:
         reason = problem or (None if fresh else "no answer from the upstream within readiness.window_s")
         gauges = {
             "legacy sessions (held here)": sample("sessions_open", downstream_era="legacy"),
-            **{f"streams: {kind}": sample("streams_open", kind=kind) for kind in STREAM_KINDS},
+            **{STREAMS_IN_WORDS[kind]: sample("streams_open", kind=kind) for kind in STREAM_KINDS},
             "parked calls (waiting for a modern client's input)": sample("parked_calls"),
             "upstream legacy sessions (pooled)": sample("upstream_sessions_open", upstream=name),
             "upstream server processes": sample("upstream_processes", upstream=name),

@@ -29,7 +29,7 @@ from ..protocol.headers import PROTOCOL_VERSION_HEADER, SESSION_HEADER
 from ..protocol.methods import CACHEABLE_METHODS, CORE_CLIENT_NOTIFICATIONS
 from ..protocol.modern_validate import HeaderLookup, validate_request
 from ..protocol.status import Rejection
-from ..protocol.versions import Era
+from ..protocol.versions import MODERN_VERSIONS, Era
 from ..relay.channel import Caller
 from ..relay.detect import EraDetector
 from ..relay.failures import UpstreamFailures
@@ -187,6 +187,9 @@ class McpEndpoint:
         return stream
 
     async def _post(self, request: web.Request, record: Record) -> web.StreamResponse:
+        version = request.headers.get(PROTOCOL_VERSION_HEADER)
+        if version in MODERN_VERSIONS:  # a refusal before the body is classified counts in the client's era
+            record.downstream_era = "modern"
         try:
             raw = await request.read()
         except web.HTTPRequestEntityTooLarge:
@@ -210,9 +213,11 @@ class McpEndpoint:
         if client_checks.too_deep(body, self._max_depth, raw):
             raise ProxyError.rejected(client_checks.depth_rejection(self._max_depth))
         session_id = request.headers.get(SESSION_HEADER)
-        route = classify_post(body, session_id, request.headers.get(PROTOCOL_VERSION_HEADER))
+        route = classify_post(body, session_id, version)
         if isinstance(route, Rejection):
             raise ProxyError.rejected(route)
+        # Known before the upstream's era is: a request that fails reaching it counts in its own.
+        record.downstream_era = "modern" if route is Route.MODERN else "legacy"
         if route is not Route.MODERN:  # a message (a dict), or a batch (a list)
             problem = client_checks.message_problem(body) if type(body) is dict else _batch_problem(body)
             if problem is not None:
@@ -220,7 +225,6 @@ class McpEndpoint:
         era = await self._era(request)
         record.upstream_era = str(era)  # its value (str's own __str__: no enum property per request)
         if route is Route.MODERN:
-            record.downstream_era = "modern"
             return await self._modern(request, raw, body, record, era, caller)
         host = self._router[era].legacy
         if host is None:  # legacy client, legacy HTTP upstream: the upstream's own session
@@ -231,9 +235,11 @@ class McpEndpoint:
                 # Counted before it is relayed, as a translated request is: a client that leaves
                 # before the end (even once answered) still sent it.
                 record.sighting = self._byte_sessions.sighting(body, session_id, None)
+                record.session = session_id  # the upstream's own session
             response = await self._bytes(request, "POST", raw, record, legacy=True, message=body, caller=caller)
             if initialize:
-                record.sighting = self._byte_sessions.sighting(body, session_id, response.headers.get(SESSION_HEADER))
+                record.session = response.headers.get(SESSION_HEADER)  # the one its reply hands out
+                record.sighting = self._byte_sessions.sighting(body, session_id, record.session)
             return response
         if route is Route.LEGACY_SESSIONLESS:
             raise ProxyError.rejected(SESSIONLESS)

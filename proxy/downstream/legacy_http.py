@@ -99,7 +99,6 @@ class LegacyEndpoint:
         raw: bytes,
     ) -> web.StreamResponse:
         kind = jsonrpc.kind(body)
-        record.method = body.get("method") if kind != "response" else "response"
         if kind == "invalid":
             raise ProxyError(jsonrpc.INVALID_REQUEST, "not a valid JSON-RPC 2.0 message", refused=True)
         if kind == "notification":

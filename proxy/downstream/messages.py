@@ -23,7 +23,7 @@ class Record:
 
     error_code: object = None  # the JSON-RPC error code of an error reply
     method: Any = None
-    downstream_era = "legacy"
+    downstream_era = "legacy"  # until the client's MCP-Protocol-Version header or its message says
     upstream_era = "unknown"
     outcome = "ok"
     status = 200
@@ -36,10 +36,15 @@ class Record:
 
 
 def method_of(body: object) -> object:
-    """What the access log and metrics call a POST before it is read further."""
+    """What the access log and metrics call a POST before it is read further: its method, `batch`,
+    or `response` for a client's answer to a server's request (which has none); None for a body
+    that is no JSON-RPC message."""
     if isinstance(body, list):
         return "batch"
-    return body.get("method") if isinstance(body, dict) else None
+    if not isinstance(body, dict):
+        return None
+    method = body.get("method")
+    return "response" if method is None and ("result" in body or "error" in body) else method
 
 
 def error_code(message: dict[str, Any]) -> object:

@@ -23,6 +23,10 @@ th{background:#f0f0f0}.ok{color:#176b2c;font-weight:600}.bad{color:#a01616;font-
 """
 
 
+# The migration report's feature counts (clients.py ClientReport rows) in words.
+_FEATURES = {"inputRounds": "input rounds", "listen": "listens", "tasks": "tasks"}
+
+
 def _e(value: object) -> str:
     return html.escape(str(value), quote=True)
 
@@ -66,8 +70,8 @@ def render(
             c["firstSeen"],
             c["lastSeen"],
             ", ".join(
-                [f"{k} {v}" for k, v in c["features"].items() if k != "extensions" and v]
-                + list(c["features"]["extensions"])
+                [f"{_FEATURES.get(k, k)} {v}" for k, v in c["features"].items() if k != "extensions" and v]
+                + [f"extension {extension}" for extension in c["features"]["extensions"]]
             ),
         )
         for c in clients

@@ -71,26 +71,52 @@ def demo_argv() -> list[str]:
     return ["bash", readme_commands()[0].split()[1]]
 
 
-def test_the_demo_refuses_an_upstream_port_something_else_listens_on(logs_dir: Path) -> None:
-    # Before, the example upstream failed to bind (in its log only) and the proxy started in front of
-    # whatever listened there.
-    proxy_port = reserved_port()
+@pytest.mark.parametrize("taken", ["upstream", "proxy"])
+def test_the_demo_refuses_a_port_something_else_listens_on(logs_dir: Path, taken: str) -> None:
+    """The example upstream's: it failed to bind (in its log only) and the proxy started in front
+    of whatever listened there. The proxy's: the demo printed "Ready. Point an MCP client ... at"
+    that address, where the other program answered, and the proxy then failed with cannot_start."""
+    free = reserved_port()
     with socket.socket() as foreign:
         foreign.bind(("127.0.0.1", 0))
         foreign.listen()
-        taken = foreign.getsockname()[1]
-        env = {"PROXY_LISTEN": f"127.0.0.1:{proxy_port}", "UPSTREAM_PORT": str(taken)}
-        demo = Process(demo_argv(), logs_dir / "demo-port-taken.log", env, REPO)
+        port = foreign.getsockname()[1]
+        proxy_port, upstream_port = (free, port) if taken == "upstream" else (port, free)
+        env = {"PROXY_LISTEN": f"127.0.0.1:{proxy_port}", "UPSTREAM_PORT": str(upstream_port)}
+        demo = Process(demo_argv(), logs_dir / f"demo-{taken}-port-taken.log", env, REPO)
         try:
             code = demo.proc.wait(timeout=100)
         finally:
             demo.stop()  # its whole process group, whatever it started
     output = demo.output()
     assert code == 1, output
-    assert f"127.0.0.1:{taken} is already in use" in output
-    assert "listening" not in output  # the proxy was never started
-    with socket.socket() as sock:
-        assert sock.connect_ex(("127.0.0.1", proxy_port)) != 0
+    assert f"127.0.0.1:{port} is already in use" in output
+    assert ("--upstream-port PORT" if taken == "upstream" else "--listen HOST:PORT") in output
+    assert "Ready" not in output and "listening" not in output  # the proxy was never started
+    with socket.socket() as sock:  # nor the example upstream, when the proxy's port was taken
+        assert sock.connect_ex(("127.0.0.1", free)) != 0
+
+
+def test_the_demo_is_ready_only_once_the_proxy_itself_listens(logs_dir: Path) -> None:
+    """Another program takes the proxy's port after the demo checked it, while the example
+    upstream starts: the proxy cannot start, and the demo says so instead of "Ready" (it took the
+    port answering for the proxy's readiness)."""
+    proxy_port, upstream_port = reserved_port(), reserved_port()
+    env = {"PROXY_LISTEN": f"127.0.0.1:{proxy_port}", "UPSTREAM_PORT": str(upstream_port)}
+    demo = Process(demo_argv(), logs_dir / "demo-proxy-port-taken-late.log", env, REPO)
+    with socket.socket() as foreign:
+        try:
+            demo.wait_listening(240, port=upstream_port)  # the proxy starts once its upstream listens
+            foreign.bind(("127.0.0.1", proxy_port))
+            foreign.listen()
+            code = demo.proc.wait(timeout=60)
+        finally:
+            demo.stop()
+    output = demo.output()
+    assert code == 1, output
+    assert "Ready" not in output, output
+    assert "cannot_start" in output and f"address=127.0.0.1:{proxy_port}" in output
+    assert "demo: the proxy did not start (exit 1)" in output
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])

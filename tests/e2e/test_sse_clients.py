@@ -127,7 +127,8 @@ def metric(proxy_url: str, name: str, labels: str) -> float:
     with urllib.request.urlopen(proxy_url.removesuffix("/mcp") + "/metrics", timeout=5) as response:
         text = response.read().decode()
     match = re.search(rf"^{re.escape(name)}\{{{re.escape(labels)}\}} (\S+)$", text, re.MULTILINE)
-    return float(match.group(1)) if match else 0.0
+    assert match, f"no {name}{{{labels}}} exported"  # a series under other labels would read as 0
+    return float(match.group(1))
 
 
 def test_the_session_and_its_server_process_end_with_the_stream(start_proxy: Any):
@@ -136,7 +137,7 @@ def test_the_session_and_its_server_process_end_with_the_stream(start_proxy: Any
     with start_proxy(command=command) as proxy_url:
         observed = run(sse_url(proxy_url), "tools", UPSTREAMS["mcp1-legacy-stdio"][1]["tools"])
         assert observed["result"]["content"][0]["text"] == "echo: hi"
-        processes = 'upstream="upstream"'
+        processes = f'upstream="{peers.mcp1_python().name}"'  # named by its program
         wait_until(
             lambda: metric(proxy_url, "mcp_era_proxy_upstream_processes", processes) == 0, 15, "the process stopped"
         )

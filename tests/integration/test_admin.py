@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import html
+from urllib.parse import urlsplit
+
 import structlog
 from prometheus_client.parser import text_string_to_metric_families
 
+from proxy.downstream.admin import STREAMS_IN_WORDS
+from proxy.metrics import STREAM_KINDS
 from tests.support.fake_modern import Call, FakeModern, Outcome, error
 from tests.support.legacy_client import initialize_message
 from tests.support.mcp_client import ACCEPT
@@ -142,3 +147,55 @@ async def test_every_request_is_logged_once_with_eras_outcome_latency_and_a_hash
     assert event["downstream_era"] == "legacy" and event["upstream_era"] == "modern"
     assert isinstance(event["latency_ms"], float)
     assert event["session"] and event["session"] != peer.session_id and event["session"] not in peer.session_id
+
+
+async def test_a_modern_request_the_unreachable_upstream_fails_is_counted_and_logged_as_modern(
+    make_proxy: MakeProxy,
+) -> None:
+    """The era probe fails before the request reaches its relay: it was counted and logged as
+    legacy, the record's default."""
+    proxy = await make_proxy(upstream_url=closed_port_url(), **{"upstream.era": "auto"})
+    with structlog.testing.capture_logs() as logs:
+        reply = await ModernClient(proxy.client).request("tools/list")
+        # No body to classify; its header declares 2026-07-28.
+        unreadable = await proxy.client.post(
+            "/mcp",
+            data=b"{not json",
+            headers={"Content-Type": "application/json", "MCP-Protocol-Version": "2026-07-28"},
+        )
+    assert reply.error is not None and unreadable.status == 400
+    assert [(e["method"], e["downstream_era"]) for e in logs if e["event"] == "request"] == [
+        ("tools/list", "modern"),
+        (None, "modern"),
+    ]
+    requests = samples(await (await proxy.client.get("/metrics")).text(), "mcp_era_proxy_requests_total")
+    modern = {
+        dict(labels)["outcome"]: value for labels, value in requests.items() if ("downstream_era", "modern") in labels
+    }
+    assert modern == {"upstream_error": 1, "rejected": 1}
+    assert not [labels for labels, value in requests.items() if ("downstream_era", "legacy") in labels and value]
+
+
+async def test_an_unnamed_upstream_is_called_by_its_host_and_port_in_readiness_errors_and_the_status_page(
+    make_proxy: MakeProxy,
+) -> None:
+    """Everything said "upstream 'upstream'" (upstream.name's default)."""
+    url = closed_port_url()
+    proxy = await make_proxy(upstream_url=url, **{"upstream.name": None, "upstream.era": "auto"})
+    where = urlsplit(url).netloc  # 127.0.0.1:<port>
+    assert (await (await proxy.client.get("/readyz")).json())["upstream"] == where
+    reply = await ModernClient(proxy.client).request("tools/list")
+    assert reply.error is not None and f"upstream '{where}'" in reply.error["message"], reply.error
+    assert f"Upstream <b>{where}</b>" in await (await proxy.client.get("/")).text()
+    errors = samples(await (await proxy.client.get("/metrics")).text(), "mcp_era_proxy_upstream_errors_total")
+    assert {dict(labels)["upstream"] for labels in errors} == {where}
+
+
+async def test_the_status_page_says_what_is_open_in_words_not_metric_labels(proxy: Proxy) -> None:
+    """It showed "streams: downstream_get" and the like."""
+    await (await proxy.connect()).request("ping")
+    page = await (await proxy.client.get("/")).text()
+    for words in STREAMS_IN_WORDS.values():
+        assert f"<td>{html.escape(words)}</td><td>0</td>" in page
+    assert "<td>legacy sessions (held here)</td><td>1</td>" in page
+    assert not any(kind in page for kind in STREAM_KINDS), page

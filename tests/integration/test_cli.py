@@ -11,6 +11,7 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 import aiohttp
@@ -108,10 +109,11 @@ def test_a_missing_upstream_is_reported_not_a_traceback() -> None:
     assert "upstream" in done.stderr and "Traceback" not in done.stderr
 
 
-def test_a_misspelt_environment_variable_is_refused() -> None:
-    done = run_cli("--upstream", "http://127.0.0.1:1/mcp", "--check-config", env={f"{ENV_PREFIX}LISTN": "x"})
+@pytest.mark.parametrize("variable", ["LISTN", "UPSTREAM__ULR"])
+def test_a_misspelt_environment_variable_is_refused_by_its_name(variable: str) -> None:
+    done = run_cli("--upstream", "http://127.0.0.1:1/mcp", "--check-config", env={f"{ENV_PREFIX}{variable}": "x"})
     assert done.returncode == 2
-    assert f"{ENV_PREFIX}LISTN" in done.stderr
+    assert f"unknown environment variable {ENV_PREFIX}{variable} (" in done.stderr
 
 
 async def listened(stderr: asyncio.StreamReader, listener: str) -> int:
@@ -286,7 +288,11 @@ def test_a_port_in_use_is_said_at_once_before_the_upstream_is_probed_and_nothing
             upstream.shutdown()
             upstream.server_close()
     assert done.returncode == 1
-    assert "cannot_start" in done.stderr + done.stdout and "in use" in done.stderr + done.stdout
+    [failed] = [line for line in log_lines(done.stderr) if line["event"] == "cannot_start"]
+    assert "in use" in failed["error"]
+    # Which address, and where it was set: the flag, the config key and the variable.
+    assert (failed["address"], failed["setting"]) == (f"127.0.0.1:{port}", "listen")
+    assert all(where in failed["hint"] for where in ("--listen HOST:PORT", "listen", f"{ENV_PREFIX}LISTEN"))
     assert "stopped" not in done.stderr + done.stdout
     assert seen == []  # the upstream heard nothing of a proxy that could not start
 
@@ -317,3 +323,38 @@ def test_an_aiohttp_without_what_the_read_deadlines_rely_on_is_refused_at_start(
     assert "RequestHandler._request_count is missing" in done.stderr
     assert "aiohttp>=" in done.stderr and "Traceback" not in done.stderr
     assert done.stdout == ""
+
+
+def log_lines(output: str) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in output.splitlines() if line.startswith("{")]
+
+
+@pytest.mark.parametrize("stdio", [False, True], ids=["http", "stdio"])
+def test_an_admin_address_in_use_is_named_with_its_flag_variable_and_setting(stdio: bool) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        flags = ["--admin-listen", f"127.0.0.1:{port}", "--upstream-era", "legacy"]
+        done = (
+            run_cli("stdio", "--upstream", "http://127.0.0.1:1/mcp", *flags)
+            if stdio
+            else run_cli("--upstream", "http://127.0.0.1:1/mcp", "--listen", "127.0.0.1:0", *flags)
+        )
+    assert done.returncode == 1, done.stderr
+    events = log_lines(done.stderr)
+    [failed] = [line for line in events if line["event"] == "cannot_start"]
+    assert "in use" in failed["error"]
+    assert (failed["address"], failed["setting"]) == (f"127.0.0.1:{port}", "admin_listen")
+    assert "another program listens there" in failed["hint"]
+    assert all(where in failed["hint"] for where in ("--admin-listen HOST:PORT", f"{ENV_PREFIX}ADMIN_LISTEN"))
+    assert "stopped" not in [line["event"] for line in events]  # it never started
+    assert "Traceback" not in done.stderr
+
+
+def test_an_address_that_does_not_resolve_names_its_setting_and_not_a_port_in_use() -> None:
+    done = run_cli("--upstream", "http://127.0.0.1:1/mcp", "--listen", "nowhere.invalid:8080")
+    assert done.returncode == 1
+    [failed] = [line for line in log_lines(done.stderr) if line["event"] == "cannot_start"]
+    assert (failed["address"], failed["setting"]) == ("nowhere.invalid:8080", "listen")
+    assert "listens there" not in failed["hint"] and "--listen HOST:PORT" in failed["hint"]

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 from aiohttp import ClientResponse, web
 from aiohttp.test_utils import TestClient, TestServer
+from structlog.testing import capture_logs
 
 from proxy.app import METRICS, MODERN_TO_LEGACY, create_app
 from proxy.config import Settings, load_settings
@@ -26,6 +27,7 @@ from proxy.protocol import jsonrpc, meta
 from proxy.protocol.headers import METHOD_HEADER, NAME_HEADER, PROTOCOL_VERSION_HEADER, SESSION_HEADER
 from proxy.protocol.parked_call import ParkedCall
 from proxy.protocol.versions import LATEST_LEGACY, LATEST_MODERN
+from proxy.state.sessions import short_hash
 from tests.integration.conftest import FakeClock, closed_port_url, serve
 from tests.support import legacy_client
 from tests.support.fake_legacy import (
@@ -1771,6 +1773,38 @@ async def test_a_legacy_client_is_passed_through_to_the_legacy_upstream_unchange
     assert deleted.status == 200
     [delete] = [c for c in fake.calls if c.http_method == "DELETE"]
     assert delete.session_id == session.id
+
+
+async def test_a_passed_through_message_is_logged_with_its_session_and_a_clients_answer_as_a_response(
+    proxy: Proxy, fake: FakeLegacy
+) -> None:
+    """The upstream's own session (hashed, never the id) on each line of its messages, as on a
+    translated session's; the client's answer to the server's question says `response`. Both
+    were None."""
+    fake.handlers["tools/call"] = confirm_then_deploy
+    async with asyncio.timeout(WAIT):
+        with capture_logs() as logs:
+            peer = await LegacyClient.connect(proxy.http)
+            _, response = await peer.send("tools/call", {"name": "deploy", "arguments": {"env": "prod"}})
+            reader = SseReader(response)
+            asked = await reader.message()
+            assert asked is not None
+            assert await peer.respond(asked["id"], ACCEPTED) == 202
+            await reader.message()
+    assert peer.session_id is not None
+    lines = [(e["method"], e["session"]) for e in logs if e["event"] == "request"]
+    hashed = short_hash(peer.session_id)
+    assert lines == [
+        ("initialize", hashed),
+        ("notifications/initialized", hashed),
+        ("response", hashed),  # answered while the call is still streaming
+        ("tools/call", hashed),
+    ]
+    counted = proxy.app[METRICS].registry.get_sample_value(
+        "mcp_era_proxy_requests_total",
+        {"method": "response", "downstream_era": "legacy", "upstream_era": "legacy", "outcome": "ok"},
+    )
+    assert counted == 1
 
 
 async def test_a_legacy_upstream_that_cannot_be_reached_is_counted_like_any_other_upstream_failure(

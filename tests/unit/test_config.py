@@ -20,6 +20,7 @@ from proxy.config import (
     is_loopback_host,
     load_settings,
     parse_listen,
+    shown,
 )
 from proxy.protocol.meta import LOG_LEVELS
 
@@ -120,6 +121,27 @@ def test_sources_merge_key_by_key_inside_a_section(tmp_path, monkeypatch):
     assert settings.upstream.url == "http://env.example/mcp"
     assert settings.upstream.name == "from-yaml"
     assert settings.upstream.request_timeout_s == 9.0
+
+
+@pytest.mark.parametrize(
+    ("upstream", "name"),
+    [
+        ({"upstream.url": "https://user:secret@mcp.example.com/mcp?key=k"}, "mcp.example.com"),
+        ({"upstream.url": "http://127.0.0.1:3000/mcp"}, "127.0.0.1:3000"),
+        ({"upstream.url": "http://[::1]:3000/mcp"}, "[::1]:3000"),
+        ({"upstream.sse_url": "http://legacy.internal:8000/sse"}, "legacy.internal:8000"),
+        ({"upstream.command": "npx -y @modelcontextprotocol/server-everything stdio"}, "npx"),
+        ({"upstream.command": ["/opt/my servers/run server.sh", "--stdio"]}, "run_server.sh"),
+        ({"upstream.url": "http://127.0.0.1:3000/mcp", "upstream.name": "billing"}, "billing"),
+    ],
+    ids=["credentials-and-path-left-out", "host-and-port", "ipv6", "sse", "program", "program-sanitized", "set"],
+)
+def test_the_upstream_is_named_by_its_host_and_port_or_its_program_unless_named(upstream, name):
+    """It was named `upstream` whatever it was: errors read "upstream 'upstream' answered ..."."""
+    settings = load_settings(None, **upstream)
+    assert settings.upstream.name == name
+    assert shown(settings)["upstream"]["name"] == name  # --check-config shows the name in use
+    assert load_settings(None, **{**upstream, "upstream.name": name}).upstream.name == name  # a valid name
 
 
 def test_flags_left_unset_do_not_hide_env_or_file_values(tmp_path, monkeypatch):
@@ -267,11 +289,33 @@ def test_unknown_flag_keys_are_rejected(key, field):
         load_settings(**{"upstream.url": URL, key: "x"})
 
 
-def test_unknown_nested_environment_keys_are_rejected(monkeypatch):
+@pytest.mark.parametrize(
+    ("key", "suggested"),
+    [
+        ("upstream.ulr", "MCP_ERA_PROXY_UPSTREAM__URL?"),
+        ("upstream.pool.max_sesions", "MCP_ERA_PROXY_UPSTREAM__POOL__MAX_SESSIONS?"),
+        ("upstraem.url", "MCP_ERA_PROXY_UPSTREAM__URL?"),
+        ("upstream.timeout", None),
+    ],
+)
+def test_an_unknown_nested_environment_variable_is_named_as_set(monkeypatch, key, suggested):
+    """It was reported as the setting it would have been ("upstream.ulr: unknown setting"), which
+    names no variable the operator can find."""
     _env(monkeypatch, "upstream.url", URL)
-    _env(monkeypatch, "upstream.timeout", "3")
-    with pytest.raises(ConfigError, match=r"upstream\.timeout"):
+    _env(monkeypatch, key, "3")
+    with pytest.raises(ConfigError) as refused:
         load_settings()
+    message = str(refused.value)
+    assert message.startswith(f"unknown environment variable {ENV_PREFIX}{key.upper().replace('.', '__')} (")
+    assert "unknown setting" not in message
+    if suggested is not None:
+        assert f"did you mean {suggested}" in message
+
+
+def test_variables_below_a_map_setting_are_its_keys_not_unknown_settings(monkeypatch):
+    _env(monkeypatch, "upstream.url", URL)
+    monkeypatch.setenv(f"{ENV_PREFIX}UPSTREAM__HEADERS__X_API_KEY", "k")
+    assert load_settings().upstream.headers == {"x_api_key": "k"}
 
 
 def test_unknown_top_level_environment_keys_are_rejected(monkeypatch):

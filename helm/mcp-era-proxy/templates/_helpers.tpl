@@ -165,6 +165,10 @@ values leave unset (scripts/check_chart_config.py composes it the same way and r
 {{- if eq .Values.mode "sidecar" }}
 {{- $upstream := get $cfg "upstream" | default dict }}
 {{- $_ := set $upstream "url" (printf "http://127.0.0.1:%d%s" (int .Values.sidecar.upstreamPort) .Values.sidecar.upstreamPath) }}
+{{- /* Named after the release, not 127.0.0.1:<port> (the proxy's default), unless config names it */}}
+{{- if not (get $upstream "name") }}
+{{- $_ := set $upstream "name" (include "mcp-era-proxy.fullname" .) }}
+{{- end }}
 {{- $_ := set $cfg "upstream" $upstream }}
 {{- end }}
 {{- toYaml $cfg }}

@@ -48,3 +48,10 @@ def test_readiness_and_the_legacy_rows_are_marked():
     assert 'class="bad">draining' in page(ready=True, draining=True)
     assert '<tr class="legacy">' in page()
     assert "<td>2</td>" in page() and "<td>-</td>" in page()  # a gauge not exported here: a dash
+
+
+def test_a_clients_features_are_said_in_words():
+    row = {**ROW, "features": {"inputRounds": 2, "listen": 1, "tasks": 0, "extensions": ["io.example/ui"]}}
+    html = page(clients=[row])
+    assert "<td>input rounds 2, listens 1, extension io.example/ui</td>" in html
+    assert "inputRounds" not in html
