@@ -216,7 +216,7 @@ def build_endpoints(
         last_ok=relays.last_ok,
         probe=relays.ready,
         upstream_era=lambda: detector.era.value if detector.era is not None else "unknown",
-        era_problem=lambda: detector.mismatch,
+        era_problem=relays.problem,
         clients=clients,
     )
     return Endpoints(forwarder, guard, discovery, verifier, endpoint, handlers, legacy_sse, admin)

@@ -700,12 +700,18 @@ class ShutdownConfig(_Section):
 
 
 class ReadinessConfig(_Section):
-    window_s: float = Field(30.0, gt=0, description="Ready while the upstream answered within this window.")
+    window_s: float = Field(
+        30.0,
+        gt=0,
+        description="A handshake in the upstream's era (a legacy `initialize` and its end, or `server/discover`) "
+        "that worked within this window makes /readyz ready without asking again; one that failed since, a "
+        "request's included, makes it ask at once.",
+    )
     probe_timeout_s: float = Field(
         3.0,
         gt=0,
-        description="Timeout of the readiness probe (`server/discover`, or a pooled legacy session's `ping`); a "
-        "slower probe goes on, and /readyz answers 503 until it ends.",
+        description="Timeout of the readiness probe (the era's handshake; a stdio legacy server: a pooled "
+        "session's `ping`); a slower probe goes on, and /readyz answers 503 until it ends.",
     )
 
 

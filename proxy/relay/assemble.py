@@ -4,6 +4,7 @@ construction; the two construction cycles are closed with a LateCallback (below)
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
@@ -23,7 +24,7 @@ from .binding import CallerBinding
 from .bytes import ByteRelay
 from .cache_watch import CacheWatcher
 from .connection_sessions import Process, ProcessBackend
-from .detect import EraDetector, Probe, probe_http, probe_stdio
+from .detect import EraDetector, Handshakes, Probe, probe_http, probe_stdio
 from .failures import UpstreamFailures
 from .legacy_sessions import LegacySessionHost
 from .legacy_to_modern import TranslatingBackend
@@ -76,6 +77,7 @@ class Relays:
     byte_relay: ByteRelay | None
     router: Router
     watcher: CacheWatcher
+    handshakes: Handshakes  # whether the era's handshake works now: what readiness reports
 
     @property
     def hosts(self) -> list[LegacySessionHost[Translated] | LegacySessionHost[Process]]:
@@ -86,27 +88,37 @@ class Relays:
         return hosts
 
     def last_ok(self) -> float | None:
-        """When the upstream last answered; a stdio server counts only while its process runs."""
-        http, stdio = self.edge.http, self.edge.stdio
-        if http is not None:
-            return http.last_ok
-        if stdio is not None and self.detector.era is Era.MODERN and stdio.healthy:
-            return stdio.last_ok
-        return None  # legacy stdio: readiness asks a pooled session (process) each time
+        """When the era's handshake last worked; a stdio server's counts only while its process
+        runs (a 2026-07-28 one: the one process), and legacy stdio's never (readiness asks a
+        pooled session, a process, each time)."""
+        stdio = self.edge.stdio
+        if stdio is not None and not (self.detector.era is Era.MODERN and stdio.healthy):
+            return None
+        return self.handshakes.worked_at
+
+    def problem(self) -> str | None:
+        """Why the upstream cannot serve now: it answers as the other era than the one configured,
+        or its era's handshake fails."""
+        return self.detector.mismatch or self.handshakes.failing
 
     async def ready(self) -> None:
-        """Readiness: the upstream answers in the era it is taken for."""
+        """Readiness: the era's handshake, as a new client's would go (a legacy `initialize` and
+        its end, or `server/discover`); any failure is said until one works."""
         try:
             if await self.detector.current() is Era.MODERN:
                 await self.translating.probe()
             else:
-                await probe_legacy(self.modern_to_legacy)
+                await probe_legacy(self.modern_to_legacy, fresh=self.edge.http is not None)
         except UpstreamHTTPError as exc:
             if exc.status not in (401, 403):
+                self.handshakes.failed(exc)
                 raise
             # It answered: an OAuth-protected upstream refuses a probe without a caller's token,
             # and is as ready as it will be (its era is learnt with the first caller's).
-            return
+        except Exception as exc:
+            self.handshakes.failed(exc)
+            raise
+        self.handshakes.worked()
         self.detector.confirm()  # it serves the era it is taken for
 
 
@@ -137,6 +149,7 @@ def build_relays(
         CallerBinding(shared.sealer, max_state_chars=settings.security.max_body_bytes) if resource_server else None
     )
     config = settings.upstream
+    handshakes = Handshakes(config.name, clock=time.monotonic)
     era_changed = LateCallback[[Era]]("era changed")
     configured = "legacy" if isinstance(edge.target, SseTarget) else config.era
     detector = EraDetector(configured, _probe(edge, config.name, config.era_probe_timeout_s), on_change=era_changed)
@@ -170,6 +183,7 @@ def build_relays(
         tasks=shared.tasks,
         claimant=shared.owner,
         on_era_mismatch=detector.suspect,
+        handshakes=handshakes,
     )
     legacy_to_modern = LegacySessionHost(
         translating, settings, shared.store, shared.ids, metrics, clock, owner=shared.owner
@@ -185,6 +199,7 @@ def build_relays(
         failures=failures,
         tasks=shared.tasks,
         on_era_mismatch=detector.suspect,
+        handshakes=handshakes,
     )
     router = routing_table(
         edge.target.kind,
@@ -209,6 +224,7 @@ def build_relays(
         byte_relay,
         router,
         watcher,
+        handshakes,
     )
 
 

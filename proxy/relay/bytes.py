@@ -311,7 +311,6 @@ class _Forward:
                 raise upstream.unsent(exc) from None
             if response.status in FOLLOWED:
                 response = self._response = await upstream.follow(response, method, body, headers)
-            upstream.answered(response)
             if span is not tracing.NULL_UPSTREAM:  # the no-op span's calls are skipped, not made
                 span.status(response.status)
             legacy = self._legacy

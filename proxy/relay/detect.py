@@ -119,6 +119,36 @@ class EraDetector:
             self.mismatch = None
 
 
+class Handshakes:
+    """Whether the upstream's era handshake works now: a legacy `initialize` (and its end), or
+    `server/discover`. Readiness (downstream/admin.py) reports it: a handshake that worked within
+    `readiness.window_s` counts, and any that failed since (a readiness probe's, or a request's: a
+    pooled session's `initialize`, the discover a legacy client's `initialize` is answered from)
+    makes the proxy not ready, with the reason, until one works again. A refusal of the caller's
+    credentials (401, 403) says nothing of the upstream: not counted."""
+
+    def __init__(self, upstream: str, clock: Callable[[], float] = time.monotonic) -> None:
+        self._upstream = upstream
+        self._clock = clock
+        self.worked_at: float | None = None
+        self.failing: str | None = None  # why the latest handshake failed, while none worked since
+
+    def worked(self) -> None:
+        self.worked_at = self._clock()
+        if self.failing is not None:
+            log.info("upstream_handshake_recovered", upstream=self._upstream)
+            self.failing = None
+
+    def failed(self, exc: BaseException) -> None:
+        """A handshake ended with `exc`: counted unless it refused the caller's credentials."""
+        if isinstance(exc, UpstreamHTTPError) and exc.status in (401, 403):
+            return
+        reason = exc.client_message if isinstance(exc, UpstreamError) else str(exc) or exc.__class__.__name__
+        if self.failing is None:
+            log.warning("upstream_handshake_failed", upstream=self._upstream, reason=reason)
+        self.failing = reason
+
+
 async def probe_http(
     upstream: Upstream, timeout_s: float, credentials: Mapping[str, str] = _NO_CREDENTIALS
 ) -> Detected:

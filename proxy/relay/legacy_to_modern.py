@@ -54,6 +54,7 @@ from ..state.sessions import LegacySession, SessionStore, StoreUnavailable
 from ..upstream.base import Upstream
 from ..upstream.errors import UpstreamError, UpstreamProtocolError
 from .channel import NO_STREAM, ReplyChannel
+from .detect import Handshakes
 from .failures import UpstreamFailures, deliver_notification
 from .input_rounds import InputRounds
 from .legacy_sessions import Opened
@@ -86,13 +87,14 @@ class TranslatingBackend:
         *,
         claimant: str = "",
         on_era_mismatch: Callable[[str], None] = lambda reason: None,
+        handshakes: Handshakes | None = None,
     ) -> None:
         """`server_ids(session_id, count)`: the id of the count-th request sent to a session's
         client (replicas.ServerRequestIds.mint: a sealed id naming this replica); the count itself
         without it. `tasks`: the host of 2025-11-25 clients' tasks (None: tasks are not hosted).
         `claimant`: how this replica names itself to answers for rounds it takes over (the session
         host's owner). `on_era_mismatch(reason)`: an answer says the upstream no longer speaks
-        2026-07-28 (era re-detection)."""
+        2026-07-28 (era re-detection). `handshakes`: told how each `server/discover` went (readiness)."""
         self._settings = settings
         self._rounds = InputRounds(settings, store, server_ids or (lambda session_id, count: count))
         self._claimant = claimant
@@ -105,6 +107,7 @@ class TranslatingBackend:
         self._tool_headers = ToolHeaders(upstream.name)
         self._hosted = HostedTasks(tasks, settings.tasks)
         self._on_era_mismatch = on_era_mismatch
+        self.handshakes = handshakes if handshakes is not None else Handshakes(upstream.name)
         self._modern_version = LATEST_MODERN
         self._cancels = UpstreamTaskCancels(upstream)
         self._listens = SessionListens(
@@ -462,6 +465,16 @@ class TranslatingBackend:
         return await self._fetch_discover({})
 
     async def _fetch_discover(self, auth_headers: Mapping[str, str]) -> JSONDict:
+        """The upstream's DiscoverResult, asked now: the handshake of a 2026-07-28 upstream."""
+        try:
+            result = await self._ask_discover(auth_headers)
+        except Exception as exc:
+            self.handshakes.failed(exc)
+            raise
+        self.handshakes.worked()
+        return result
+
+    async def _ask_discover(self, auth_headers: Mapping[str, str]) -> JSONDict:
         version = self._modern_version
         for _ in range(2):
             outgoing = jsonrpc.request(

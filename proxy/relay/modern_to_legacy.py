@@ -50,6 +50,7 @@ from ..state.cache import ResponseCache
 from ..upstream.errors import UpstreamError
 from ..upstream.legacy_session import LegacyUpstreamSession, SessionFactory, SessionPool
 from .channel import NO_STREAM, Caller, ReplyChannel
+from .detect import Handshakes
 from .failures import UpstreamFailures, deliver_notification
 from .legacy_call import Exchange, LegacyCall, call_of_notification, call_taking, close_after
 from .listen_bridge import ListenBridge
@@ -76,9 +77,10 @@ class ModernToLegacy:
         tasks: LegacyTaskHost | None = None,
         *,
         on_era_mismatch: Callable[[str], None] = lambda reason: None,
+        handshakes: Handshakes | None = None,
     ) -> None:
         """`on_era_mismatch(reason)`: an answer says the upstream is not a legacy server (era
-        re-detection)."""
+        re-detection). `handshakes`: told when a pooled session's `initialize` fails (readiness)."""
         self._settings = settings
         self.request_timeout_s = settings.upstream.request_timeout_s
         self._declare_all = settings.upstream.declare_capabilities == "all"
@@ -106,6 +108,7 @@ class ModernToLegacy:
         self._ended = asyncio.Event()  # set whenever a call is unparked or ends
         self.tasks = TaskScope("modern-to-legacy relay")
         self._on_era_mismatch = on_era_mismatch
+        self.handshakes = handshakes if handshakes is not None else Handshakes(self.name)
         self.listens: set[ListenBridge] = set()
 
     # ------------------------------------------------------------ what sessions receive unasked
@@ -237,6 +240,7 @@ class ModernToLegacy:
                 principal, declared, request.client_info, auth_headers, exclusive=interactive
             )
         except UpstreamError as exc:
+            self.handshakes.failed(exc)
             raise self.failures.client_error(exc) from None
         except ProxyError as exc:
             self._check_era(exc)
@@ -291,8 +295,12 @@ class ModernToLegacy:
 
     def _check_era(self, refused: ProxyError) -> None:
         """A pooled session's `initialize` refused (`refused`, the upstream's error in its data):
-        as only a 2026-07-28 server refuses it, the era it was taken for is wrong."""
+        the handshake fails; as only a 2026-07-28 server refuses it in the spec's words, the era
+        it was taken for may be wrong."""
         upstream = refused.data.get("upstreamError") if isinstance(refused.data, dict) else None
+        if upstream is None:
+            return  # the proxy's own refusal (a bound reached): nothing the upstream said
+        self.handshakes.failed(refused)
         if refused_as_modern(upstream):
             self._on_era_mismatch(MODERN_REFUSAL)
 
@@ -569,9 +577,14 @@ class ModernToLegacy:
         await self.pool.close_all()
 
 
-async def probe(relay: ModernToLegacy) -> None:
-    """Readiness for a legacy upstream: a pooled session answers ping."""
+async def probe(relay: ModernToLegacy, *, fresh: bool) -> None:
+    """Readiness for a legacy upstream: `fresh`, a legacy `initialize` and its end on a session of
+    its own, as a new client's would go (a Streamable HTTP server); otherwise a pooled session
+    answers ping (a stdio server: its process is started once, by the first of them)."""
     try:
+        if fresh:
+            await relay.pool.handshake()
+            return
         session = await relay.pool.acquire("", {}, None, {}, exclusive=False)
     except ProxyError as exc:
         relay._check_era(exc)

@@ -11,7 +11,6 @@ import base64
 import os
 import socket
 import ssl
-import time
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Mapping
 from typing import Any
 from urllib.parse import urljoin, urlsplit
@@ -65,7 +64,7 @@ _IDLE_CONNECTION_S = 4.0
 class HttpUpstream:
     transport = "http"
 
-    def __init__(self, config: UpstreamConfig, session: aiohttp.ClientSession, clock: Any = time.monotonic) -> None:
+    def __init__(self, config: UpstreamConfig, session: aiohttp.ClientSession) -> None:
         if config.url is None:
             raise ValueError("an HTTP upstream needs upstream.url")
         self.name = config.name
@@ -82,10 +81,8 @@ class HttpUpstream:
             pair = f"{url.user or ''}:{url.password or ''}".encode()
             self._credentials = {"Authorization": "Basic " + base64.b64encode(pair).decode("ascii")}
         self.max_reply_bytes = config.max_reply_bytes
-        self._clock = clock
         self._origin = origin_of(config.url)
         self._redirects_logged: set[str] = set()
-        self.last_ok: float | None = None  # when the upstream last answered sanely
 
     @staticmethod
     def client_session(config: UpstreamConfig) -> aiohttp.ClientSession:
@@ -131,7 +128,6 @@ class HttpUpstream:
                 pass
 
     async def _stream_messages(self, response: HttpReply) -> AsyncGenerator[JSONDict, None]:
-        self.last_ok = self._clock()
         decoder = Decoder()
         pending = 0  # bytes since the last whole event (to within a chunk): bounds one event
         try:
@@ -154,11 +150,9 @@ class HttpUpstream:
             body = await self._read_limited(response)
             raise UpstreamHTTPError(self.name, status, body, response.headers.get("WWW-Authenticate"))
         if status in (202, 204):
-            self.last_ok = self._clock()
             return []
         raw = await self.read_body(response)
         if status < 300 and (not raw or raw.isspace()):  # blank (isspace copies nothing, strip would)
-            self.last_ok = self._clock()
             return []  # e.g. 200 to a DELETE
         looks_json = raw.lstrip()[:1] in (b"{", b"[")
         if status < 300 and content_type != "application/json" and not looks_json:
@@ -172,8 +166,6 @@ class HttpUpstream:
                 if status >= 300:
                     raise UpstreamHTTPError(self.name, status, raw, None) from None
                 raise
-            if status < 500:
-                self.last_ok = self._clock()
             return messages
         raise UpstreamHTTPError(self.name, status, raw, None)
 
@@ -248,7 +240,7 @@ class HttpUpstream:
         coroutine level fewer for every suspension of the request). A same-era pass-through
         (relay/bytes.py) streams the response bytes, then closes the response: it maps
         TimeoutError and aiohttp.ClientError with `unsent` (the UpstreamError the relays map),
-        gives a 307 or 308 to `follow`, and passes the response to `answered`. No redirect is
+        gives a 307 or 308 to `follow`. No redirect is
         followed here."""
         if body:
             headers = {**self._content_type, **headers}
@@ -289,11 +281,6 @@ class HttpUpstream:
                 return response
         response.close()
         raise UpstreamProtocolError(self.name, f"redirected the request more than {_MAX_REDIRECTS} times")
-
-    def answered(self, response: HttpReply) -> None:
-        """A forwarded request's response arrived: a status under 500 is a sane answer."""
-        if response.status < 500:
-            self.last_ok = self._clock()
 
 
 def origin_of(url: str) -> tuple[str, str, int | None]:
@@ -405,7 +392,6 @@ class _Exchange:
                 if raw is None:
                     raw = await upstream.read_body(self._response)
                 messages = [] if not raw or raw.isspace() else upstream._decode(raw)
-                upstream.last_ok = upstream._clock()
             else:
                 messages = await upstream._body_messages(self._response, self._content_type)
             messages.reverse()  # popped from the end, in order

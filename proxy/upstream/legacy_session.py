@@ -427,6 +427,15 @@ class SessionPool:
             raise
         return session
 
+    async def handshake(self) -> None:
+        """A legacy `initialize` and its end, on a session of its own that nobody uses (readiness:
+        what a new client's session would meet); its errors are `open`'s."""
+        session = self._factory(("", ""), {}, {}, self._owner)
+        try:
+            await session.open(None)
+        finally:
+            await session.close()
+
     async def replace(self, session: LegacyUpstreamSession) -> LegacyUpstreamSession:
         """The upstream forgot `session` (HTTP 404): open a fresh one with the same key."""
         await self.discard(session, delete=False)

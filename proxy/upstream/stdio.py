@@ -391,7 +391,6 @@ class StdioModernUpstream:
         self._next_start = 0.0
         self._cannot_start: str | None = None  # why the last start failed, until one succeeds
         self._closed = False
-        self.last_ok: float | None = None
         self.restarts = 0
 
     @property
@@ -464,8 +463,7 @@ class StdioModernUpstream:
         await channel.send(message)
 
     def answered(self) -> None:
-        self.last_ok = self._clock()
-        self._failures = 0
+        self._failures = 0  # it works: the next restart after a crash is not delayed
 
     async def close(self) -> None:
         self._closed = True

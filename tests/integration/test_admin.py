@@ -8,6 +8,7 @@ from urllib.parse import urlsplit
 import structlog
 from prometheus_client.parser import text_string_to_metric_families
 
+from proxy.app import CACHE
 from proxy.downstream.admin import STREAMS_IN_WORDS
 from proxy.metrics import STREAM_KINDS
 from tests.support.fake_modern import Call, FakeModern, Outcome, error
@@ -78,6 +79,40 @@ async def test_readyz_fails_with_the_reason_when_the_upstream_speaks_another_era
     assert [e["configured"] for e in logs if e["event"] == "upstream_era_mismatch"] == ["legacy"]
     again = await proxy.client.get("/readyz")  # a probe of the legacy era still fails: still not ready
     assert again.status == 503
+
+
+async def test_readyz_is_not_ready_while_the_configured_legacy_era_s_handshake_fails_however_it_fails(
+    make_proxy: MakeProxy, fake: FakeModern
+) -> None:
+    """upstream.era: legacy in front of a 2026-07-28 server that refuses initialize with -32601, not
+    naming its versions (the spec asks for them, but does not require them): it answers, and every
+    legacy initialize fails."""
+    proxy = await make_proxy(**{"upstream.era": "legacy"})
+    for _ in range(2):  # each poll runs the handshake again: it still fails
+        ready = await proxy.client.get("/readyz")
+        assert ready.status == 503
+        body = await ready.json()
+        assert body["ready"] is False and "initialize" in body["error"] and "Method not found" in body["error"]
+    assert sum(r.method == "initialize" for r in fake.calls) == 2
+
+
+async def test_readyz_is_not_ready_while_server_discover_fails_and_ready_once_it_works(
+    proxy: Proxy, fake: FakeModern
+) -> None:
+    assert (await proxy.client.get("/readyz")).status == 200
+    broken = error(-32603, "database down")
+
+    async def failing(call: Call) -> Outcome:
+        return broken
+
+    working, fake.handlers["server/discover"] = fake.handlers["server/discover"], failing
+    proxy.app[CACHE].clear("test")  # a legacy client's initialize asks the server now
+    refused = await proxy.client.post("/mcp", json=initialize_message(), headers={"Accept": ACCEPT})
+    assert "database down" in (await refused.json())["error"]["message"]
+    ready = await proxy.client.get("/readyz")  # at once, though a probe worked within readiness.window_s
+    assert ready.status == 503 and "database down" in (await ready.json())["error"]
+    fake.handlers["server/discover"] = working
+    assert (await proxy.client.get("/readyz")).status == 200
 
 
 async def test_metrics_count_requests_by_method_eras_and_outcome(proxy: Proxy) -> None:

@@ -1819,3 +1819,36 @@ async def test_a_legacy_upstream_that_cannot_be_reached_is_counted_like_any_othe
         "mcp_era_proxy_upstream_errors_total", {"upstream": UPSTREAM_NAME, "kind": "unavailable"}
     )
     assert counted == 1
+
+
+# ---------------------------------------------------------------------------- readiness
+
+
+async def test_readiness_opens_and_ends_a_legacy_session_as_a_new_client_would(proxy: Proxy, fake: FakeLegacy) -> None:
+    async with asyncio.timeout(WAIT):
+        ready = await proxy.http.get("/readyz")
+    assert ready.status == 200 and (await ready.json())["ready"] is True
+    [session] = fake.sessions
+    handshake = [c.method or c.http_method for c in fake.calls if c.session in (None, session)]
+    assert handshake[:2] == ["initialize", "notifications/initialized"] and handshake[-1] == "DELETE"
+    assert not session.known  # ended: it holds nothing on the server
+
+
+async def test_a_request_whose_initialize_fails_ends_readiness_at_once_until_a_handshake_works(
+    proxy: Proxy, client: ModernClient, fake: FakeLegacy
+) -> None:
+    async with asyncio.timeout(WAIT):
+        assert (await proxy.http.get("/readyz")).status == 200  # within readiness.window_s from now
+        fake.initialize_error = {"code": jsonrpc.METHOD_NOT_FOUND, "message": "Method not found"}
+        with capture_logs() as logs:
+            failed = await client.request("tools/list")
+            assert failed.error["code"] == jsonrpc.INTERNAL_ERROR
+            for _ in range(2):  # each poll asks again, and it still fails
+                refused = await proxy.http.get("/readyz")
+                assert refused.status == 503
+                body = await refused.json()
+                assert body["ready"] is False and "initialize" in body["error"] and "Method not found" in body["error"]
+        fake.initialize_error = None
+        assert (await proxy.http.get("/readyz")).status == 200
+    assert len(fake.calls_of("initialize")) == 5  # the first poll, the request, two polls, the last poll
+    assert [e["event"] for e in logs if e["event"].startswith("upstream_handshake")] == ["upstream_handshake_failed"]

@@ -119,22 +119,17 @@ async def test_a_reply_exactly_max_reply_bytes_long_is_read() -> None:
 
 @pytest.mark.parametrize("status", [200, 201])
 @pytest.mark.parametrize("body", [b"", b" \r\n\t"], ids=["empty", "blank"])
-async def test_an_empty_or_blank_success_body_holds_no_messages_and_counts_as_an_answer(
-    status: int, body: bytes
-) -> None:
-    up = upstream()
-    assert await messages(up, Response(body, status=status)) == []
-    assert up.last_ok is not None
+async def test_an_empty_or_blank_success_body_holds_no_messages(status: int, body: bytes) -> None:
+    assert await messages(upstream(), Response(body, status=status)) == []
 
 
 @pytest.mark.parametrize("status", [200, 201])
-async def test_a_success_body_that_is_not_json_rpc_fails_and_is_no_answer(status: int) -> None:
+async def test_a_success_body_that_is_not_json_rpc_fails(status: int) -> None:
     up = upstream()
     with pytest.raises(UpstreamProtocolError, match="not JSON"):
         await messages(up, Response(b"{nope", status=status))
     with pytest.raises(UpstreamProtocolError, match="not JSON-RPC"):
         await messages(up, Response(b'{"jsonrpc": "2.0"}', status=status))
-    assert up.last_ok is None
 
 
 @pytest.mark.parametrize(
@@ -181,16 +176,15 @@ async def test_an_exchange_reads_a_whole_reply_as_the_general_reader_does(
     status: int, content_type: str, body: bytes
 ) -> None:
     """The usual reply (200, application/json) is read on a shorter path: same messages, same
-    errors, and it counts as an answer just as it does there."""
+    errors as there."""
 
-    async def outcome(read: Any) -> tuple[Any, float | None]:
+    async def outcome(read: Any) -> Any:
         up = upstream()
-        up._clock = lambda: 1.0
         try:
             result: Any = await read(up)
         except Exception as exc:
             result = (type(exc), str(exc))
-        return result, up.last_ok
+        return result
 
     def response() -> Response:
         reply = Response(body, status=status)
