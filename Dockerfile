@@ -1,7 +1,9 @@
-# mcp-era-proxy image. The build needs BuildKit (`RUN --mount` below): the default builder of
-# current Docker, or DOCKER_BUILDKIT=1 on older ones. No `# syntax=` line: BuildKit's built-in
-# frontend supports `RUN --mount`, and such a line would fetch a frontend image from a registry.
-#   docker build -t mcp-era-proxy:0.1.0 .
+# mcp-era-proxy image. The build needs BuildKit (`RUN --mount` below). Since Docker 23 that is the
+# buildx plugin: `docker build` uses it only when it is installed, else it falls back to the legacy
+# builder, which fails at the first `--mount`; `docker buildx build` never falls back. Docker 18.09
+# to 22: DOCKER_BUILDKIT=1 docker build. No `# syntax=` line: BuildKit's built-in frontend supports
+# `RUN --mount`, and such a line would fetch a frontend image from a registry.
+#   docker buildx build --load -t mcp-era-proxy:0.1.0 .
 #   docker run --rm -p 8080:8080 -p 9090:9090 \
 #     -v "$PWD/proxy.yaml:/etc/mcp-era-proxy/config.yaml:ro" mcp-era-proxy:0.1.0
 #
