@@ -6,6 +6,8 @@
 #   docker buildx build --load -t mcp-era-proxy:0.1.0 .
 #   docker run --rm -p 8080:8080 -p 9090:9090 \
 #     -v "$PWD/proxy.yaml:/etc/mcp-era-proxy/config.yaml:ro" mcp-era-proxy:0.1.0
+# Without arguments the container reads that file if it is mounted, and otherwise starts from its
+# MCP_ERA_PROXY_* environment alone (docker/entrypoint.sh).
 #
 # The proxy's own default stays `listen: 127.0.0.1:8080`, which nothing outside the container can
 # reach: the mounted config (or MCP_ERA_PROXY_LISTEN) must set `listen: 0.0.0.0:8080`,
@@ -65,6 +67,8 @@ RUN groupadd --system --gid 10001 mcp \
        --shell /usr/sbin/nologin mcp
 
 COPY --from=builder /opt/venv /opt/venv
+# Executable as checked in (COPY keeps the mode; a build context sent from Windows is all 0755).
+COPY docker/entrypoint.sh /usr/local/bin/docker-entrypoint.sh
 
 # The bytecode was compiled at install time; at run time the root filesystem may be read-only.
 ENV PATH=/opt/venv/bin:$PATH \
@@ -84,6 +88,8 @@ EXPOSE 8080 9090
 HEALTHCHECK --interval=30s --timeout=5s --start-period=10s --retries=3 \
     CMD ["python", "-c", "import os, urllib.request; urllib.request.urlopen(os.environ['HEALTHCHECK_URL'], timeout=4)"]
 
-# SIGTERM (the default stop signal) starts the proxy's graceful shutdown (shutdown.grace_s).
-ENTRYPOINT ["mcp-era-proxy"]
-CMD ["--config", "/etc/mcp-era-proxy/config.yaml"]
+# SIGTERM (the default stop signal) starts the proxy's graceful shutdown (shutdown.grace_s): the
+# entrypoint execs the proxy, which is PID 1. No arguments by default: the entrypoint reads
+# /etc/mcp-era-proxy/config.yaml when one is mounted, or none (the environment alone).
+ENTRYPOINT ["docker-entrypoint.sh"]
+CMD []
