@@ -34,10 +34,11 @@ ENV PIP_DISABLE_PIP_VERSION_CHECK=1
 RUN python -m venv --without-pip /opt/venv
 
 # 1. Dependencies, exactly pinned, in their own layer: source edits do not invalidate it.
-#    pip's cache lives in a BuildKit cache mount, never in a layer.
+#    --no-deps: nothing outside the pins is installed (scripts/lint-deploy.sh checks that they are
+#    complete). pip's cache lives in a BuildKit cache mount, never in a layer.
 RUN --mount=type=cache,target=/root/.cache/pip \
     --mount=type=bind,source=docker/requirements.txt,target=/tmp/requirements.txt \
-    pip --python /opt/venv/bin/python install -r /tmp/requirements.txt
+    pip --python /opt/venv/bin/python install --no-deps -r /tmp/requirements.txt
 
 # 2. The project itself, without resolving dependencies again: they are all in the layer above. The
 #    import check (-I: the installed package, not ./proxy) makes a dependency missing from

@@ -1,6 +1,6 @@
 """The container images, checked without a container engine: the entrypoint's logic
-(docker/entrypoint.sh, run by sh with a config path of the test's own) and the Dockerfiles' wiring
-of it."""
+(docker/entrypoint.sh, run by sh with a config path of the test's own), the Dockerfiles' wiring of
+it, and the pinned requirements installed with --no-deps and checked complete."""
 
 from __future__ import annotations
 
@@ -10,7 +10,9 @@ import re
 import subprocess
 import sys
 import urllib.request
+from importlib.util import module_from_spec, spec_from_file_location
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
@@ -122,3 +124,51 @@ def test_both_images_start_through_the_entrypoint_with_no_default_arguments() ->
     assert instructions(dockerfile, "CMD")[-1] == "[]" and instructions(node, "CMD") == ["[]"]
     assert os.access(ENTRYPOINT, os.X_OK)  # COPY keeps the mode
     assert "!docker/entrypoint.sh" in (REPO / ".dockerignore").read_text().splitlines()  # in the build context
+
+
+# ---------------------------------------------------------------- the pinned requirements
+
+
+def requirements_check() -> ModuleType:
+    spec = spec_from_file_location("check_requirements", REPO / "scripts" / "check_requirements.py")
+    assert spec is not None and spec.loader is not None
+    module = module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_image_and_its_emulation_install_the_pins_and_nothing_else() -> None:
+    installs = [run for run in instructions(REPO / "Dockerfile", "RUN") if "requirements.txt" in run]
+    assert len(installs) == 1 and "install --no-deps -r /tmp/requirements.txt" in installs[0]
+    lint = (REPO / "scripts" / "lint-deploy.sh").read_text()
+    assert "--no-deps -r docker/requirements.txt" in lint
+    assert "scripts/check_requirements.py docker/requirements.txt" in lint
+
+
+def test_docker_requirements_are_exact_pins() -> None:
+    text = (REPO / "docker" / "requirements.txt").read_text()
+    pins = dict(line.split("==") for line in text.splitlines() if line and not line.startswith("#"))
+    assert pins and requirements_check().problems(text, pins) == []
+
+
+def test_the_requirements_check_finds_loose_pins_unpinned_and_missing_distributions() -> None:
+    check = requirements_check()
+    text = "# generated\nPyYAML==6.0.4\ntyping_extensions==4.16.0\naiohttp>=3\nyarl\nredis==8.1.0\n"
+    installed = {
+        "pyyaml": "6.0.4",  # names compare as PyPI compares them
+        "typing-extensions": "4.16.0",
+        "aiohttp": "3.14.5",
+        "yarl": "1.25.1",
+        "propcache": "0.5.4",
+        "pip": "25.0",
+        "mcp-era-proxy": "0.1.0",
+    }
+    assert check.problems(text, installed) == [
+        "line 4: 'aiohttp>=3' is not an exact pin (name==version)",
+        "line 5: 'yarl' is not an exact pin (name==version)",
+        "aiohttp 3.14.5 is installed but not pinned",
+        "propcache 0.5.4 is installed but not pinned",
+        "yarl 1.25.1 is installed but not pinned",
+        "redis==8.1.0 is pinned but not installed",
+    ]
+    assert check.problems("pyyaml==6.0.3\n", {"PyYAML": "6.0.4"}) == ["pyyaml is installed at 6.0.4, pinned at 6.0.3"]
