@@ -1,12 +1,14 @@
 """The container images, checked without a container engine: the entrypoint's logic
 (docker/entrypoint.sh, run by sh with a config path of the test's own), the Dockerfiles' wiring of
-it, and the pinned requirements installed with --no-deps and checked complete."""
+it, the pinned requirements installed with --no-deps and checked complete, and the documented
+command of the Node.js image giving npx a /tmp it may execute from."""
 
 from __future__ import annotations
 
 import json
 import os
 import re
+import shlex
 import subprocess
 import sys
 import urllib.request
@@ -172,3 +174,22 @@ def test_the_requirements_check_finds_loose_pins_unpinned_and_missing_distributi
         "redis==8.1.0 is pinned but not installed",
     ]
     assert check.problems("pyyaml==6.0.3\n", {"PyYAML": "6.0.4"}) == ["pyyaml is installed at 6.0.4, pinned at 6.0.3"]
+
+
+# ---------------------------------------------------------------- the Node.js image's documented command
+
+
+def test_the_node_images_documented_run_gives_npms_cache_a_tmp_it_may_execute_from() -> None:
+    """npx runs a server from npm's cache; Docker's --tmpfs is noexec unless given exec."""
+    env = dict(e.split("=", 1) for e in " ".join(instructions(REPO / "docker" / "Dockerfile.node", "ENV")).split())
+    assert env["NPM_CONFIG_CACHE"].startswith("/tmp/")
+    page = (REPO / "docs" / "operate" / "docker.md").read_text()
+    runs = [
+        shlex.split(block.replace("\\\n", " "))
+        for block in re.findall(r"```bash\n(.*?)```", page, re.S)
+        if "docker run" in block and "-node22" in block
+    ]
+    assert runs
+    for argv in runs:
+        tmpfs = [argv[i + 1] for i, arg in enumerate(argv) if arg == "--tmpfs"]
+        assert [mount for mount in tmpfs if mount.split(":")[0] == "/tmp"] == ["/tmp:exec"], argv
