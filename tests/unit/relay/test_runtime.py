@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import tracemalloc
+from collections.abc import Callable
 
 import pytest
 
@@ -16,6 +17,17 @@ WAIT = 5.0
 
 def note(n: int) -> dict[str, object]:
     return {"jsonrpc": "2.0", "method": "notifications/message", "params": {"n": n}}
+
+
+def bytes_each(make: Callable[[], object], count: int = 1000) -> float:
+    """What each of `count` objects made by `make` holds, as tracemalloc counts it."""
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        made = [make() for _ in range(count)]
+        return (tracemalloc.get_traced_memory()[0] - before) / len(made)
+    finally:
+        tracemalloc.stop()
 
 
 async def test_messages_come_out_in_order_and_close_ends_the_stream() -> None:
@@ -75,13 +87,7 @@ async def test_a_long_burst_is_drained_whole_and_in_order_across_refills() -> No
 def test_an_idle_stream_is_small() -> None:
     """Held per session by the thousand (bench/streams.py): an idle stream is a few hundred bytes
     (an asyncio.Queue alone is some 2.5 KB: four deques)."""
-    tracemalloc.start()
-    try:
-        before = tracemalloc.get_traced_memory()[0]
-        streams = [GetStream() for _ in range(1000)]
-        per_stream = (tracemalloc.get_traced_memory()[0] - before) / len(streams)
-    finally:
-        tracemalloc.stop()
+    per_stream = bytes_each(GetStream)
     assert per_stream < 300, per_stream
 
 
@@ -104,13 +110,7 @@ def test_an_idle_session_runtime_is_small() -> None:
     backlog for a stream not open yet, what waits for `initialized`) is not made for them, and the
     session's task scope is a dict (an empty set is 216 bytes); the runtime was some 2.4 KB with a
     deque and an asyncio.Event (another deque) each."""
-    tracemalloc.start()
-    try:
-        before = tracemalloc.get_traced_memory()[0]
-        runtimes = [SessionRuntime("s", None, backlog_size=100) for _ in range(1000)]
-        per_runtime = (tracemalloc.get_traced_memory()[0] - before) / len(runtimes)
-    finally:
-        tracemalloc.stop()
+    per_runtime = bytes_each(lambda: SessionRuntime("s", None, backlog_size=100))
     assert per_runtime < 600, per_runtime
 
 
