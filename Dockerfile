@@ -1,9 +1,13 @@
-# mcp-era-proxy image. The build needs BuildKit (`RUN --mount` below): the default builder of
-# current Docker, or DOCKER_BUILDKIT=1 on older ones. No `# syntax=` line: BuildKit's built-in
-# frontend supports `RUN --mount`, and such a line would fetch a frontend image from a registry.
-#   docker build -t mcp-era-proxy:0.1.0 .
+# mcp-era-proxy image. The build needs BuildKit (`RUN --mount` below). Since Docker 23 that is the
+# buildx plugin: `docker build` uses it only when it is installed, else it falls back to the legacy
+# builder, which fails at the first `--mount`; `docker buildx build` never falls back. Docker 18.09
+# to 22: DOCKER_BUILDKIT=1 docker build. No `# syntax=` line: BuildKit's built-in frontend supports
+# `RUN --mount`, and such a line would fetch a frontend image from a registry.
+#   docker buildx build --load -t mcp-era-proxy:0.1.0 .
 #   docker run --rm -p 8080:8080 -p 9090:9090 \
 #     -v "$PWD/proxy.yaml:/etc/mcp-era-proxy/config.yaml:ro" mcp-era-proxy:0.1.0
+# Without arguments the container reads that file if it is mounted, and otherwise starts from its
+# MCP_ERA_PROXY_* environment alone (docker/entrypoint.sh).
 #
 # The proxy's own default stays `listen: 127.0.0.1:8080`, which nothing outside the container can
 # reach: the mounted config (or MCP_ERA_PROXY_LISTEN) must set `listen: 0.0.0.0:8080`,
@@ -30,10 +34,11 @@ ENV PIP_DISABLE_PIP_VERSION_CHECK=1
 RUN python -m venv --without-pip /opt/venv
 
 # 1. Dependencies, exactly pinned, in their own layer: source edits do not invalidate it.
-#    pip's cache lives in a BuildKit cache mount, never in a layer.
+#    --no-deps: nothing outside the pins is installed (scripts/lint-deploy.sh checks that they are
+#    complete). pip's cache lives in a BuildKit cache mount, never in a layer.
 RUN --mount=type=cache,target=/root/.cache/pip \
     --mount=type=bind,source=docker/requirements.txt,target=/tmp/requirements.txt \
-    pip --python /opt/venv/bin/python install -r /tmp/requirements.txt
+    pip --python /opt/venv/bin/python install --no-deps -r /tmp/requirements.txt
 
 # 2. The project itself, without resolving dependencies again: they are all in the layer above. The
 #    import check (-I: the installed package, not ./proxy) makes a dependency missing from
@@ -63,6 +68,8 @@ RUN groupadd --system --gid 10001 mcp \
        --shell /usr/sbin/nologin mcp
 
 COPY --from=builder /opt/venv /opt/venv
+# Executable as checked in (COPY keeps the mode; a build context sent from Windows is all 0755).
+COPY docker/entrypoint.sh /usr/local/bin/docker-entrypoint.sh
 
 # The bytecode was compiled at install time; at run time the root filesystem may be read-only.
 ENV PATH=/opt/venv/bin:$PATH \
@@ -82,6 +89,8 @@ EXPOSE 8080 9090
 HEALTHCHECK --interval=30s --timeout=5s --start-period=10s --retries=3 \
     CMD ["python", "-c", "import os, urllib.request; urllib.request.urlopen(os.environ['HEALTHCHECK_URL'], timeout=4)"]
 
-# SIGTERM (the default stop signal) starts the proxy's graceful shutdown (shutdown.grace_s).
-ENTRYPOINT ["mcp-era-proxy"]
-CMD ["--config", "/etc/mcp-era-proxy/config.yaml"]
+# SIGTERM (the default stop signal) starts the proxy's graceful shutdown (shutdown.grace_s): the
+# entrypoint execs the proxy, which is PID 1. No arguments by default: the entrypoint reads
+# /etc/mcp-era-proxy/config.yaml when one is mounted, or none (the environment alone).
+ENTRYPOINT ["docker-entrypoint.sh"]
+CMD []

@@ -103,7 +103,7 @@ def render(
         lines.append("")
     if streams is not None:
         lines.extend(streams_lines(streams))
-    targets = judge(rows, mem)
+    targets = judge(rows, mem, streams)
     if targets:
         lines.append("## Targets")
         lines.append("")
@@ -165,7 +165,7 @@ def added(row: Row, base: Row | None) -> list[str]:
     return [f"{mine - theirs:+.{digits}f}{suffix}" for mine, theirs, digits in pairs]
 
 
-def judge(rows: dict[str, Row], mem: dict[str, Any] | None) -> list[str]:
+def judge(rows: dict[str, Row], mem: dict[str, Any] | None, streams: dict[str, Any] | None = None) -> list[str]:
     out: list[str] = []
 
     def verdict(ok: bool) -> str:
@@ -209,6 +209,13 @@ def judge(rows: dict[str, Row], mem: dict[str, Any] | None) -> list[str]:
     if mem is not None and mem.get("kb_per_session") is not None:
         per = mem["kb_per_session"]
         out.append(f"RSS per idle legacy session < 4 KB: {per:.2f} KB → {verdict(per < 4)}")
+    if streams is not None:
+        per, count = streams["kb_per_session_with_stream"], streams["sessions"]
+        exact = streams["received_exactly_what_they_subscribed_to"]
+        out.append(
+            f"RSS per legacy session with its GET stream ≤ 20 KB, every notification delivered exactly once: "
+            f"{per:.2f} KB, {exact}/{count} → {verdict(per <= 20 and exact == count)}"
+        )
     return out
 
 

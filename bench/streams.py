@@ -1,7 +1,7 @@
 """The cost of legacy GET streams: N legacy sessions of one caller, each holding its GET stream,
 in front of a 2026-07-28 upstream that serves `subscriptions/listen` (bench/upstream.py --listen).
 
-    python -m bench.streams [--sessions 1000] [--tree PATH] [--time-limit 300]
+    python -m bench.streams [--sessions 1000] [--tree PATH] [--time-limit 300] [--tracemalloc]
 
 Starts the upstream and the proxy (this tree's, or `--tree`'s: the before figure of another
 checkout), each in a process group of its own stopped by its pid at the end. Then, at each stage
@@ -15,7 +15,11 @@ prompts list change: every session must receive exactly the list changes and the
 own resource, in that order (`wrong` counts those that did not).
 
 Prints one JSON line: the stages, `kb_per_stream` ((streams - sessions) RSS / N),
-`kb_per_session_with_stream` ((subscribed - base) / N), and the check.
+`kb_per_session_with_stream` ((subscribed - base) / N), and the check. With `--tracemalloc`, the
+proxy runs under tracemalloc (bench/traced.py), a snapshot is taken at each stage, and the line
+also holds what a session and what a stream hold, in bytes, by where the proxy made it
+(`tracemalloc`: per_session, the sessions stage over base; per_stream, streams over sessions); the
+RSS figures of such a run include tracemalloc's own bookkeeping.
 """
 
 from __future__ import annotations
@@ -24,14 +28,17 @@ import argparse
 import asyncio
 import json
 import os
+import signal
 import sys
+import tempfile
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 
-from bench import servers
+from bench import servers, traced
 from bench.harness import BENCH, begin, say
 
 CALLER = {"Authorization": "Bearer bench-streams-caller"}
@@ -92,11 +99,37 @@ def connections_to(pid: int, port: int, inodes: set[str]) -> int:
     return count
 
 
-async def stage(http: aiohttp.ClientSession, pid: int, upstream_port: int, stats_url: str) -> dict[str, int]:
+Snapshot = Callable[[], Awaitable[None]]  # a tracemalloc snapshot of the proxy, taken once it is written
+
+
+def snapshots(pid: int, directory: Path) -> Snapshot:
+    """Signals the proxy under bench/traced.py to write its next snapshot, and waits for it (60 s)."""
+    taken = 0
+
+    async def take() -> None:
+        nonlocal taken
+        path = traced.snapshot_path(directory, taken)
+        os.kill(pid, signal.SIGUSR1)
+        for _ in range(300):  # a file appears whole (renamed once written): polled, 60 s at most
+            if path.exists():
+                break
+            await asyncio.sleep(0.2)
+        else:
+            raise TimeoutError(f"no snapshot {path.name} from the proxy in 60 s")
+        taken += 1
+
+    return take
+
+
+async def stage(
+    http: aiohttp.ClientSession, pid: int, upstream_port: int, stats_url: str, snapshot: Snapshot | None
+) -> dict[str, int]:
     await asyncio.sleep(1.0)  # what was just opened settles (acks, closed listens)
     fds, inodes = socket_inodes(pid)
     async with http.get(stats_url) as response:
         stats = await response.json()
+    if snapshot is not None:
+        await snapshot()
     return {
         "rss_kb": rss_kb(pid),
         "fds": fds,
@@ -142,8 +175,8 @@ async def post(http: aiohttp.ClientSession, url: str, message: dict[str, Any], h
         if not body or "id" not in message:
             return response.headers.get("Mcp-Session-Id")
         text = body.decode()
-        if response.content_type == "text/event-stream":
-            text = next(line[5:] for line in text.splitlines() if line.startswith("data:"))
+        if response.content_type == "text/event-stream":  # the first event with data: a priming one has none
+            text = next(line[5:] for line in text.splitlines() if line.startswith("data:") and line[5:].strip())
         reply = json.loads(text)
         if "error" in reply:
             raise RuntimeError(f"{message.get('method')}: {reply['error']}")
@@ -184,21 +217,21 @@ async def each(items: list[Any], work: Any, concurrency: int = 32) -> list[Any]:
     return await asyncio.gather(*(one(item) for item in items))
 
 
-async def measure(url: str, pid: int, upstream: str, count: int) -> dict[str, Any]:
+async def measure(url: str, pid: int, upstream: str, count: int, snapshot: Snapshot | None = None) -> dict[str, Any]:
     base_url = upstream.rsplit("/", 1)[0]
     upstream_port = int(base_url.rsplit(":", 1)[1])
     stats_url, notify_url = f"{base_url}/stats", f"{base_url}/notify"
     connector = aiohttp.TCPConnector(limit=0)
     async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=None)) as http:
         await initialize(http, url, -1)  # the upstream's discover cached, the first allocations made
-        stages = {"base": await stage(http, pid, upstream_port, stats_url)}
+        stages = {"base": await stage(http, pid, upstream_port, stats_url, snapshot)}
         began = time.monotonic()
         sessions = await each(list(range(count)), lambda index: initialize(http, url, index))
-        stages["sessions"] = await stage(http, pid, upstream_port, stats_url)
+        stages["sessions"] = await stage(http, pid, upstream_port, stats_url, snapshot)
         await each(sessions, lambda session: open_stream(http, url, session))
-        stages["streams"] = await stage(http, pid, upstream_port, stats_url)
+        stages["streams"] = await stage(http, pid, upstream_port, stats_url, snapshot)
         await each(sessions, lambda session: subscribe(http, url, session))
-        stages["subscribed"] = await stage(http, pid, upstream_port, stats_url)
+        stages["subscribed"] = await stage(http, pid, upstream_port, stats_url, snapshot)
         opened_s = time.monotonic() - began
         pushes = [(TOOLS_CHANGED, None)]
         pushes += [(UPDATED, f"bench://resource/{n}") for n in range(RESOURCES)]
@@ -238,17 +271,34 @@ def main() -> None:
     parser.add_argument("--sessions", type=int, default=1000)
     parser.add_argument("--tree", type=Path, help="run that checkout's proxy (e.g. a worktree of main)")
     parser.add_argument("--time-limit", type=float, default=300.0, help="give up after this long")
+    parser.add_argument("--tracemalloc", action="store_true", help="what a session and a stream hold, by where")
     args = parser.parse_args()
     _, procs, _, _ = begin(BENCH / "results", lambda: {"cores": str(os.cpu_count())})
-    try:
-        argv = [sys.executable, "-m", "bench.upstream", "--port", "0", "--era", "modern", "--listen"]
-        with procs.listening("streams-upstream", argv) as upstream_process:
-            upstream = f"http://127.0.0.1:{upstream_process.port}/mcp"
-            with servers.proxy(procs, "streams", url=upstream, era="modern", tree=args.tree) as (url, pid):
-                say(f"{args.sessions} legacy sessions of one caller, each with a GET stream, proxy pid {pid}")
-                result = asyncio.run(asyncio.wait_for(measure(url, pid, upstream, args.sessions), args.time_limit))
-    finally:
-        procs.stop_all()
+    with tempfile.TemporaryDirectory(prefix="bench-streams-") as trace_dir:
+        proxy_options: dict[str, Any] = {}
+        if args.tracemalloc:
+            launcher = (sys.executable, str(Path(traced.__file__).resolve()))
+            proxy_options = {"launcher": launcher, "env": {"BENCH_TRACE_DIR": trace_dir}, "timeout": 120.0}
+        try:
+            argv = [sys.executable, "-m", "bench.upstream", "--port", "0", "--era", "modern", "--listen"]
+            with procs.listening("streams-upstream", argv) as upstream_process:
+                upstream = f"http://127.0.0.1:{upstream_process.port}/mcp"
+                with servers.proxy(procs, "streams", url=upstream, era="modern", tree=args.tree, **proxy_options) as (
+                    url,
+                    pid,
+                ):
+                    say(f"{args.sessions} legacy sessions of one caller, each with a GET stream, proxy pid {pid}")
+                    snapshot = snapshots(pid, Path(trace_dir)) if args.tracemalloc else None
+                    run = measure(url, pid, upstream, args.sessions, snapshot)
+                    result = asyncio.run(asyncio.wait_for(run, args.time_limit))
+        finally:
+            procs.stop_all()
+        if args.tracemalloc:
+            base, sessions, streams = (traced.snapshot_path(Path(trace_dir), n) for n in range(3))
+            result["tracemalloc"] = {
+                "per_session": traced.held_beyond(base, sessions, args.sessions),
+                "per_stream": traced.held_beyond(sessions, streams, args.sessions),
+            }
     result["tree"] = str(args.tree or "this checkout")
     print(json.dumps(result), flush=True)
 

@@ -433,7 +433,13 @@ async def serve_stdio(
             connector=aiohttp.UnixConnector(path=socket_path, limit=0), auto_decompress=False
         )
         writer = StdoutWriter(stdout_fd)
-        bridge = EndpointBridge(client, f"http://localhost{settings.path}", writer, settings.security.max_json_depth)
+        bridge = EndpointBridge(
+            client,
+            f"http://localhost{settings.path}",
+            writer,
+            settings.security.max_json_depth,
+            upstream=settings.upstream.name,
+        )
         log.info(
             "started",
             version=__version__,

@@ -2,7 +2,9 @@
 # Checks the deployment files: the Dockerfiles, the Helm chart and its examples, and the proxy
 # config the chart renders. Run by scripts/test.sh before pytest; alone: bash scripts/lint-deploy.sh
 #   1. hadolint: Dockerfile and docker/Dockerfile.node, no finding at all (inline ignores justified);
-#      the image's builder stage emulated in a venv (docker/requirements.txt satisfies pyproject.toml).
+#      the image's builder stage emulated in a venv: docker/requirements.txt installed --no-deps, as
+#      the image installs it, holds only exact pins, every installed distribution is pinned and every
+#      dependency of each is installed (the pins are complete) in its range (pyproject.toml's too).
 #   2. yamllint (.yamllint): Chart.yaml, values.yaml, examples/*.yaml, config/proxy.example.yaml.
 #   3. values.schema.json: a strict draft-07 schema accepting values.yaml, and each example and
 #      values snippet of docs/operate/kubernetes.md merged over it (scripts/check_values_schema.py).
@@ -86,23 +88,27 @@ step "hadolint: Dockerfile, docker/Dockerfile.node"
 "$TOOLS/bin/hadolint" --failure-threshold info Dockerfile docker/Dockerfile.node
 echo "ok   no findings"
 
-step "image build stage, without a Docker engine: docker/requirements.txt + the project --no-deps"
-# What the Dockerfile's builder stage does, in a throwaway venv: the pinned requirements, then the
-# project without dependencies; pip check fails when a dependency of pyproject.toml is missing from
-# docker/requirements.txt or pinned outside its range (run docker/freeze-requirements.sh then).
+step "image build stage, without a Docker engine: docker/requirements.txt --no-deps + the project --no-deps"
+# What the Dockerfile's builder stage does, in a throwaway venv: the pinned requirements without
+# resolving anything more (nothing outside the pins gets in), then the project without
+# dependencies. pip check fails when a dependency of pyproject.toml, or of a pinned distribution,
+# is missing from docker/requirements.txt or pinned outside its range (run
+# docker/freeze-requirements.sh then); the pins must be exact, and all that is installed pinned.
 image="$(mktemp -d)"
 "$PYTHON" -m venv "$image/venv"
 cp -r pyproject.toml README.md proxy "$image/"
-if ! { "$image/venv/bin/pip" install -q --disable-pip-version-check -r docker/requirements.txt \
+if ! { "$image/venv/bin/pip" install -q --disable-pip-version-check --no-deps -r docker/requirements.txt \
        && "$image/venv/bin/pip" install -q --disable-pip-version-check --no-deps "$image"; } \
      >"$image/pip.log" 2>&1; then
   cat "$image/pip.log"; echo "FAIL installing docker/requirements.txt and the project"; exit 1
 fi
 "$image/venv/bin/pip" check --disable-pip-version-check \
-  || { echo "FAIL docker/requirements.txt does not satisfy pyproject.toml: run docker/freeze-requirements.sh"; exit 1; }
+  || { echo "FAIL docker/requirements.txt is incomplete or out of range: run docker/freeze-requirements.sh"; exit 1; }
+"$image/venv/bin/python" scripts/check_requirements.py docker/requirements.txt \
+  || { echo "FAIL docker/requirements.txt: run docker/freeze-requirements.sh"; exit 1; }
 (cd "$image" && venv/bin/python -I -c "import proxy.cli, proxy.app, proxy.tracing.otel, uvloop" && venv/bin/mcp-era-proxy --version)
 rm -rf "$image"
-echo "ok   requirements satisfy pyproject.toml; the installed entry point runs"
+echo "ok   exact pins, complete, satisfying pyproject.toml; the installed entry point runs"
 
 step "yamllint (.yamllint): chart values, examples, config/proxy.example.yaml"
 "$TOOLS/bin/yamllint" --strict -c .yamllint \

@@ -89,7 +89,7 @@ names_tests() {
 }
 if [ "$QUICK" -eq 1 ]; then
   selection=(tests/unit tests/hostile tests/integration tests/test_architecture.py tests/test_docs.py
-    tests/test_self_contained.py)
+    tests/test_self_contained.py tests/test_image.py)
   names_tests "$@" && selection=()
   wait "$byte_code"
   trap - EXIT

@@ -66,7 +66,10 @@ class EndpointBridge:
     Streamable HTTP endpoint at `url` (over `session`): messages come in through `feed` (or `line`),
     and every message the endpoint sends back goes to `writer`."""
 
-    def __init__(self, session: aiohttp.ClientSession, url: str, writer: MessageSink, max_depth: int) -> None:
+    def __init__(
+        self, session: aiohttp.ClientSession, url: str, writer: MessageSink, max_depth: int, *, upstream: str
+    ) -> None:
+        """`upstream`: the name of the proxy's upstream, for the log lines."""
         self._http = session
         self._url = url
         self._writer = writer
@@ -89,7 +92,7 @@ class EndpointBridge:
         # the host sends after `notifications/initialized` waits for it (bounded), so a change the
         # host makes at once is not said before anyone listens.
         self._stream_ready: asyncio.Event | None = None
-        self._tools = BridgeToolHeaders()  # modern: the Mcp-Param-* headers of each tool's calls
+        self._tools = BridgeToolHeaders(upstream)  # modern: the Mcp-Param-* headers of each tool's calls
 
     def start(self) -> None:
         self._writer.start()

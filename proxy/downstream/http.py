@@ -407,11 +407,13 @@ class McpEndpoint:
             return error_reply(exc, Era.LEGACY)
         return host
 
-    async def get(self, request: web.Request) -> web.StreamResponse:
-        return await self._traced("GET", self._get, request)
+    # Plain functions: aiohttp awaits the span's own coroutine, so a GET stream held open for hours
+    # holds no coroutine level of these.
+    def get(self, request: web.Request) -> Awaitable[web.StreamResponse]:
+        return self._traced("GET", self._get, request)
 
-    async def delete(self, request: web.Request) -> web.StreamResponse:
-        return await self._traced("DELETE", self._delete, request)
+    def delete(self, request: web.Request) -> Awaitable[web.StreamResponse]:
+        return self._traced("DELETE", self._delete, request)
 
     async def _traced(
         self, method: str, handler: Callable[[web.Request], Awaitable[web.StreamResponse]], request: web.Request

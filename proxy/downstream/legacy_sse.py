@@ -204,7 +204,7 @@ class LegacySseEndpoint:
         key = secrets.token_hex(16)
         token = self._seal(key, identity.principal)
         writer = StreamWriter(request, self._keepalive_s)
-        bridge = EndpointBridge(self._client, self._url, writer, self._max_depth)
+        bridge = EndpointBridge(self._client, self._url, writer, self._max_depth, upstream=self._settings.upstream.name)
         bridge.feed_headers(self._caller_headers(request))  # the stream's own, until a message brings newer
         await writer.stream.write(
             encode_event(f"{self._endpoint_ref}?{SESSION_QUERY}={quote(token)}".encode(), event="endpoint")

@@ -118,7 +118,24 @@ DELIVERED: Any = web.RequestKey("delivered", bool) if hasattr(web, "RequestKey")
 class SseStream:
     """An SSE response opened on first use, with keep-alive comments while it is quiet; with
     `event_ids`, every message carries an id (downstream/resume.py). A keep-alive that cannot be
-    written is how a quiet stream learns its client went away: `on_gone` is called then."""
+    written is how a quiet stream learns its client went away: `on_gone` is called then.
+
+    A legacy session's GET stream is one, held open and mostly quiet, by the thousand: its
+    keep-alive is a timer, and a task only while a comment is being written (a task sleeping
+    between comments, with its coroutine and its sleep, was some 1.7 KB a stream)."""
+
+    __slots__ = (
+        "_event_ids",
+        "_headers",
+        "_keepalive",
+        "_keepalive_s",
+        "_last_write",
+        "_lock",
+        "_on_gone",
+        "_pinging",
+        "_request",
+        "response",
+    )
 
     def __init__(
         self,
@@ -132,9 +149,10 @@ class SseStream:
         self._event_ids = event_ids
         self._on_gone = on_gone
         self._keepalive_s = keepalive_s
-        self._headers = headers or {}
+        self._headers = headers
         self.response: web.StreamResponse | None = None
-        self._keepalive: asyncio.Task[None] | None = None
+        self._keepalive: asyncio.TimerHandle | None = None  # armed once the response is started
+        self._pinging: asyncio.Task[None] | None = None  # a keep-alive comment being written
         self._last_write = 0.0
         self._lock = asyncio.Lock()
 
@@ -149,13 +167,14 @@ class SseStream:
     async def _start(self) -> web.StreamResponse:
         # Under _lock: two writers arriving together must not both prepare the response.
         if self.response is None:
-            response = web.StreamResponse(status=200, headers={**SSE_HEADERS, **self._headers})
+            headers = {**SSE_HEADERS, **self._headers} if self._headers else SSE_HEADERS  # aiohttp copies them
+            response = web.StreamResponse(status=200, headers=headers)
             await response.prepare(self._request)
             self.response = self._request[STARTED] = response
             if self._event_ids is not None and self._event_ids.prime:
                 await response.write(self._event_ids.priming_event())
             self._last_write = time.monotonic()
-            self._keepalive = asyncio.create_task(self._keep_alive())
+            self._arm(self._keepalive_s)
         return self.response
 
     async def send(self, message: Any) -> None:
@@ -181,34 +200,54 @@ class SseStream:
         while (event := await events.get()) is not None:
             await self.write(event)
 
-    async def _keep_alive(self) -> None:
+    def _arm(self, delay: float) -> None:
+        self._keepalive = asyncio.get_running_loop().call_later(delay, self._due)
+
+    def _due(self) -> None:
+        """The keep-alive timer fired: a comment if the stream was quiet that long, else the timer
+        again for the rest (a write meanwhile moved the time; writes do not touch the timer)."""
+        wait = self._last_write + self._keepalive_s - time.monotonic()
+        if wait > 0:
+            self._arm(wait)
+        else:
+            self._keepalive = None
+            self._pinging = asyncio.create_task(self._ping())
+
+    async def _ping(self) -> None:
         try:
-            while True:
-                wait = self._last_write + self._keepalive_s - time.monotonic()
-                if wait > 0:
-                    await asyncio.sleep(wait)
-                    continue
-                async with self._lock:
-                    assert self.response is not None
-                    await self.response.write(KEEPALIVE)
-                    self._last_write = time.monotonic()
+            async with self._lock:
+                assert self.response is not None
+                await self.response.write(KEEPALIVE)
+                self._last_write = time.monotonic()
         except (ConnectionError, RuntimeError):
             if self._on_gone is not None:
                 self._on_gone()
+            return
+        self._arm(self._keepalive_s)
 
     async def close(self) -> web.StreamResponse:
         response = await self.start()
-        if self._keepalive is not None:
-            self._keepalive.cancel()
+        pinging = self._stop_keepalive()
+        if pinging is not None:
             with contextlib.suppress(asyncio.CancelledError):
-                await self._keepalive
+                await pinging
         with contextlib.suppress(ConnectionError, RuntimeError):
             await response.write_eof()
         return response
 
     def abort(self) -> None:
+        self._stop_keepalive()
+
+    def _stop_keepalive(self) -> asyncio.Task[None] | None:
+        """Disarm the keep-alive; the comment being written, if any, cancelled (to be awaited)."""
         if self._keepalive is not None:
             self._keepalive.cancel()
+            self._keepalive = None
+        pinging, self._pinging = self._pinging, None
+        if pinging is None or pinging.done():
+            return None
+        pinging.cancel()
+        return pinging
 
 
 _PRIME_AFTER_S = 1.0  # a reply not done by then becomes a stream, its priming event first

@@ -86,12 +86,12 @@ class InputRounds:
         server-to-client request; feed each answer to the call as it arrives."""
         if len(runtime.pending) + len(asks) > self._settings.sessions.max_pending_inputs:
             raise ProxyError(jsonrpc.LIMIT_EXCEEDED, "too many unanswered input requests in this session")
-        if not runtime.initialized.is_set():
+        if not runtime.initialized:
             # Servers must not send requests before notifications/initialized
             # (2025-11-25/basic/lifecycle.mdx §Initialization).
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(self._settings.input.initialized_wait_s):
-                    await runtime.initialized.wait()
+                    await runtime.wait_initialized()
         loop = asyncio.get_running_loop()
         waiting: Waiting = {}
         sent: dict[str, JSONDict] = {}  # key -> the request as the client got it

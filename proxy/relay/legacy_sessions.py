@@ -250,8 +250,8 @@ class LegacySessionHost(Generic[L]):
             return None  # a session whose runtime cannot be rebuilt here (its process is gone)
         runtime.last_used = now
         runtime.session = session  # the latest state: what the live parts read
-        if session.initialized and not runtime.initialized.is_set():
-            runtime.initialized.set()  # the client said so to another replica
+        if session.initialized and not runtime.initialized:
+            runtime.mark_initialized()  # the client said so to another replica
         if self._max_live is not None:  # the most recently used last
             self._runtimes[session_id] = self._runtimes.pop(session_id)
         if not self._store.shared and now - session.last_seen >= _SEEN_RESOLUTION_S:  # not a write per request
@@ -267,7 +267,7 @@ class LegacySessionHost(Generic[L]):
                 return None
             runtime = self._attach(session.id, live)
             if session.initialized:
-                runtime.initialized.set()
+                runtime.mark_initialized()
         return runtime
 
     def _attach(self, session_id: str, live: L) -> SessionRuntime[L]:
@@ -366,7 +366,7 @@ class LegacySessionHost(Generic[L]):
                     # input.initialized_wait_s before going on.
                     log.warning("session_initialized_not_shared", session=short_hash(session.id))
             if runtime is not None:
-                runtime.initialized.set()
+                runtime.mark_initialized()
         if runtime is None:
             return
         await self.backend.notify(session, runtime, message)

@@ -62,7 +62,7 @@ from .scopes import Deadline
 from .session_listens import Runtime, SessionListens, Translated
 from .tasks.host import LegacyTaskHost
 from .tasks.legacy_clients import TASK_CANCEL_S, HostedTasks, UpstreamTaskCancels
-from .tool_headers import ToolHeaders
+from .tool_headers import ToolHeaders, unlisted
 
 JSONDict = dict[str, Any]
 log = structlog.get_logger(__name__)
@@ -405,12 +405,13 @@ class TranslatingBackend:
 
     # ------------------------------------------------------------ x-mcp-header
 
-    async def _list_tools(
-        self, session: LegacySession, auth_headers: Mapping[str, str], params: JSONDict
-    ) -> JSONDict | None:
+    async def _list_tools(self, session: LegacySession, auth_headers: Mapping[str, str], params: JSONDict) -> JSONDict:
         """One tools/list page asked for the session's caller, to learn its tools' annotations."""
         call = self._new_call(session, jsonrpc.request(0, "tools/list", params), False, auth_headers)
-        return (await self._drive(call, session, None, NO_STREAM, auth_headers)).result
+        finish = await self._drive(call, session, None, NO_STREAM, auth_headers)
+        if finish.result is None:
+            raise unlisted(finish.error)
+        return finish.result
 
     # ------------------------------------------------------------ input rounds taken over
 

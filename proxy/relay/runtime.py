@@ -63,28 +63,67 @@ class GetStream:
 
 
 class SessionRuntime(Generic[L]):
-    """`live` is the backend's own part of the session (its process, its upstream listen)."""
+    """`live` is the backend's own part of the session (its process, its upstream listen).
+
+    Held per session, mostly idle, by the thousand: what most sessions never use is made on first
+    need (the backlog of messages for a stream not open yet, what waits for `initialized`)."""
+
+    __slots__ = (
+        "_backlog",
+        "_backlog_size",
+        "_initialized",
+        "get_streams",
+        "inflight",
+        "last_used",
+        "live",
+        "pending",
+        "server_request_ids",
+        "session",
+        "session_id",
+        "tasks",
+    )
 
     def __init__(self, session_id: str, live: L, backlog_size: int) -> None:
         self.session_id = session_id
         self.live = live
-        self.initialized = asyncio.Event()
+        # notifications/initialized came: True; False, or what waits for it while it has not.
+        self._initialized: bool | asyncio.Event = False
         self.server_request_ids = itertools.count(1)  # never reused within the session
         # Server-to-client requests awaited, by the id sent (a sealed string with several replicas).
         self.pending: dict[int | str, asyncio.Future[JSONDict]] = {}
         self.inflight: dict[Any, CancelScope] = {}  # the client's requests running, by its request id
         self.get_streams: list[GetStream] = []
-        self.backlog: deque[JSONDict] = deque(maxlen=backlog_size)
+        self._backlog: deque[JSONDict] | None = None  # messages for the next stream, while none is open
+        self._backlog_size = backlog_size
         self.tasks = TaskScope("legacy session")  # ended with the session
         self.session: LegacySession | None = None  # the session's latest state as this replica loaded it
         self.last_used = 0.0  # when this replica last served the session (a shared store's idle release)
+
+    @property
+    def initialized(self) -> bool:
+        """The client said notifications/initialized (here, or to another replica)."""
+        return self._initialized is True
+
+    def mark_initialized(self) -> None:
+        waiting, self._initialized = self._initialized, True
+        if isinstance(waiting, asyncio.Event):
+            waiting.set()
+
+    async def wait_initialized(self) -> None:
+        if self._initialized is True:
+            return
+        if self._initialized is False:
+            self._initialized = asyncio.Event()
+        await self._initialized.wait()
 
     def deliver(self, message: JSONDict) -> None:
         """Hand an unsolicited message to exactly one GET stream (legacy forbids fan-out)."""
         if self.get_streams:
             self.get_streams[-1].put(message)
-        else:
-            self.backlog.append(message)
+            return
+        if self._backlog is None:
+            self._backlog = deque(maxlen=self._backlog_size)
+        self._backlog.append(message)
 
     def open_stream(self, limit: int) -> GetStream:
         """A new GET stream, given the messages held for it meanwhile; 409 past `limit`."""
@@ -94,8 +133,10 @@ class SessionRuntime(Generic[L]):
             )
         stream = GetStream()
         self.get_streams.append(stream)
-        while self.backlog:
-            stream.put(self.backlog.popleft())
+        if self._backlog is not None:
+            backlog, self._backlog = self._backlog, None
+            for message in backlog:
+                stream.put(message)
         return stream
 
     def detach(self, stream: GetStream) -> None:

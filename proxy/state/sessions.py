@@ -36,6 +36,7 @@ def short_hash(value: str) -> str:
 
 
 _OPENED_MAX = 8192  # ids remembered as opened (the cache starts afresh when full)
+_NO_SUBSCRIPTIONS: frozenset[str] = frozenset()  # one for every session (each call makes another)
 _CORE_VERSION = 1
 MAX_CORE_BYTES = 3072  # sealed into the id up to this size; above it, the store holds it (see SessionIds)
 
@@ -69,7 +70,7 @@ class OpenedId:
             *_core_fields(self.core or SessionCore()),
             self.issued_at,  # created_at
             self.core is None,  # core_in_store
-            frozenset(),  # subscriptions, initialized, stream_owner: at the defaults
+            _NO_SUBSCRIPTIONS,  # subscriptions, initialized, stream_owner: at the defaults
             False,
             "",
         )
@@ -126,9 +127,14 @@ class SessionIds:
         core = core or SessionCore()
         fields = encode_core(core)
         in_store = len(fields) > MAX_CORE_BYTES
-        head = orjson.dumps([_CORE_VERSION, b64url(secrets.token_bytes(16)), int(self._clock()), in_store])
+        issued = int(self._clock())
+        head = orjson.dumps([_CORE_VERSION, b64url(secrets.token_bytes(16)), issued, in_store])
         plaintext = head if in_store else head + b"\n" + fields
-        return self._sealer.seal("sid", plaintext, principal.encode())
+        session_id = self._sealer.seal("sid", plaintext, principal.encode())
+        # Remembered as opened: the session's requests find this core, not a copy decoded from
+        # their header, and the id kept is this string, not the first request's copy of it.
+        self._remember(session_id, principal, OpenedId(None if in_store else core, float(issued)))
+        return session_id
 
     def open(self, session_id: str, principal: str) -> OpenedId | None:
         """What the id carries, if it was minted here for this caller and is within its lifetime."""
@@ -137,12 +143,15 @@ class SessionIds:
             opened = self._decode(session_id, principal)
             if opened is None:
                 return None
-            if len(self._opened) >= _OPENED_MAX:
-                self._opened.clear()
-            self._opened[(session_id, principal)] = opened
+            self._remember(session_id, principal, opened)
         if self._clock() - opened.issued_at > self._max_lifetime_s:
             return None
         return opened
+
+    def _remember(self, session_id: str, principal: str, opened: OpenedId) -> None:
+        if len(self._opened) >= _OPENED_MAX:
+            self._opened.clear()
+        self._opened[(session_id, principal)] = opened
 
     def check(self, session_id: str, principal: str) -> bool:
         return self.open(session_id, principal) is not None

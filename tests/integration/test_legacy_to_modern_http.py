@@ -515,6 +515,21 @@ async def test_x_mcp_header_arguments_are_mirrored_as_mcp_param_headers(peer: Le
     }
 
 
+async def test_a_call_whose_tools_list_walk_fails_goes_without_param_headers_and_says_why(
+    peer: LegacyClient, fake: FakeModern
+) -> None:
+    fake.handlers["tools/list"] = respond_with(error(-32603, "listing is broken"))
+    fake.handlers["tools/call"] = respond_with(complete(content=text("deployed")))
+    with capture_logs() as logs:
+        async with asyncio.timeout(WAIT):
+            reply = await peer.request("tools/call", {"name": "deploy", "arguments": {"region": "eu"}})
+    assert reply.result == {"content": text("deployed")}
+    [call] = fake.calls_of("tools/call")
+    assert not [k for k in call.headers if k.lower().startswith(PARAM_HEADER_PREFIX.lower())]
+    failed = [(e["upstream"], e["error"]) for e in logs if e["event"] == "tools_prefetch_failed"]
+    assert failed == [(UPSTREAM_NAME, "listing is broken")]
+
+
 async def test_tools_with_an_invalid_x_mcp_header_are_withheld_from_tools_list(
     peer: LegacyClient, fake: FakeModern
 ) -> None:

@@ -1,6 +1,7 @@
 """The writer of an HTTP+SSE event stream (proxy/downstream/legacy_sse.py `StreamWriter`, written
 through downstream/reply.py `SseStream`): messages in order as `message` events, keep-alive comments
-while quiet, a client gone noticed on a quiet stream, a client that does not read cut off."""
+while quiet (from a timer: no task of the stream's own between them), a client gone noticed on a
+quiet stream, a client that does not read cut off."""
 
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ class Served:
     def __init__(self) -> None:
         self.writers: list[StreamWriter] = []
         self.pumped: asyncio.Event = asyncio.Event()  # a handler's pump has returned
+        self.tasks_added: list[int] = []  # tasks alive once a stream started, beyond those before
 
 
 @pytest.fixture
@@ -35,6 +37,9 @@ async def served() -> AsyncIterator[tuple[Served, str]]:
         state.writers.append(writer)
         writer.write({"jsonrpc": "2.0", "method": "one"})
         writer.write_raw(b'{"jsonrpc":"2.0","method":"two"}')
+        before = len(asyncio.all_tasks())
+        await writer.stream.start()
+        state.tasks_added.append(len(asyncio.all_tasks()) - before)
         try:
             await writer.pump()
         finally:
@@ -68,6 +73,7 @@ async def test_messages_come_in_order_then_keepalives_while_quiet_and_end_ends_t
         events = seen.split(b"\n\n")
         assert events[0] == b'event: message\ndata: {"jsonrpc":"2.0","method":"one"}'
         assert events[1] == b'event: message\ndata: {"jsonrpc":"2.0","method":"two"}'
+        assert state.tasks_added == [0]  # the keep-alive is a timer (a task sleeping was 1.7 KB a stream)
         state.writers[0].end()
         async with asyncio.timeout(WAIT_S):
             while await response.content.readany():

@@ -69,9 +69,7 @@ class Channel:
 
 
 def runtime() -> Any:
-    initialized = asyncio.Event()
-    initialized.set()
-    return SimpleNamespace(session_id="s1", pending={}, initialized=initialized, server_request_ids=itertools.count(1))
+    return SimpleNamespace(session_id="s1", pending={}, initialized=True, server_request_ids=itertools.count(1))
 
 
 def asking_call(requests: JSONDict) -> tuple[ForwardedCall, AskClient]:

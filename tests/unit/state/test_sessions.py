@@ -236,6 +236,18 @@ def test_another_replica_reads_the_core_from_the_id_alone():
     assert not session.core_in_store
 
 
+def test_where_an_id_was_minted_it_opens_to_the_core_it_was_minted_with_not_a_copy():
+    """A session presents its id with every request: where it was minted, what opening it keeps is
+    the core the session has already, not a second one decoded from the first request's header."""
+    ids = _ids()
+    session_id = ids.mint(ALICE, CORE)
+    presented = session_id.encode().decode()  # an equal string, as a request's header brings it
+    assert presented is not session_id
+    opened = ids.open(presented, ALICE)
+    assert opened is not None and opened.core is CORE and opened.issued_at == START
+    assert ids.open(presented, BOB) is None
+
+
 def test_the_id_does_not_show_what_it_carries():
     session_id = _ids().mint(ALICE, CORE)
     assert "host" not in session_id and "2025" not in session_id
