@@ -379,7 +379,7 @@ async def detect_sse_upstream(settings: Settings, session: aiohttp.ClientSession
 async def _detect_early(detector: EraDetector) -> None:
     """Learn the upstream's era at start, so the first request does not wait for it."""
     try:
-        await detector.current()
+        await detector.current(needs=False)  # brings nothing: a client's initialize may come
     except Exception as exc:
         log.warning("upstream_era_unknown", error=str(exc) or exc.__class__.__name__)
 

@@ -102,13 +102,16 @@ class McpEndpoint:
         # The access log line is built (and the session id hashed) only when info is logged.
         self._log_requests = logging.getLevelNamesMapping()[settings.logging.level.upper()] <= logging.INFO
 
-    async def _era(self, request: web.BaseRequest) -> Era:
+    async def _era(self, request: web.BaseRequest, hello: dict[str, Any] | None = None) -> Era:
         era = self._detector.known
         if era is not None:
             return era
         # Probed with the caller's Authorization when it may go upstream: a protected upstream
         # refuses an anonymous probe, and its 401 (challenge rewritten) starts the client's OAuth.
-        return await self._failures.reaching(self._detector.current(self._access.probe_credentials(request)))
+        # A legacy client's `initialize` (`hello`) goes with it: a stdio server started for the
+        # probe may then be that client's, not started twice.
+        credentials = self._access.probe_credentials(request)
+        return await self._failures.reaching(self._detector.current(credentials, hello))
 
     # ------------------------------------------------------------ POST
 
@@ -222,7 +225,7 @@ class McpEndpoint:
             problem = client_checks.message_problem(body) if type(body) is dict else _batch_problem(body)
             if problem is not None:
                 raise ProxyError.rejected(problem)
-        era = await self._era(request)
+        era = await self._era(request, body if route is Route.LEGACY_INITIALIZE and isinstance(body, dict) else None)
         record.upstream_era = str(era)  # its value (str's own __str__: no enum property per request)
         if route is Route.MODERN:
             return await self._modern(request, raw, body, record, era, caller)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any, TypeGuard
 
 from . import jsonrpc, meta
-from .versions import LATEST_LEGACY, LATEST_MODERN, Era, pick_modern
+from .versions import LATEST_MODERN, Era, pick_modern
 
 JSONDict = dict[str, Any]
 PROBE_CLIENT_INFO = {"name": "mcp-era-proxy-probe", "version": "1"}
@@ -23,16 +23,6 @@ def probe_request(request_id: jsonrpc.RequestId, version: str = LATEST_MODERN) -
         request_id,
         "server/discover",
         {"_meta": {meta.PROTOCOL_VERSION: version, meta.CLIENT_CAPABILITIES: {}, meta.CLIENT_INFO: PROBE_CLIENT_INFO}},
-    )
-
-
-def legacy_probe_request(request_id: jsonrpc.RequestId) -> JSONDict:
-    """The `initialize` a stdio probe writes after its `server/discover` (docs/translation.md §1.4):
-    a legacy server that ignores the unknown method before its session answers this at once."""
-    return jsonrpc.request(
-        request_id,
-        "initialize",
-        {"protocolVersion": LATEST_LEGACY, "capabilities": {}, "clientInfo": PROBE_CLIENT_INFO},
     )
 
 

@@ -10,8 +10,10 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Generic, ParamSpec
 
+from .. import PROXY_INFO
 from ..config import Settings, SseTarget
 from ..metrics import Metrics
+from ..protocol import modern_to_legacy as m2l
 from ..protocol.request_state import RequestStateCodec
 from ..protocol.versions import Era
 from ..state.cache import ResponseCache
@@ -88,11 +90,10 @@ class Relays:
         return hosts
 
     def last_ok(self) -> float | None:
-        """When the era's handshake last worked; a stdio server's counts only while its process
-        runs (a 2026-07-28 one: the one process), and legacy stdio's never (readiness asks a
-        pooled session, a process, each time)."""
+        """When the era's handshake last worked; a 2026-07-28 stdio server's counts only while its
+        one process runs."""
         stdio = self.edge.stdio
-        if stdio is not None and not (self.detector.era is Era.MODERN and stdio.healthy):
+        if stdio is not None and self.detector.era is Era.MODERN and not stdio.healthy:
             return None
         return self.handshakes.worked_at
 
@@ -162,7 +163,7 @@ def build_relays(
         # it lives here only. It is bounded in number and ended sooner when idle than a session
         # record expires.
         process_sessions = LegacySessionHost(
-            ProcessBackend(settings, edge.processes.make, config.name, failures),
+            ProcessBackend(settings, edge.processes.make, config.name, failures, edge.handover, handshakes),
             settings,
             InMemorySessionStore(),
             shared.ids,
@@ -229,7 +230,9 @@ def build_relays(
 
 
 def _probe(edge: UpstreamEdge, name: str, timeout_s: float) -> Probe:
-    """The era probe: server/discover over HTTP, or on a process started for it."""
+    """The era probe: server/discover over HTTP, or on a process started for it, whose legacy
+    `initialize` is, unless a client's own set the probe off, the one a pooled session of no
+    capabilities sends (readiness's: it then takes the probe's process from the handover)."""
     if edge.http is not None:
         return partial(probe_http, edge.http, timeout_s)
     assert edge.processes is not None
@@ -240,7 +243,10 @@ def _probe(edge: UpstreamEdge, name: str, timeout_s: float) -> Probe:
         await channel.start()
         return channel
 
-    return partial(probe_stdio, probe_channel, timeout_s)
+    default_hello = m2l.initialize_request("era-probe-initialize", {}, PROXY_INFO)
+    if edge.handover is None:
+        return partial(probe_stdio, probe_channel, timeout_s, default_hello=default_hello)
+    return partial(probe_stdio, probe_channel, timeout_s, default_hello=default_hello, keep=edge.handover.hold)
 
 
 def _era_changed(cache: ResponseCache, watcher: CacheWatcher, era: Era) -> None:

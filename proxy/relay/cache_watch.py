@@ -84,7 +84,7 @@ class CacheWatcher:
 
     async def _run(self) -> None:
         try:
-            era = await self._detector.current()
+            era = await self._detector.current(needs=False)  # a watcher brings nothing to the probe
             while True:
                 try:
                     await (self._follow_modern() if era is Era.MODERN else self._follow_legacy())

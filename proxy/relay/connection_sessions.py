@@ -23,8 +23,17 @@ from ..protocol import jsonrpc
 from ..protocol.versions import LEGACY_VERSIONS
 from ..state.sessions import LegacySession
 from ..upstream.errors import UpstreamError, UpstreamUnavailable
-from ..upstream.stdio import Route, StdioChannel, StdioProcess, span_transport, use_credentials, with_headers
+from ..upstream.stdio import (
+    ProbeHandover,
+    Route,
+    StdioChannel,
+    StdioProcess,
+    span_transport,
+    use_credentials,
+    with_headers,
+)
 from .channel import ReplyChannel
+from .detect import Handshakes
 from .failures import UpstreamFailures
 from .legacy_sessions import Opened
 from .runtime import SessionRuntime
@@ -51,47 +60,54 @@ class ProcessBackend:
     durable = False  # a session is its process: it cannot outlive it, nor move
 
     def __init__(
-        self, settings: Settings, make_process: Callable[..., StdioProcess], name: str, failures: UpstreamFailures
+        self,
+        settings: Settings,
+        make_process: Callable[..., StdioProcess],
+        name: str,
+        failures: UpstreamFailures,
+        handover: ProbeHandover | None = None,
+        handshakes: Handshakes | None = None,
     ) -> None:
+        """`handover`: where the era probe's process waits (one initialized with a client's own
+        `initialize` is that client's); `handshakes`: told how each session's `initialize` went."""
         self._settings = settings
         self._make_process = make_process
         self._name = name
         self._failures = failures
+        self._handover = handover
+        self._handshakes = handshakes if handshakes is not None else Handshakes(name)
 
     async def open(self, message: JSONDict, principal: str, auth_headers: dict[str, str]) -> Opened[Process]:
-        """Start the session's process and relay the client's `initialize` to it."""
-        process = Process(
-            lambda owner: StdioChannel(
-                with_headers(self._make_process, auth_headers),  # HTTP+SSE: on the GET and the POSTs
-                self._name,
-                on_unsolicited=lambda m: self._unsolicited(owner, m),
-                on_exit=lambda code: owner.lost("exited"),
-            )
-        )
+        """Start the session's process and relay the client's `initialize` to it (or take the era
+        probe's process, which that very `initialize` went to, with its answer)."""
+        probed = self._handover.take_legacy(message.get("params")) if self._handover is not None else None
+
+        def channel_of(owner: Process) -> StdioChannel:
+            unsolicited, exited = (lambda m: self._unsolicited(owner, m)), (lambda code: owner.lost("exited"))
+            if probed is not None:
+                return probed[0].rebind(unsolicited, exited)
+            # HTTP+SSE: the caller's credentials on the GET and the POSTs
+            return StdioChannel(with_headers(self._make_process, auth_headers), self._name, unsolicited, exited)
+
+        process = Process(channel_of)
         channel = process.channel
-        try:
-            await channel.start()
-        except UpstreamError as exc:
-            raise self._failures.client_error(exc) from None
-        try:
-            async with asyncio.timeout(self._settings.upstream.initialize_timeout_s):
-                reply = await self._exchange(process, message, None)
-        except UpstreamError as exc:
-            await channel.stop(self._settings.upstream.shutdown_grace_s)
-            raise self._failures.client_error(exc) from None
-        except TimeoutError:
-            await channel.stop(self._settings.upstream.shutdown_grace_s)
-            raise self._failures.timeout(self._name) from None
+        if probed is not None and probed[1] is not None:  # the probe wrote this initialize: answered
+            reply = {**probed[1], "id": message.get("id")}
+        else:
+            reply = await self._initialize(process, message, started=probed is not None)
         result = reply.get("result")
         if not isinstance(result, dict) or result.get("protocolVersion") not in LEGACY_VERSIONS:
             await channel.stop(self._settings.upstream.shutdown_grace_s)
             error = jsonrpc.obj(reply.get("error"))
             code = error.get("code")
-            raise ProxyError(
+            refused = ProxyError(
                 code if isinstance(code, int) else jsonrpc.INTERNAL_ERROR,
                 str(error.get("message", "the upstream refused initialize")),
                 data=error.get("data"),
             )
+            self._handshakes.failed(refused)
+            raise refused
+        self._handshakes.worked()
         return Opened(
             result,
             result["protocolVersion"],
@@ -99,6 +115,29 @@ class ProcessBackend:
             server_capabilities=jsonrpc.obj(result.get("capabilities")),
             log_fields={"upstream_process": channel.process.pid},
         )
+
+    async def _initialize(self, process: Process, message: JSONDict, *, started: bool) -> JSONDict:
+        """Start the process (unless `started`: the era probe's) and relay `initialize`: the
+        server's answer."""
+        channel = process.channel
+        try:
+            if not started:
+                await channel.start()
+        except UpstreamError as exc:
+            self._handshakes.failed(exc)
+            raise self._failures.client_error(exc) from None
+        try:
+            async with asyncio.timeout(self._settings.upstream.initialize_timeout_s):
+                return await self._exchange(process, message, None)
+        except UpstreamError as exc:
+            await channel.stop(self._settings.upstream.shutdown_grace_s)
+            self._handshakes.failed(exc)
+            raise self._failures.client_error(exc) from None
+        except TimeoutError:
+            await channel.stop(self._settings.upstream.shutdown_grace_s)
+            failure = self._failures.timeout(self._name)
+            self._handshakes.failed(failure)
+            raise failure from None
 
     def started(self, runtime: Runtime, lost: Callable[[str], None]) -> None:
         runtime.live.runtime = runtime

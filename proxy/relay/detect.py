@@ -9,7 +9,7 @@ from typing import Any
 
 import structlog
 
-from ..protocol.detection import Detected, era_from_reply, legacy_probe_request, probe_request
+from ..protocol.detection import Detected, era_from_reply, probe_request
 from ..protocol.legacy_to_modern import upstream_headers
 from ..protocol.versions import LATEST_MODERN, Era
 from ..upstream.base import Upstream
@@ -19,8 +19,11 @@ from .scopes import SharedRun
 JSONDict = dict[str, Any]
 log = structlog.get_logger(__name__)
 # A probe gets the credentials of the request that needs the era (none at start): a protected
-# upstream answers an anonymous probe with 401, which says nothing of its era.
-Probe = Callable[[Mapping[str, str]], Awaitable[Detected]]
+# upstream answers an anonymous probe with 401, which says nothing of its era. And a future the
+# first caller that needs the era resolves with its message, when that is a legacy client's
+# `initialize` (None otherwise): a stdio probe writes it after its server/discover, and the server
+# it started may then serve that client (upstream/stdio.py ProbeHandover).
+Probe = Callable[[Mapping[str, str], "asyncio.Future[JSONDict | None]"], Awaitable[Detected]]
 _NO_CREDENTIALS: Mapping[str, str] = {}
 
 
@@ -45,6 +48,10 @@ class EraDetector:
         self._on_change = on_change
         # With a configured era: why the upstream seems to speak the other one (readiness says so).
         self.mismatch: str | None = None
+        # The running probe's: what the first caller that needs the era brings (see Probe); and
+        # what a caller brought before a probe ran, for the next one.
+        self._hello: asyncio.Future[JSONDict | None] | None = None
+        self._brought: tuple[JSONDict | None] | None = None
 
     @property
     def era(self) -> Era | None:
@@ -57,10 +64,14 @@ class EraDetector:
         detected = self._detected
         return detected.era if detected is not None else None
 
-    async def current(self, credentials: Mapping[str, str] = _NO_CREDENTIALS) -> Era:
+    async def current(
+        self, credentials: Mapping[str, str] = _NO_CREDENTIALS, hello: JSONDict | None = None, *, needs: bool = True
+    ) -> Era:
         """The era, probing with `credentials` (the caller's Authorization, when it may go upstream)
         if it is not known; an upstream that refuses them raises its UpstreamHTTPError (401/403),
-        nothing cached, so the client authenticates and the next request probes again.
+        nothing cached, so the client authenticates and the next request probes again. `hello`:
+        the caller's legacy `initialize`, if that is what it sent; `needs`: False for a caller that
+        only learns the era early (at start), and brings nothing to the probe.
 
         The probe is the detector's own task: a caller that stops waiting (a readiness poll's
         timeout) leaves it running, and the next caller waits for that one. Cancelling it would
@@ -68,13 +79,33 @@ class EraDetector:
         detected = self._detected
         if detected is not None:
             return detected.era
+        if needs:
+            self._bring(hello)
         async with self._lock:
             if self._detected is None:
-                await self._probing.join(lambda: self._probe(credentials))
+                await self._probing.join(lambda: self._probe(credentials, self._new_hello()))
             assert self._detected is not None  # set by _probed when the probe succeeded
             return self._detected.era
 
+    def _bring(self, hello: JSONDict | None) -> None:
+        """The first caller's message reaches the running probe, or the next one."""
+        future = self._hello
+        if future is not None:
+            if not future.done():
+                future.set_result(hello)
+        elif self._brought is None:
+            self._brought = (hello,)
+
+    def _new_hello(self) -> asyncio.Future[JSONDict | None]:
+        """A probe starts: its future, resolved at once if a caller brought something already."""
+        future = self._hello = asyncio.get_running_loop().create_future()
+        if self._brought is not None:
+            future.set_result(self._brought[0])
+            self._brought = None
+        return future
+
     def _probed(self, probing: asyncio.Future[Detected]) -> None:
+        self._hello = None
         if probing.cancelled() or probing.exception() is not None:
             return  # raised to its callers (if any still wait); the next call probes again
         found = probing.result()
@@ -150,10 +181,14 @@ class Handshakes:
 
 
 async def probe_http(
-    upstream: Upstream, timeout_s: float, credentials: Mapping[str, str] = _NO_CREDENTIALS
+    upstream: Upstream,
+    timeout_s: float,
+    credentials: Mapping[str, str] = _NO_CREDENTIALS,
+    hello: object = None,
 ) -> Detected:
     """server/discover over HTTP; the status does not matter, the body does (docs/translation.md §1.3),
-    except 401/403: an OAuth-protected server of either era refuses before it reads the body."""
+    except 401/403: an OAuth-protected server of either era refuses before it reads the body.
+    (`hello` is for a stdio probe: over HTTP a client's `initialize` goes on as it is.)"""
     message = probe_request("era-probe")
     headers = upstream_headers(message, LATEST_MODERN)
     if credentials:
@@ -178,46 +213,94 @@ async def probe_http(
 _DISCOVER_GRACE_S = 0.5
 
 
+# With nothing brought by a caller, how long a stdio probe waits before it writes its own legacy
+# `initialize` (for the servers that ignore requests before their session): a host that starts the
+# proxy sends its `initialize` within it.
+_HELLO_WAIT_S = 2.0
+
+
 async def probe_stdio(
-    start: Callable[[], Awaitable[Any]], timeout_s: float, credentials: Mapping[str, str] = _NO_CREDENTIALS
+    start: Callable[[], Awaitable[Any]],
+    timeout_s: float,
+    credentials: Mapping[str, str] = _NO_CREDENTIALS,
+    hello: asyncio.Future[JSONDict | None] | None = None,
+    *,
+    default_hello: JSONDict,
+    keep: Callable[..., bool] = lambda channel, **held: False,
 ) -> Detected:
-    """server/discover as the first line, a legacy initialize as the second (docs/translation.md
-    §1.4). The answer to server/discover decides; a server that answers only the initialize is
-    legacy as soon as it has (many ignore requests before their session); silence for `timeout_s`,
-    a bound on the server's start-up, means legacy too. The probe never cuts a server short that is
-    still starting: a slow start (`npx` installing) waits up to that bound, not a guess below it.
+    """server/discover as the first line, a legacy `initialize` as the second (docs/translation.md
+    §1.4): the one a legacy client brings (`hello`, resolved by the first caller that needs the
+    era), or `default_hello` (what a pooled session of no capabilities sends) for any other caller,
+    or when nobody brought one within _HELLO_WAIT_S. The answer to server/discover decides; a server
+    that answers only the `initialize` is legacy as soon as it has (many ignore requests before
+    their session); silence for `timeout_s`, a bound on the server's start-up, means legacy too.
+    The probe never cuts a server short that is still starting: a slow start (`npx` installing)
+    waits up to that bound, not a guess below it.
+
+    The process is then offered to `keep(channel, modern=, hello=, answer=)` (ProbeHandover.hold):
+    a 2026-07-28 server's, or a legacy server's (uninitialized, or with its answer to the
+    `initialize` written) serves on instead of a second start; what is not kept is stopped.
 
     A program that cannot be started says nothing of its era: its UpstreamUnavailable propagates,
     nothing is cached, and the next request probes again, as for an HTTP upstream that is down.
     A stdio server has no credentials: `credentials` is ignored.
     """
     channel = await start()
+    kept = False
+    brought = hello if hello is not None else asyncio.get_running_loop().create_future()
     try:
-        discover, hello = probe_request("era-probe"), legacy_probe_request("era-probe-initialize")
-        discovered, greeted = channel.open_route(discover), channel.open_route(hello)
-        answer = asyncio.ensure_future(_reply(discovered))
-        legacy = asyncio.ensure_future(_reply(greeted))
+        discover = probe_request("era-probe")
+        routes = [channel.open_route(discover)]
+        answer = asyncio.ensure_future(_reply(routes[0]))
+        chosen = asyncio.ensure_future(asyncio.wait_for(asyncio.shield(brought), _HELLO_WAIT_S))
+        legacy: asyncio.Future[JSONDict | None] | None = None  # the initialize's answer, once written
+        greeting: JSONDict | None = None
+        answered: JSONDict | None = None
+        found: Detected | None = None
         try:
             await channel.write(discover)
-            await channel.write(hello)
             async with asyncio.timeout(timeout_s) as bound:
-                await asyncio.wait((answer, legacy), return_when=asyncio.FIRST_COMPLETED)
-                if not answer.done():  # it is up and answered initialize: discover's answer is due now
-                    grace = asyncio.get_running_loop().time() + _DISCOVER_GRACE_S
-                    bound.reschedule(min(grace, bound.when() or grace))
-                return era_from_reply(await answer)
+                while not answer.done():
+                    waiting: set[asyncio.Future[Any]] = {answer, legacy or chosen}
+                    await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+                    if legacy is None and chosen.done() and not answer.done():
+                        try:
+                            own = chosen.result()
+                        except TimeoutError:
+                            own = None
+                        greeting = {**(own if own is not None else default_hello), "id": "era-probe-initialize"}
+                        routes.append(channel.open_route(greeting))
+                        legacy = asyncio.ensure_future(_reply(routes[-1]))
+                        await channel.write(greeting)
+                    elif legacy is not None and legacy.done() and not answer.done():
+                        # It is up and answered initialize: discover's answer is due now.
+                        grace = asyncio.get_running_loop().time() + _DISCOVER_GRACE_S
+                        bound.reschedule(min(grace, bound.when() or grace))
+                        await answer
+                found = era_from_reply(answer.result())
+                if found.era is Era.LEGACY and legacy is not None:  # its session is the initialize's
+                    answered = await legacy
         except (TimeoutError, UpstreamError, ConnectionError):
             # Silence, or the process died on the probe: legacy. Answered initialize only: legacy,
-            # and an MCP server for sure.
-            if legacy.done() and not legacy.cancelled() and legacy.exception() is None and legacy.result():
-                return Detected(Era.LEGACY, None)
+            # and an MCP server for sure. (Answered discover, not the initialize: legacy, not kept.)
+            if found is None:
+                found = era_from_reply(None)
+                if legacy is not None and legacy.done() and not legacy.cancelled() and legacy.exception() is None:
+                    if legacy.result():
+                        found, answered = Detected(Era.LEGACY, None), legacy.result()
         finally:
-            for waiting in (answer, legacy):
-                waiting.cancel()
-            await asyncio.gather(answer, legacy, return_exceptions=True)
-        return era_from_reply(None)
+            for waiting_on in (answer, chosen, legacy):
+                if waiting_on is not None:
+                    waiting_on.cancel()
+            await asyncio.gather(answer, chosen, *([legacy] if legacy else []), return_exceptions=True)
+            for route in routes:
+                channel.close_route(route)
+        modern = found.era is Era.MODERN
+        kept = keep(channel, modern=modern, hello=greeting, answer=None if modern else answered)
+        return found
     finally:
-        await channel.stop(2.0)
+        if not kept:
+            await channel.stop(2.0)
 
 
 async def _reply(route: Any) -> JSONDict | None:

@@ -18,7 +18,7 @@ from ..metrics import Metrics
 from .http import HttpUpstream
 from .legacy_session import SessionFactory, http_sessions, stdio_sessions
 from .sse import SseConnector
-from .stdio import StdioModernUpstream, StdioProcess, process_factory
+from .stdio import ProbeHandover, StdioModernUpstream, StdioProcess, process_factory
 
 
 @dataclass(frozen=True)
@@ -42,8 +42,11 @@ class UpstreamEdge:
     processes: Processes | None = None
     sse: SseConnector | None = None
     owns_client: bool = True  # the HTTP client session is the edge's own, closed with it
+    handover: ProbeHandover | None = None  # stdio: the era probe's process, for its first user
 
     async def close(self) -> None:
+        if self.handover is not None:
+            await self.handover.close()
         if self.stdio is not None:
             await self.stdio.close()
         if self.http is not None and self.owns_client:
@@ -96,8 +99,18 @@ def _held_sessions(
 ) -> UpstreamEdge:
     """A stdio or HTTP+SSE upstream: an HTTP+SSE server is never asked for modern service (its era
     is legacy, not probed), so the shared channel exists for the stdio case only."""
+    # An HTTP+SSE server's era is not probed: nothing to hand over.
+    handover = ProbeHandover(config.name, config.shutdown_grace_s) if sse is None else None
     stdio = StdioModernUpstream(
-        config.name, processes.make, grace_s=config.shutdown_grace_s, backoff_max_s=config.restart_backoff_max_s
+        config.name,
+        processes.make,
+        grace_s=config.shutdown_grace_s,
+        backoff_max_s=config.restart_backoff_max_s,
+        handover=handover,
     )
-    sessions = stdio_sessions(processes.make, config.name, config.shutdown_grace_s, config.initialize_timeout_s)
-    return UpstreamEdge(target, stdio, sessions, stdio=stdio, processes=processes, sse=sse, owns_client=owns_client)
+    sessions = stdio_sessions(
+        processes.make, config.name, config.shutdown_grace_s, config.initialize_timeout_s, handover
+    )
+    return UpstreamEdge(
+        target, stdio, sessions, stdio=stdio, processes=processes, sse=sse, owns_client=owns_client, handover=handover
+    )

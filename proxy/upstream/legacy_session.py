@@ -32,7 +32,7 @@ from .base import Reply
 from .errors import UpstreamError, UpstreamProtocolError, UpstreamTimeout, UpstreamUnavailable
 from .http import HttpUpstream
 from .session_transports import HttpSessionTransport, SessionTransport, StdioSessionTransport
-from .stdio import StdioProcess
+from .stdio import ProbeHandover, StdioProcess
 
 JSONDict = dict[str, Any]
 log = structlog.get_logger(__name__)
@@ -159,29 +159,18 @@ class LegacyUpstreamSession:
 
     async def open(self, client_info: JSONDict | None, *, push_wait_s: float = 0.0) -> None:
         """initialize, notifications/initialized, then what carries the messages the server starts."""
-        await self.transport.start(self)
         message = m2l.initialize_request(self.next_id(), self.capabilities, client_info or PROXY_INFO)
-        result = None
-        exchange = _Sending(self.name, self.transport.exchange(message, self.auth_headers))
-        try:
-            async with asyncio.timeout(self._initialize_timeout_s), exchange as reply:
-                self.transport.adopt(self, reply)
-                async for incoming in reply:
-                    if "method" not in incoming:
-                        if "error" in incoming:
-                            error = jsonrpc.obj(incoming["error"])
-                            raise ProxyError(
-                                jsonrpc.INTERNAL_ERROR,
-                                f"upstream refused initialize: {error.get('message')}",
-                                data={"upstreamError": error},
-                            )
-                        result = incoming.get("result")
-                        break
-        except TimeoutError:
-            # Silence (a server that hangs, or writes nothing but lines that are not JSON-RPC).
-            raise UpstreamTimeout(
-                self.name, f"did not answer initialize within {self._initialize_timeout_s:g} s"
-            ) from None
+        answered = await self.transport.start(self, message)  # the era probe's process: answered already
+        if answered is None:
+            answered = await self._initialize(message)
+        if "error" in answered:
+            error = jsonrpc.obj(answered["error"])
+            raise ProxyError(
+                jsonrpc.INTERNAL_ERROR,
+                f"upstream refused initialize: {error.get('message')}",
+                data={"upstreamError": error},
+            )
+        result = answered.get("result")
         try:
             self.initialize_result = m2l.check_initialize_result(result)
         except m2l.InitializeRejected as exc:
@@ -189,6 +178,22 @@ class LegacyUpstreamSession:
         self.version = self.initialize_result["protocolVersion"]
         await self.send(jsonrpc.notification("notifications/initialized"))
         self.push_channel = await self.transport.open_push(self, push_wait_s)
+
+    async def _initialize(self, message: JSONDict) -> JSONDict:
+        """The server's answer to `initialize` (an empty one when the reply held none)."""
+        exchange = _Sending(self.name, self.transport.exchange(message, self.auth_headers))
+        try:
+            async with asyncio.timeout(self._initialize_timeout_s), exchange as reply:
+                self.transport.adopt(self, reply)
+                async for incoming in reply:
+                    if "method" not in incoming:
+                        return incoming
+        except TimeoutError:
+            # Silence (a server that hangs, or writes nothing but lines that are not JSON-RPC).
+            raise UpstreamTimeout(
+                self.name, f"did not answer initialize within {self._initialize_timeout_s:g} s"
+            ) from None
+        return {}
 
     @property
     def initialize_result(self) -> JSONDict:
@@ -273,11 +278,12 @@ def stdio_sessions(
     name: str,
     grace_s: float,
     initialize_timeout_s: float,
+    handover: ProbeHandover | None = None,
 ) -> SessionFactory:
     def make(
         key: tuple[str, str], capabilities: JSONDict, auth_headers: dict[str, str], owner: SessionOwner
     ) -> LegacyUpstreamSession:
-        transport = StdioSessionTransport(make_process, name, grace_s)
+        transport = StdioSessionTransport(make_process, name, grace_s, handover)
         return LegacyUpstreamSession(
             transport, key, capabilities, auth_headers, owner, initialize_timeout_s=initialize_timeout_s
         )

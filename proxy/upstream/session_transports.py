@@ -18,7 +18,15 @@ from ..protocol.versions import LEGACY_VERSIONS, legacy_at_least
 from .base import Reply
 from .errors import UpstreamError, UpstreamSessionGone, UpstreamUnavailable
 from .http import HttpUpstream
-from .stdio import StdioChannel, StdioProcess, StdioReply, span_transport, use_credentials, with_headers
+from .stdio import (
+    ProbeHandover,
+    StdioChannel,
+    StdioProcess,
+    StdioReply,
+    span_transport,
+    use_credentials,
+    with_headers,
+)
 
 JSONDict = dict[str, Any]
 log = structlog.get_logger(__name__)
@@ -49,8 +57,10 @@ class SessionTransport(Protocol):
     @property
     def name(self) -> str: ...
 
-    async def start(self, session: CarriedSession) -> None:
-        """Before `initialize` (stdio: start the process)."""
+    async def start(self, session: CarriedSession, hello: JSONDict) -> JSONDict | None:
+        """Before the session's `initialize` (`hello`; stdio: start the process). The answer to it
+        when the server already has it: a process the era probe started and initialized so
+        (upstream/stdio.py ProbeHandover); None, the usual: send it."""
 
     def headers(self, session: CarriedSession) -> dict[str, str]:
         """What every message of the session carries (HTTP: credentials, session id, version)."""
@@ -88,8 +98,8 @@ class HttpSessionTransport:
     def name(self) -> str:
         return self.upstream.name
 
-    async def start(self, session: CarriedSession) -> None:
-        pass
+    async def start(self, session: CarriedSession, hello: JSONDict) -> JSONDict | None:
+        return None
 
     def headers(self, session: CarriedSession) -> dict[str, str]:
         headers = dict(session.auth_headers)
@@ -167,10 +177,17 @@ class StdioSessionTransport:
     """A legacy stdio server holds one session per process: this session is a process. Everything
     it sends outside a reply (its requests, notifications) goes where the GET stream's would."""
 
-    def __init__(self, make_process: Callable[..., StdioProcess], name: str, grace_s: float) -> None:
+    def __init__(
+        self,
+        make_process: Callable[..., StdioProcess],
+        name: str,
+        grace_s: float,
+        handover: ProbeHandover | None = None,
+    ) -> None:
         self._make_process = make_process
         self._name = name
         self._grace_s = grace_s
+        self._handover = handover
         self._channel: StdioChannel | None = None
         self._session: CarriedSession | None = None
 
@@ -183,14 +200,20 @@ class StdioSessionTransport:
             raise UpstreamUnavailable(self._name, "has not been started")
         return self._channel
 
-    async def start(self, session: CarriedSession) -> None:
+    async def start(self, session: CarriedSession, hello: JSONDict) -> JSONDict | None:
         def exited(code: int | None) -> None:
             session.closed = True
 
         self._session = session
+        probed = self._handover.take_legacy(hello.get("params")) if self._handover is not None else None
+        if probed is not None:  # the era probe's process (initialized with this very `initialize`, if at all)
+            channel, answer = probed
+            self._channel = channel.rebind(session.dispatch, exited)
+            return None if answer is None else {**answer, "id": hello.get("id")}
         make = with_headers(self._make_process, session.auth_headers)  # HTTP+SSE: on the GET and the POSTs
         self._channel = StdioChannel(make, self._name, on_unsolicited=session.dispatch, on_exit=exited)
         await self._channel.start()  # UpstreamUnavailable naming the program if it cannot be started
+        return None
 
     def headers(self, session: CarriedSession) -> dict[str, str]:
         return {}  # stdio has no header layer

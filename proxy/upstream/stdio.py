@@ -327,6 +327,20 @@ class StdioChannel:
         else:
             self._on_unsolicited(message)
 
+    def rebind(
+        self,
+        on_unsolicited: Callable[[JSONDict], None],
+        on_exit: Callable[[int | None], None],
+        *,
+        modern: bool = False,
+    ) -> StdioChannel:
+        """The channel of a process started for another owner (the era probe's), given to a new
+        one: what it sends unasked, and its exit, go to the new owner from now on."""
+        self._on_unsolicited = on_unsolicited
+        self._on_exit_callback = on_exit
+        self._modern = modern
+        return self
+
     def _on_exit(self, code: int | None) -> None:
         # A process exits with a code; an HTTP+SSE connection (upstream/sse.py) says how it ended.
         ended = getattr(self.process, "ended", None) or f"exited (code {code})"
@@ -335,6 +349,80 @@ class StdioChannel:
         self._routes.clear()
         self._tokens.clear()
         self._on_exit_callback(code)
+
+
+class ProbeHandover:
+    """The era probe's server process, kept for the first user it fits instead of being stopped:
+    a server started once where it would be started twice (a cold `npx` install paid once).
+
+    A 2026-07-28 server's goes to the one shared process (StdioModernUpstream). A legacy server's
+    goes to the first legacy session (a legacy client's own, or a pooled one) that it fits: any,
+    when the probe wrote no `initialize` (the server answered `server/discover` first); else only
+    the one whose `initialize` is the very one the probe wrote (a legacy client's own, when it came
+    during the probe; else a pooled session's of no capabilities, readiness's), with the answer to
+    it: a legacy server's session is what its `initialize` made it. Unclaimed after `keep_s`, or at
+    shutdown, it is stopped (docs/translation.md §1.4)."""
+
+    # The user it fits comes at once: the request that needed the era goes on as soon as it is
+    # known (a legacy client's session, readiness's pooled one, the shared 2026-07-28 process).
+    def __init__(self, name: str, grace_s: float, keep_s: float = 5.0) -> None:
+        self._name = name
+        self._grace_s = grace_s
+        self._keep_s = keep_s
+        self._held: tuple[StdioChannel, bool, JSONDict | None, JSONDict | None] | None = None
+        self._expiry: asyncio.TimerHandle | None = None
+        self._stopping: set[asyncio.Task[Any]] = set()
+
+    def hold(self, channel: StdioChannel, *, modern: bool, hello: JSONDict | None, answer: JSONDict | None) -> bool:
+        """Keep `channel`: its server `modern`, or legacy, and then either not initialized (`hello`
+        None) or initialized with `hello` and answered `answer`. False: not kept (the caller stops it)."""
+        if not channel.running or (not modern and hello is not None and answer is None):
+            return False
+        self._release()
+        self._held = (channel, modern, hello, answer)
+        channel.rebind(lambda message: None, lambda code: self._release(stop=False))
+        self._expiry = asyncio.get_running_loop().call_later(self._keep_s, self._release)
+        return True
+
+    def take_modern(self) -> StdioChannel | None:
+        held = self._held
+        if held is None or not held[1] or not held[0].running:
+            return None
+        self._forget()
+        return held[0]
+
+    def take_legacy(self, params: object) -> tuple[StdioChannel, JSONDict | None] | None:
+        """The held legacy server's channel for a session whose `initialize` has `params`, with
+        the server's answer to it when the probe wrote it already (None: send it)."""
+        held = self._held
+        if held is None or held[1] or not held[0].running:
+            return None
+        channel, _, hello, answer = held
+        if hello is not None and hello.get("params") != params:
+            return None
+        self._forget()
+        return channel, answer
+
+    def _forget(self) -> None:
+        self._held = None
+        if self._expiry is not None:
+            self._expiry.cancel()
+            self._expiry = None
+
+    def _release(self, stop: bool = True) -> None:
+        held = self._held
+        self._forget()
+        if held is not None and stop:
+            log.info("upstream_probe_process_unclaimed", upstream=self._name)
+            task = asyncio.get_running_loop().create_task(held[0].stop(self._grace_s))
+            self._stopping.add(task)
+            task.add_done_callback(self._stopping.discard)
+
+    async def close(self) -> None:
+        """Shutdown: a process still held is stopped."""
+        self._release()
+        if self._stopping:
+            await asyncio.gather(*self._stopping, return_exceptions=True)
 
 
 def process_factory(
@@ -379,9 +467,12 @@ class StdioModernUpstream:
         grace_s: float,
         backoff_max_s: float,
         clock: Callable[[], float] = time.monotonic,
+        handover: ProbeHandover | None = None,
     ) -> None:
+        """`handover`: where the era probe's process waits to be taken (the first start takes it)."""
         self.name = name
         self._make_process = make_process
+        self._handover = handover
         self._grace_s = grace_s
         self._backoff_max_s = backoff_max_s
         self._clock = clock
@@ -416,13 +507,17 @@ class StdioModernUpstream:
             if self._channel is not None:
                 self.restarts += 1
                 await self._channel.stop(self._grace_s)
-            channel = StdioChannel(self._make_process, self.name, self._unsolicited, self._exited, modern=True)
-            try:
-                await channel.start()
-            except UpstreamUnavailable as exc:
-                self._exited(None)  # a failed start backs off like a crash
-                self._cannot_start = str(exc)
-                raise
+            probed = self._handover.take_modern() if self._handover is not None else None
+            if probed is not None:  # the era probe's process, already up: not started twice
+                channel = probed.rebind(self._unsolicited, self._exited, modern=True)
+            else:
+                channel = StdioChannel(self._make_process, self.name, self._unsolicited, self._exited, modern=True)
+                try:
+                    await channel.start()
+                except UpstreamUnavailable as exc:
+                    self._exited(None)  # a failed start backs off like a crash
+                    self._cannot_start = str(exc)
+                    raise
             self._cannot_start = None
             self._channel = channel
             return channel

@@ -230,5 +230,42 @@ async def test_readiness_polls_during_a_slow_start_wait_for_the_one_probe_instea
                 await asyncio.sleep(0.2)  # a poller's interval
     assert statuses[0] == 503 and statuses[-1] == 200, statuses
     started = starts.read_text().split()
-    # The era probe's process, then the pooled session's (legacy: a process per session).
-    assert len(started) <= 2, (len(started), statuses)
+    # The era probe's process, taken by readiness's pooled session (its initialize the probe's).
+    assert len(started) == 1, (len(started), statuses)
+
+
+@pytest.mark.parametrize("era", ["legacy", "modern"])
+async def test_a_legacy_client_s_first_initialize_is_served_by_the_process_the_era_probe_started(
+    make_proxy: MakeProxy, tmp_path: Path, era: str
+) -> None:
+    """A server slow to start (`npx -y` on a cold cache) is started once: the era probe writes the
+    client's own initialize after its server/discover, and the process that answered serves the
+    client (legacy: its session; 2026-07-28: the one shared process), with readiness polled
+    meanwhile."""
+    starts = tmp_path / "starts"
+    proxy = await make_proxy(
+        [sys.executable, str(SERVER)],
+        **{
+            "upstream.era": "auto",
+            "upstream.env": {
+                "STDIO_SERVER_ERA": era,
+                "STDIO_SERVER_START_DELAY_S": "1",
+                "STDIO_SERVER_STARTS": str(starts),
+            },
+            "readiness.probe_timeout_s": 0.2,
+        },
+    )
+
+    async def poll() -> list[int]:
+        statuses = []
+        while not statuses or statuses[-1] != 200:
+            statuses.append((await proxy.client.get("/readyz")).status)
+        return statuses
+
+    async with asyncio.timeout(WAIT):
+        peer = await proxy.connect()
+        polls = await poll()
+        served_by = await pid_of(peer)
+    (started,) = starts.read_text().split()  # one process, the probe's
+    assert int(started) == served_by and polls[-1] == 200
+    assert proxy.processes() == 1

@@ -25,7 +25,14 @@ from proxy.protocol.detection import Detected
 from proxy.protocol.versions import LATEST_LEGACY, LATEST_MODERN, LEGACY_VERSIONS, MODERN_VERSIONS, Era
 from proxy.relay.detect import probe_stdio
 from proxy.upstream.errors import UpstreamUnavailable
-from proxy.upstream.stdio import StdioChannel, StdioModernUpstream, StdioProcess, StdioReply, process_factory
+from proxy.upstream.stdio import (
+    ProbeHandover,
+    StdioChannel,
+    StdioModernUpstream,
+    StdioProcess,
+    StdioReply,
+    process_factory,
+)
 from tests.support.schema import errors
 
 JSONDict = dict[str, Any]
@@ -707,12 +714,30 @@ async def test_a_closed_upstream_refuses_new_exchanges():
 
 # ---------------------------------------------------------------- probe_stdio
 
+# The initialize the probe writes unless a client's set it off (relay/assemble.py's: a pooled
+# session's of no capabilities).
+DEFAULT_HELLO = jsonrpc.request(
+    "x",
+    "initialize",
+    {"protocolVersion": LATEST_LEGACY, "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}},
+)
+
 
 async def probe(
-    env: dict[str, str], *, script: str = SERVER, wait_for_exit: bool = False, probe_s: float | None = None
+    env: dict[str, str],
+    *,
+    script: str = SERVER,
+    wait_for_exit: bool = False,
+    probe_s: float | None = None,
+    brought: Any = None,
+    keep: Any = None,
 ) -> tuple[Detected, StdioChannel]:
-    """probe_stdio over a fresh server child; returns the verdict and the channel it used."""
+    """probe_stdio over a fresh server child; returns the verdict and the channel it used. The
+    caller that needs the era brings `brought` (a client's initialize, or None), at once;
+    `keep`: the handover's hold (none: the process is stopped)."""
     channels: list[StdioChannel] = []
+    hello: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+    hello.set_result(brought)
 
     async def start() -> StdioChannel:
         channel = StdioChannel(server(env, script), NAME)
@@ -724,7 +749,14 @@ async def probe(
 
     try:
         async with asyncio.timeout(WAIT):
-            detected = await probe_stdio(start, PROBE_TIMEOUT if probe_s is None else probe_s)
+            detected = await probe_stdio(
+                start,
+                PROBE_TIMEOUT if probe_s is None else probe_s,
+                {},
+                hello,
+                default_hello=DEFAULT_HELLO,
+                **({"keep": keep} if keep is not None else {}),
+            )
     finally:
         for channel in channels:
             await channel.stop(GRACE)
@@ -809,3 +841,87 @@ async def test_a_child_already_gone_when_the_probe_is_written_is_legacy():
     detected, channel = await probe({}, script="raise SystemExit(2)", wait_for_exit=True)
     assert detected == Detected(Era.LEGACY, None, answered=False)
     assert_stopped(channel)
+
+
+CLIENT_HELLO = jsonrpc.request(
+    0,
+    "initialize",
+    {
+        "protocolVersion": LATEST_LEGACY,
+        "capabilities": {"sampling": {}},
+        "clientInfo": {"name": "host", "version": "2"},
+    },
+)
+
+
+async def test_the_probe_writes_the_initialize_a_legacy_client_brought(tmp_path: Path):
+    record = tmp_path / "received.jsonl"
+    await probe({"CHILD_INITIALIZE": "yes", "CHILD_RECORD": str(record)}, brought=CLIENT_HELLO)
+    first, second = (json.loads(line) for line in record.read_text().splitlines()[:2])
+    assert (first["method"], second["method"]) == ("server/discover", "initialize")
+    assert second["params"] == CLIENT_HELLO["params"]
+
+
+async def test_a_probe_nobody_brought_anything_to_writes_no_initialize_to_a_server_answering_discover(
+    tmp_path: Path,
+):
+    """At start nobody needs the era yet: a server that answers server/discover before its session
+    is legacy without an initialize, and kept so (any first session may take it)."""
+    record = tmp_path / "received.jsonl"
+    env = {**discover_reply(jsonrpc.error_response(0, jsonrpc.METHOD_NOT_FOUND, "no")), "CHILD_RECORD": str(record)}
+    kept: list[dict[str, Any]] = []
+
+    async def start() -> StdioChannel:
+        channel = StdioChannel(server(env), NAME)
+        await channel.start()
+        return channel
+
+    nobody: asyncio.Future[Any] = asyncio.get_running_loop().create_future()  # never resolved
+    async with asyncio.timeout(WAIT):
+        detected = await probe_stdio(
+            start, 300, {}, nobody, default_hello=DEFAULT_HELLO, keep=lambda channel, **held: kept.append(held) or False
+        )
+    assert detected == Detected(Era.LEGACY, None)
+    assert [json.loads(line)["method"] for line in record.read_text().splitlines()] == ["server/discover"]
+    assert kept == [{"modern": False, "hello": None, "answer": None}]
+
+
+async def test_the_probe_s_process_goes_to_the_first_user_it_fits_and_an_unclaimed_one_is_stopped():
+    handover = ProbeHandover(NAME, GRACE, keep_s=0.2)
+    channels: list[StdioChannel] = []
+
+    async def start(env: dict[str, str]) -> StdioChannel:
+        channel = StdioChannel(server(env), NAME)
+        channels.append(channel)
+        await channel.start()
+        return channel
+
+    legacy = {"CHILD_INITIALIZE": "yes"}
+    modern = discover_reply(
+        jsonrpc.result_response(0, {"resultType": "complete", "supportedVersions": [LATEST_MODERN]})
+    )
+    try:
+        async with asyncio.timeout(WAIT):
+            # A legacy server initialized with a client's initialize: that client's, with the answer.
+            brought: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+            brought.set_result(CLIENT_HELLO)
+            await probe_stdio(lambda: start(legacy), 0.3, {}, brought, default_hello=DEFAULT_HELLO, keep=handover.hold)
+            assert handover.take_modern() is None
+            assert handover.take_legacy(DEFAULT_HELLO["params"]) is None  # another session's initialize
+            taken = handover.take_legacy(CLIENT_HELLO["params"])
+            assert taken is not None and taken[0] is channels[0] and taken[0].running
+            assert taken[1] is not None and taken[1]["result"]["protocolVersion"] == LATEST_LEGACY
+            assert handover.take_legacy(CLIENT_HELLO["params"]) is None  # taken once
+            # A 2026-07-28 server: the shared process's.
+            await probe_stdio(lambda: start(modern), 0.3, {}, brought, default_hello=DEFAULT_HELLO, keep=handover.hold)
+            assert handover.take_legacy(CLIENT_HELLO["params"]) is None
+            assert handover.take_modern() is channels[1]
+            # Unclaimed: stopped after keep_s.
+            await probe_stdio(lambda: start(modern), 0.3, {}, brought, default_hello=DEFAULT_HELLO, keep=handover.hold)
+            await channels[2].process.exited.wait()
+            assert handover.take_modern() is None
+            assert channels[0].running and channels[1].running  # the taken ones live on
+            await handover.close()
+    finally:
+        for channel in channels:
+            await channel.stop(GRACE)

@@ -36,16 +36,19 @@ class FakeProbe:
         self.outcomes = list(outcomes)
         self.calls = 0
         self.credentials: list[dict[str, str]] = []
+        self.hellos: list[object] = []
         self.hold = hold
         self.started = asyncio.Event()
         self.release = asyncio.Event()
 
-    async def __call__(self, credentials=None) -> Detected:
+    async def __call__(self, credentials=None, hello=None) -> Detected:
         self.calls += 1
         self.credentials.append(dict(credentials or {}))
         self.started.set()
         if self.hold:
             await self.release.wait()
+        # What the first caller that needed the era brought (a stdio probe writes it), if anyone did.
+        self.hellos.append(hello.result() if hello is not None and hello.done() else "nothing")
         outcome = self.outcomes.pop(0)
         if isinstance(outcome, BaseException):
             raise outcome
@@ -273,3 +276,27 @@ async def test_closing_the_detector_stops_a_probe_still_running():
         await detector.close()
         with pytest.raises(asyncio.CancelledError):
             await waiting
+
+
+HELLO = {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {"capabilities": {"roots": {}}}}
+
+
+async def test_the_first_caller_that_needs_the_era_brings_its_message_to_the_probe_a_watcher_nothing():
+    probe = FakeProbe(LEGACY, LEGACY, LEGACY, hold=True)
+    detector = detector_with(probe)
+    async with asyncio.timeout(WAIT):
+        early = asyncio.create_task(detector.current(needs=False))  # at start: nobody needs it yet
+        await probe.started.wait()
+        client = asyncio.create_task(detector.current({}, HELLO))  # a legacy client's initialize, meanwhile
+        ready = asyncio.create_task(detector.current())  # readiness, after it: the first one's stays
+        await asyncio.sleep(0)
+        probe.release.set()
+        assert await asyncio.gather(early, client, ready) == [Era.LEGACY] * 3
+        detector.suspect("a refusal")
+        probe.started.clear()
+        watcher = asyncio.create_task(detector.current(needs=False))
+        await probe.started.wait()
+        assert await watcher is Era.LEGACY
+        detector.suspect("a refusal")
+        assert await detector.current() is Era.LEGACY  # needs it, brings nothing of its own: None
+    assert probe.hellos == [HELLO, "nothing", None]

@@ -44,8 +44,8 @@ class MemoryTransport:
         self.sent: list[JSONDict] = []
         self.ended = False
 
-    async def start(self, session: CarriedSession) -> None:
-        pass
+    async def start(self, session: CarriedSession, hello: JSONDict) -> JSONDict | None:
+        return None
 
     def headers(self, session: CarriedSession) -> dict[str, str]:
         return {}
