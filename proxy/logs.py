@@ -86,9 +86,12 @@ class LogSink:
         self._notice_fd = notice_fd
         # Lines; flush marks; _GAP; None, the end. append and popleft are atomic.
         self._lines: deque[bytes | threading.Event | _Gap | None] = deque()
-        self._wake = threading.Event()
+        # A binary semaphore (released: the writer is wanted), lighter than threading.Event, whose
+        # Condition is Python code: a lock released by `_signal`, taken by the writer.
+        self._wake = threading.Lock()
+        self._wake.acquire()
         self._hurry = capacity // 4  # this many lines waiting end the writer's gathering at once
-        self._idle = False  # the writer waits for `_wake`: the next line sets it
+        self._idle = False  # the writer waits on `_wake`: the next line signals it
         self._drop_lock = threading.Lock()  # only the rare dropping path takes it
         self._dropped = 0  # by `write`: the queue full, or the stream gone
         self._failed = 0  # by the writer: lines a failed write did not deliver
@@ -113,7 +116,7 @@ class LogSink:
         self._lines.append(line)
         if self._idle or waiting == self._hurry:
             self._idle = False
-            self._wake.set()
+            self._signal()
 
     def _drop(self) -> None:
         with self._drop_lock:
@@ -143,7 +146,13 @@ class LogSink:
     def _enqueue(self, item: threading.Event | None) -> None:
         self._lines.append(item)
         self._idle = False
-        self._wake.set()
+        self._signal()
+
+    def _signal(self) -> None:
+        try:
+            self._wake.release()
+        except RuntimeError:  # released already: the writer is wanted anyway
+            pass
 
     def _run(self) -> None:
         lines = self._lines
@@ -151,11 +160,11 @@ class LogSink:
             if not lines:
                 self._idle = True
                 if not lines:  # looked at again once `_idle` is set: a line queued meanwhile is seen
-                    self._wake.wait()
+                    self._wake.acquire()
                 self._idle = False
-            self._wake.clear()
-            if len(lines) < self._hurry and self._wake.wait(GATHER_S):
-                self._wake.clear()
+            self._wake.acquire(blocking=False)  # a signal given meanwhile is taken now
+            if len(lines) < self._hurry:
+                self._wake.acquire(timeout=GATHER_S)  # ended early by `hurry` or a flush
             batch: list[bytes] = []
             marks: list[threading.Event] = []
             for _ in range(len(lines)):  # what is queued now; what comes meanwhile waits for the next round
