@@ -34,6 +34,7 @@ import structlog
 QUEUE_LINES = 8192
 # Once woken, the writer waits this long for more lines before it writes them all at once.
 GATHER_S = 0.005
+PIPE_BUF = select.PIPE_BUF  # what a pipe writes whole, never interleaved with another writer's (4096 on Linux)
 # At exit, what is still queued gets this long to be written (a reader that stalls must not hold
 # the process).
 EXIT_FLUSH_S = 2.0
@@ -63,8 +64,8 @@ class LogSink:
     """A log stream written by a thread of its own. `write` (any thread) never blocks and never
     raises: the line is queued, or dropped and counted when `capacity` lines wait already or the
     stream is gone for good. The writer is woken when a line comes to an empty queue, and gathers
-    what comes for GATHER_S before it writes, so a busy proxy pays for one wake-up and one write
-    per GATHER_S, not per line. It counts the lines a failed write lost. The first loss is said
+    what comes for GATHER_S before it writes, so a busy proxy pays for one wake-up per GATHER_S and
+    one write per PIPE_BUF bytes of lines, not per line. It counts the lines a failed write lost. The first loss is said
     once (`notice`) on `notice_fd`: where the lines were lost when that is the log's own stream (in
     the place of the first line dropped, or at the first write that goes through after one that
     failed), at once when it is another (a log file that fails, said on stderr). A pipe whose
@@ -191,20 +192,20 @@ class LogSink:
         if self._gone:
             self._failed += len(batch)
             return
-        data = b"\n".join(batch) + b"\n"
-        written = 0
-        try:
-            written = self._write_all(data)
-        except _Partial as partial:
-            self._failed += _cut(batch, partial.written)
-            self._reason = self._reason or f"writing it failed: {partial.error}"  # the first loss's
-            if partial.error.errno == errno.EPIPE:
-                self._gone = True  # the pipe's reader is gone: nothing reads it again
-            self._unsaid_failure = True
-            if self._notice_fd != self._fileno():
-                self._say()  # a log file that fails: said on stderr at once
-            return
-        if self._unsaid_failure and written:
+        chunks = _chunks(batch)
+        for index, chunk in enumerate(chunks):
+            try:
+                self._write_all(b"\n".join(chunk) + b"\n")
+            except _Partial as partial:
+                self._failed += _cut(chunk, partial.written) + sum(map(len, chunks[index + 1 :]))
+                self._reason = self._reason or f"writing it failed: {partial.error}"  # the first loss's
+                if partial.error.errno == errno.EPIPE:
+                    self._gone = True  # the pipe's reader is gone: nothing reads it again
+                self._unsaid_failure = True
+                if self._notice_fd != self._fileno():
+                    self._say()  # a log file that fails: said on stderr at once
+                return
+        if self._unsaid_failure:
             self._say()  # after the lines it lost, on the stream that lost them
 
     def _write_all(self, data: bytes) -> int:
@@ -250,6 +251,21 @@ class _Partial(Exception):
         super().__init__(written, error)
         self.written = written
         self.error = error
+
+
+def _chunks(batch: list[bytes]) -> list[list[bytes]]:
+    """The lines in runs of at most PIPE_BUF bytes with their newlines (a longer line alone): a
+    pipe takes such a write whole, so that the lines of processes sharing it (the workers under
+    --workers, the supervisor) are never cut into one another."""
+    chunks: list[list[bytes]] = []
+    size = PIPE_BUF
+    for line in batch:
+        if size + len(line) + 1 > PIPE_BUF:
+            chunks.append([])
+            size = 0
+        chunks[-1].append(line)
+        size += len(line) + 1
+    return chunks
 
 
 def _cut(batch: list[bytes], written: int) -> int:

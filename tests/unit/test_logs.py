@@ -153,3 +153,15 @@ def test_the_lines_written_reach_the_stream_in_order_as_json(stderr_pipe: Stderr
     assert [line["index"] for line in written] == list(range(3000))
     assert all(line["worker"] == 2 and line["level"] == "info" for line in written)
     assert logs.lines_lost() == before
+
+
+def test_lines_are_written_in_runs_a_pipe_takes_whole() -> None:
+    """At most PIPE_BUF bytes a write, whole lines (a longer one alone): the lines of processes
+    sharing the pipe (--workers) are never cut into one another."""
+    lines = [b"x" * size for size in (100, 3000, 990, 5000, 10, 4095, 4094, 0, 7)]
+    chunks = logs._chunks(lines)
+    assert [line for chunk in chunks for line in chunk] == lines
+    for chunk in chunks:
+        written = sum(len(line) + 1 for line in chunk)
+        assert written <= logs.PIPE_BUF or len(chunk) == 1, [len(line) for line in chunk]
+    assert [len(chunk) for chunk in chunks] == [3, 1, 1, 1, 2, 1]  # 4093, 5001, 11, 4096, 4096, 8 bytes
