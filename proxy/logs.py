@@ -64,12 +64,12 @@ class LogSink:
     """A log stream written by a thread of its own. `write` (any thread) never blocks and never
     raises: the line is queued, or dropped and counted when `capacity` lines wait already or the
     stream is gone for good. The writer is woken when a line comes to an empty queue, and gathers
-    what comes for GATHER_S before it writes, so a busy proxy pays for one wake-up per GATHER_S and
-    one write per PIPE_BUF bytes of lines, not per line. It counts the lines a failed write lost. The first loss is said
-    once (`notice`) on `notice_fd`: where the lines were lost when that is the log's own stream (in
-    the place of the first line dropped, or at the first write that goes through after one that
-    failed), at once when it is another (a log file that fails, said on stderr). A pipe whose
-    reader is gone (EPIPE) is not written again."""
+    what comes for GATHER_S before it writes: a busy proxy pays for one wake-up per GATHER_S and
+    one write per PIPE_BUF bytes of lines, not one per line. It counts the lines a failed write
+    lost. The first loss is said once (`notice`) on `notice_fd`: where the lines were lost when
+    that is the log's own stream (in the place of the first line dropped, or at the first write
+    that goes through after one that failed), at once when it is another (a log file that fails,
+    said on stderr). A pipe whose reader is gone (EPIPE) is not written again."""
 
     def __init__(
         self,
@@ -208,7 +208,7 @@ class LogSink:
         if self._unsaid_failure:
             self._say()  # after the lines it lost, on the stream that lost them
 
-    def _write_all(self, data: bytes) -> int:
+    def _write_all(self, data: bytes) -> None:
         """Write all of `data`, waiting as long as it takes (_Partial if a write fails)."""
         view = memoryview(data)
         output = self._output
@@ -216,7 +216,7 @@ class LogSink:
             if not isinstance(output, int):  # a stream object standing in for stderr
                 output.write(data.decode("utf-8", "backslashreplace"))
                 output.flush()
-                return len(data)
+                return
             while view:
                 try:
                     view = view[os.write(output, view) :]
@@ -224,7 +224,6 @@ class LogSink:
                     select.select([], [output], [])
         except OSError as exc:
             raise _Partial(len(data) - len(view), exc) from None
-        return len(data)
 
     def _fileno(self) -> int | None:
         return self._output if isinstance(self._output, int) else None
