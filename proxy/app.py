@@ -32,6 +32,7 @@ from .downstream.clients import ClientReport
 from .downstream.guard import Guard, allowing, method_not_allowed, not_found, safe
 from .downstream.http import McpEndpoint
 from .downstream.legacy_sse import LegacySseEndpoint
+from .logs import lines_lost
 from .metrics import Metrics
 from .protocol.request_state import RequestStateCodec
 from .relay.assemble import LateCallback, Relays, Shared, build_relays
@@ -93,6 +94,7 @@ def create_app(
     upstream takes only its connections and timeout from it (upstream/wire.py), not its default
     headers, trace configs or middlewares."""
     metrics = metrics or Metrics()
+    metrics.log_lines_lost.source = lines_lost  # the process's log, counted by its writer thread
     tracing = tracing if tracing is not None else tracing_from_settings(settings.tracing)
     state = build_state(settings, metrics, store, clock, cache_clock)
     edge = build_upstream(settings.upstream, metrics, client_session)

@@ -189,6 +189,28 @@ class Timing(Collector):
         yield HistogramMetricFamily(self.name, self.documentation, labels=self.labelnames)
 
 
+class Reading(Collector):
+    """A counter kept outside the registry and read when scraped: `source` gives its value (set by
+    whoever keeps it; 0 until then). The log lines lost are counted by proxy/logs.py's writer
+    thread, which this module does not import: the composition root connects them."""
+
+    def __init__(self, name: str, documentation: str, registry: CollectorRegistry) -> None:
+        self.name = name.removesuffix("_total")
+        self.documentation = documentation
+        self.source: Callable[[], float] = lambda: 0.0
+        registry.register(self)
+
+    @property
+    def documented(self) -> tuple[tuple[str, str, tuple[str, ...], str], ...]:
+        return ((self.name, "counter", (), self.documentation),)
+
+    def collect(self) -> Iterator[Metric]:
+        yield CounterMetricFamily(self.name, self.documentation, value=self.source())
+
+    def describe(self) -> Iterator[Metric]:
+        yield CounterMetricFamily(self.name, self.documentation)
+
+
 class Metrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry if registry is not None else CollectorRegistry(auto_describe=True)
@@ -337,6 +359,13 @@ class Metrics:
             ["result"],
             registry=r,
         )
+        self.log_lines_lost = Reading(
+            PREFIX + "log_lines_lost_total",
+            "Log lines the process could not write: its log stream did not keep up (a full pipe: lines "
+            "are dropped rather than wait) or failed (a closed pipe, a full disk). The first loss is also "
+            "said once on stderr (log_lines_lost) when stderr can be written.",
+            r,
+        )
         # Where a leak of the proxy's own shows first: the tasks on its event loop, read at scrape time.
         self.event_loop_tasks = Gauge(
             PREFIX + "event_loop_tasks",
@@ -358,7 +387,10 @@ class Metrics:
             made_with(value) for value in vars(self).values() if isinstance(value, MetricWrapperBase)
         ]
         out += [
-            entry for value in vars(self).values() if isinstance(value, Tally | Timing) for entry in value.documented
+            entry
+            for value in vars(self).values()
+            if isinstance(value, Tally | Timing | Reading)
+            for entry in value.documented
         ]
         return sorted(out)
 

@@ -32,11 +32,12 @@ def parse_message(data: bytes, max_depth: int) -> Any:
     with the reply."""
     try:
         message = jsonrpc.decode(data)
+    except jsonrpc.TooDeep:
+        raise _too_deep(None, max_depth) from None
     except jsonrpc.DecodeError:
         raise MessageError(jsonrpc.error_response(None, jsonrpc.PARSE_ERROR, "Parse error: not valid JSON")) from None
     if client_checks.too_deep(message, max_depth, data):
-        rejection = client_checks.depth_rejection(max_depth)
-        raise MessageError(jsonrpc.error_response(id_or_none(message), rejection.code, rejection.message))
+        raise _too_deep(id_or_none(message), max_depth)
     items = message if isinstance(message, list) and message else [message]
     for item in items:
         if not isinstance(item, dict) or jsonrpc.kind(item) == "invalid":
@@ -46,6 +47,11 @@ def parse_message(data: bytes, max_depth: int) -> Any:
                 )
             )
     return message
+
+
+def _too_deep(request_id: Any, max_depth: int) -> MessageError:
+    rejection = client_checks.depth_rejection(max_depth)
+    return MessageError(jsonrpc.error_response(request_id, rejection.code, rejection.message))
 
 
 def id_or_none(message: Any) -> Any:

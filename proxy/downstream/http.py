@@ -203,6 +203,8 @@ class McpEndpoint:
             ) from None
         try:
             body = jsonrpc.decode(raw)
+        except jsonrpc.TooDeep:
+            raise ProxyError.rejected(client_checks.depth_rejection(self._max_depth)) from None
         except jsonrpc.DecodeError:
             raise ProxyError(jsonrpc.PARSE_ERROR, "Parse error: body is not valid JSON", refused=True) from None
         record.request_id = jsonrpc.id_of(body)

@@ -79,10 +79,13 @@ def legacy_sighting(body: Any, client_info: object, version: object) -> Sighting
         items = body if isinstance(body, list) else [body]
         first = items[0] if items and isinstance(items[0], dict) else {}
         answers = any(isinstance(i, dict) and "method" not in i for i in items)
+    # Read before the message is checked (the endpoint refuses it afterwards): `method` may be
+    # any JSON value, an unhashable one too.
     method = first.get("method")
+    name = method if isinstance(method, str) else ""
     params = first.get("params")
-    task = (isinstance(method, str) and method.startswith("tasks/")) or (isinstance(params, dict) and "task" in params)
-    listen = method in _LISTENING
+    task = name.startswith("tasks/") or (isinstance(params, dict) and "task" in params)
+    listen = name in _LISTENING
     if not (answers or listen or task) and first is body:
         return None
     return Sighting(client_info, version, "legacy", input_round=answers, listen=listen, task=task)

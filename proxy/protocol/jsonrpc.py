@@ -42,6 +42,11 @@ class DecodeError(ValueError):
     """The bytes are not JSON."""
 
 
+class TooDeep(DecodeError):
+    """The bytes are JSON nested deeper than a decoder goes (orjson stops at 1024 levels): what
+    the edges refuse as too deep (-32600, docs/translation.md §7.24), not as unreadable."""
+
+
 # orjson reads integers beyond 64 bits (above 2**64-1, or below -2**63: 19 digits already) as
 # floats and refuses to write them; a run of 19 digits (possibly inside a string: harmless) routes
 # the message through the exact stdlib codec. Found by mapping digits to "0" and everything else to
@@ -59,7 +64,11 @@ def decode(data: bytes | str) -> Any:
         if _LONG_RUN in data.translate(_DIGITS_AS_ZERO):  # (no length check first: most bodies are longer)
             return _decode_exact(data)
         return orjson.loads(data)
-    except (orjson.JSONDecodeError, ValueError, RecursionError) as exc:
+    except RecursionError as exc:
+        raise TooDeep(str(exc)) from None
+    except (orjson.JSONDecodeError, ValueError) as exc:
+        if str(exc).startswith("depth limit exceeded"):
+            raise TooDeep(str(exc)) from None
         raise DecodeError(str(exc)) from None
 
 

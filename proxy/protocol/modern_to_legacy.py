@@ -225,7 +225,7 @@ def server_request(
     method = request.get("method")
     if method == "ping":
         return Answer(result={})
-    if method not in INPUT_REQUEST_METHODS:
+    if not isinstance(method, str) or method not in INPUT_REQUEST_METHODS:  # any JSON value, unhashable too
         return Answer(error=jsonrpc.error_object(jsonrpc.METHOD_NOT_FOUND, f"Method not found: {method}"))
     if downstream_method not in INPUT_REQUIRED_METHODS:
         return Answer(

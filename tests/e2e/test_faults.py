@@ -27,7 +27,7 @@ from tests.e2e.conftest import PROXY_LOGS, ProxyFactory
 from tests.support import fault_upstream, legacy_client, modern_client, peers, stdio_server, tally
 from tests.support.answers import assert_holds
 from tests.support.mcp_client import Endpoint, answer_to, metric
-from tests.support.procs import PortTaken, Process, reserved_port
+from tests.support.procs import PortTaken, Process, reserved_port, wait_for
 from tests.support.raw_http_client import Reply
 
 REPO = Path(__file__).resolve().parents[2]  # fault_upstream runs as a module of the repository
@@ -189,7 +189,8 @@ def test_a_faulty_reply_fails_only_its_call_clearly_and_is_counted(proxy: Endpoi
     if EXPECTED[mode] is not None:
         after = proxy.metrics()
         assert metric(after, ERRORS) > metric(before, ERRORS), f"{mode}: not counted in {ERRORS}"
-        assert '"upstream_error"' in log_text(proxy)[log_before:], f"{mode}: the request log does not say it"
+        said = wait_for(lambda: '"upstream_error"' in log_text(proxy)[log_before:], 10)  # written a few ms later
+        assert said, f"{mode}: the request log does not say it"
 
 
 @pytest.mark.parametrize("client_era", ["legacy", "modern"])

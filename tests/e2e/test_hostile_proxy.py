@@ -151,7 +151,7 @@ def hostile_requests(draw: st.DrawFn) -> Hostile:
         ).items()
     for _ in range(draw(st.integers(0, 3))):
         headers.append((draw(header_names), draw(header_values)))
-    body = json.dumps(value).encode()
+    body = hs.encode(value)  # however deep it nests
     shape = draw(st.sampled_from(["json", "json", "json", "bytes", "gzip", "fake-gzip", "empty"]))
     if shape == "bytes":
         body = draw(
@@ -180,11 +180,11 @@ def _with_state(body: bytes, token: str) -> bytes:
     """The body with its params.requestState replaced by `token`, when it is a request with params."""
     try:
         value = json.loads(body)
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON, or nested past what json.loads reads
         return body
     if isinstance(value, dict) and isinstance(value.get("params"), dict):
         value["params"]["requestState"] = token
-        return json.dumps(value).encode()
+        return hs.encode(value)
     return body
 
 

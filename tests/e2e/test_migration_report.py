@@ -107,7 +107,7 @@ def reported(legacy_server: str, logs_dir: Path) -> Iterator[str]:
         request = urllib.request.Request(url, data=json.dumps(hostile).encode(), headers=headers)
         with urllib.request.urlopen(request, timeout=10) as reply:
             assert b"protocolVersion" in reply.read()  # answered (a client that left is not counted)
-        admin = f"http://127.0.0.1:{proxy_listener('admin')(proxy.output())}"
+        admin = f"http://127.0.0.1:{proxy.announced(proxy_listener('admin'))}"
         get(f"{admin}/readyz")  # answered: ready
         yield admin
 

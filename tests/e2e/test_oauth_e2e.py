@@ -36,7 +36,7 @@ from tests.support.oauth import (
     run_client,
     steps_ok,
 )
-from tests.support.procs import PortTaken
+from tests.support.procs import PortTaken, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -275,8 +275,9 @@ def test_malformed_upstream_metadata_gets_a_502_json_error(deploy: Callable[...,
         assert reply.content_type == "application/json", reply.headers
         body = json.loads(reply.body)
         assert "error" in body and b"Traceback" not in reply.body, body
-    log = proxy_log(logs_dir, deployment.url).read_text()
-    assert "oauth_metadata_invalid" in log, log[-2000:]  # and logged
+    log = proxy_log(logs_dir, deployment.url)
+    logged = wait_for(lambda: "oauth_metadata_invalid" in log.read_text(), 10)  # a line lands a few ms later
+    assert logged, log.read_text()[-2000:]
 
 
 # ------------------------------------------------------------------------- refresh keeps the caller

@@ -94,7 +94,7 @@ async def test_sigterm_lets_the_call_finish_closes_the_subscription_gracefully_a
     log = logs_dir / f"shutdown-{upstream_kind}.log"
     with serving(argv, log, env={"MCP_ERA_PROXY_SHUTDOWN__GRACE_S": str(GRACE_S)}, announced=proxy_listener()) as proxy:
         url = f"http://127.0.0.1:{proxy.port}/mcp"
-        readyz = f"http://127.0.0.1:{proxy_listener('admin')(proxy.output())}/readyz"
+        readyz = f"http://127.0.0.1:{proxy.announced(proxy_listener('admin'))}/readyz"
         async with aiohttp.ClientSession() as http:
             client = ModernClient(http, url, "draining", {})
             # Long enough to watch the draining while it runs, well inside the grace period.

@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 from tests.support import peers
+from tests.support.procs import wait_for
 from tests.support.replicas import wait_until
 from tests.support.sdk_drivers import run_legacy_client
 
@@ -120,7 +121,8 @@ def test_notifications_cancelled_from_an_sse_client_cancels_the_call_upstream(
         # tells which; a 2026-07-28 server only ever learns of it by its POST closing).
         logs = [logs_dir / "legacy-server.log", *logs_dir.glob("proxy-*.log")]
         said = f"CANCELLED slow id={observed['cancelledId']} reason=notifications/cancelled"
-        assert any(said in path.read_text(errors="replace") for path in logs if path.exists())
+        # (relayed into the proxy's log, a line lands there a few milliseconds after it is logged)
+        assert wait_for(lambda: any(said in path.read_text(errors="replace") for path in logs if path.exists()), 10)
 
 
 def metric(proxy_url: str, name: str, labels: str) -> float:

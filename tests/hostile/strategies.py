@@ -6,8 +6,11 @@ characters, deep nesting, huge numbers, non-UTF-8 bytes), so one property covers
 
 from __future__ import annotations
 
+import json
+from collections.abc import Iterator
 from typing import Any
 
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from proxy.protocol import meta
@@ -72,7 +75,19 @@ request_ids = st.one_of(
     st.just({}),
     st.just([1]),
 )
-methods = st.one_of(st.sampled_from(METHODS), nasty_text, st.sampled_from(["tools/call\x00", "tools/\ncall", " ping"]))
+# One value of each JSON type, empty and not (an integer and a fraction): what a member of a message
+# holds when it is of the wrong type.
+EVERY_JSON_TYPE: tuple[Any, ...] = (None, False, True, 0, 7, 1.5, "", "text", [], [1, "a"], {}, {"a": 1})
+# The members of a request, and of a client's answer: each may come of any JSON type.
+REQUEST_MEMBERS = ("jsonrpc", "id", "method", "params")
+ANSWER_MEMBERS = ("jsonrpc", "id", "result", "error")
+any_json_type = st.one_of(st.sampled_from(EVERY_JSON_TYPE), json_values)
+methods = st.one_of(
+    st.sampled_from(METHODS),
+    nasty_text,
+    st.sampled_from(["tools/call\x00", "tools/\ncall", " ping"]),
+    any_json_type.filter(lambda value: not isinstance(value, str)),  # a method that is no string at all
+)
 extension_ids = st.one_of(
     st.sampled_from(
         [
@@ -175,3 +190,57 @@ bodies = st.one_of(
     json_values,
     deep_values,
 )
+
+
+def examples(strategy: st.SearchStrategy[Any], count: int) -> list[Any]:
+    """`count` values drawn from `strategy`, the same ones every run: for the suites that send
+    them to a proxy served in the test's own event loop, where a hypothesis test cannot run."""
+    drawn: list[Any] = []
+
+    @settings(max_examples=count, database=None, derandomize=True, suppress_health_check=list(HealthCheck))
+    @given(strategy)
+    def collect(value: Any) -> None:
+        drawn.append(value)
+
+    collect()
+    return drawn
+
+
+class _Text(str):
+    """JSON text already written (by `encode`)."""
+
+
+def encode(value: Any) -> bytes:
+    """`value` as JSON, however deep it nests (json.dumps stops at Python's recursion limit, and
+    deep_values go past it)."""
+    out: list[str] = []
+    pending: list[Any] = [value]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, _Text):
+            out.append(item)
+        elif isinstance(item, dict):
+            parts: list[Any] = [_Text("{")]
+            for index, (key, member) in enumerate(item.items()):
+                parts += [_Text(("," if index else "") + json.dumps(key) + ":"), member]
+            pending += reversed([*parts, _Text("}")])
+        elif isinstance(item, list):
+            parts = [_Text("[")]
+            for index, member in enumerate(item):
+                parts += [_Text(",")] if index else []
+                parts.append(member)
+            pending += reversed([*parts, _Text("]")])
+        else:
+            out.append(json.dumps(item))
+    return "".join(out).encode()
+
+
+def mistyped(message: dict[str, Any], members: tuple[str, ...]) -> Iterator[tuple[str, dict[str, Any]]]:
+    """(what changed, `message` with one of `members` set to a value of each JSON type): every
+    member of every type, where a generated run may miss some. A string method is left out: that
+    is its right type, and `methods` draws every kind of string."""
+    for member in members:
+        for value in EVERY_JSON_TYPE:
+            if member == "method" and isinstance(value, str):
+                continue
+            yield f"{member}={json.dumps(value)}", {**message, member: value}

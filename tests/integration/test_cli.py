@@ -3,13 +3,20 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import http.server
 import json
 import os
+import select
+import shlex
+import signal
 import socket
 import subprocess
 import sys
 import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -18,7 +25,9 @@ import aiohttp
 import pytest
 
 from proxy.config import ENV_PREFIX
-from tests.support.procs import listening_address, reserved_port
+from tests.support import legacy_client
+from tests.support.mcp_client import Endpoint, answer_to, metric
+from tests.support.procs import listening_address, proxy_listener, reserved_port
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -358,3 +367,100 @@ def test_an_address_that_does_not_resolve_names_its_setting_and_not_a_port_in_us
     [failed] = [line for line in log_lines(done.stderr) if line["event"] == "cannot_start"]
     assert (failed["address"], failed["setting"]) == ("nowhere.invalid:8080", "listen")
     assert "listens there" not in failed["hint"] and "--listen HOST:PORT" in failed["hint"]
+
+
+# ---------------------------------------------------------------- a log nobody reads any more
+
+STDIO_SERVER = REPO / "tests" / "support" / "stdio_server.py"
+
+
+@dataclass
+class Unread:
+    """A proxy process whose stdout and stderr were one pipe (`mcp-era-proxy ... 2>&1 | tee log`)
+    whose reader is gone; the ports its log said before that."""
+
+    proc: subprocess.Popen[bytes]
+    endpoint: Endpoint
+    admin: Endpoint
+
+
+def _read_until_started(fd: int, proc: subprocess.Popen[bytes], within_s: float) -> str:
+    deadline = time.monotonic() + within_s
+    text = b""
+    while b'"started"' not in text:
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise AssertionError(f"the proxy did not start: {text.decode(errors='replace')[-2000:]}")
+        if select.select([fd], [], [], 0.5)[0]:
+            text += os.read(fd, 65536)
+    return text.decode()
+
+
+@contextlib.contextmanager
+def proxy_whose_log_reader_left(**env: str) -> Iterator[Unread]:
+    """The proxy in front of tests/support/stdio_server.py (legacy), its output read until it has
+    started; then the pipe's read end is closed, as when `tee` ends. Stopped (its group) at the end."""
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(ENV_PREFIX)}
+    upstream = shlex.join([sys.executable, str(STDIO_SERVER)])
+    listeners = ["--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"]
+    read_end, write_end = os.pipe()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "proxy", "--upstream-command", upstream, *listeners],
+        stdin=subprocess.DEVNULL,
+        stdout=write_end,
+        stderr=write_end,
+        env={**clean, **{ENV_PREFIX + key: value for key, value in env.items()}},
+        cwd=REPO,
+        start_new_session=True,
+    )
+    os.close(write_end)
+    try:
+        try:
+            text = _read_until_started(read_end, proc, 30)
+        finally:
+            os.close(read_end)  # the reader is gone
+        ports = {name: proxy_listener(name)(text) for name in ("mcp", "admin")}
+        yield Unread(
+            proc,
+            Endpoint(f"http://127.0.0.1:{ports['mcp']}/mcp", 20.0),
+            Endpoint(f"http://127.0.0.1:{ports['admin']}", 20.0),
+        )
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(30)
+
+
+def test_a_closed_log_pipe_costs_log_lines_never_an_answer_and_the_proxy_still_stops() -> None:
+    """100 requests after the pipe closed, each answered as ever (not HTTP 500 "Internal error");
+    the lines they would have logged counted in mcp_era_proxy_log_lines_lost_total; SIGTERM still
+    stops it (exit 0)."""
+    with proxy_whose_log_reader_left() as proxy:
+        session = legacy_client.open_session(proxy.endpoint)  # 2 requests: initialize, initialized
+        for index in range(98):
+            reply = legacy_client.call(
+                proxy.endpoint, session, index, "tools/call", {"name": "echo", "arguments": {"text": f"n{index}"}}
+            )
+            answer = answer_to(reply, index)
+            assert reply.status == 200 and answer is not None, (reply.status, reply.body)
+            assert answer.get("result", {}).get("content") == [{"type": "text", "text": f"n{index}"}], answer
+        lost = metric(proxy.admin.metrics(), "mcp_era_proxy_log_lines_lost_total")
+        assert lost >= 100  # a `request` line each, at least
+        proxy.proc.send_signal(signal.SIGTERM)
+        assert proxy.proc.wait(30) == 0
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_a_call_in_flight_at_shutdown_gets_its_answer_with_the_log_pipe_closed(signum: signal.Signals) -> None:
+    """The documented -32014 (docs/troubleshooting.md) once shutdown.grace_s runs out, as with a
+    log reader, and the proxy exits 0."""
+    with proxy_whose_log_reader_left(SHUTDOWN__GRACE_S="1") as proxy:
+        session = legacy_client.open_session(proxy.endpoint)
+        held = {"name": "hold", "arguments": {}, "_meta": {"progressToken": "p"}}
+        # The signal once the call is under way upstream (its progress relayed).
+        under_way = (b"notifications/progress", lambda: proxy.proc.send_signal(signum))
+        reply = legacy_client.call(proxy.endpoint, session, "held", "tools/call", held, when=under_way)
+        exit_code = proxy.proc.wait(30)
+    answer = answer_to(reply, "held")
+    assert answer is not None and answer["error"]["code"] == -32014, (reply.status, reply.body)
+    assert "shutting down" in answer["error"]["message"]
+    assert exit_code == 0

@@ -13,7 +13,7 @@ import asyncio
 import json
 import logging
 import re
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,14 +25,17 @@ from structlog.testing import capture_logs
 from proxy.app import create_app
 from proxy.config import DownstreamConfig, load_settings
 from proxy.downstream.server import Runner
-from proxy.protocol import jsonrpc
+from proxy.protocol import jsonrpc, meta
 from proxy.protocol.headers import PROTOCOL_VERSION_HEADER, SESSION_HEADER
-from proxy.protocol.versions import LATEST_LEGACY
+from proxy.protocol.versions import LATEST_LEGACY, MODERN_VERSIONS
+from tests.hostile import strategies as hs
 from tests.integration.conftest import serve
+from tests.support import answers, tally
 from tests.support.fake_legacy import FakeLegacy
 from tests.support.fake_modern import PATH, FakeModern
-from tests.support.legacy_client import LegacyClient
+from tests.support.legacy_client import LegacyClient, initialize_message
 from tests.support.modern_client import ModernClient
+from tests.support.raw_http_client import Reply
 
 JSONDict = dict[str, Any]
 WAIT = 5.0  # upper bound for anything a test waits for
@@ -248,6 +251,9 @@ CASES: dict[str, tuple[Build, Any, Any]] = {
         BAD_REQUEST,
         BAD_REQUEST,
     ),
+    # Deeper than the JSON decoder goes (orjson: 1024 levels): too deep all the same, not a parse
+    # error; its id cannot be read.
+    "params-nested-2000-deep": (_request("tools/list", {"filter": nested(2000)}), BAD_REQUEST_NO_ID, BAD_REQUEST_NO_ID),
     "lone-surrogate-in-the-id": (_request("tools/list", {"n": LONG}, id=LONE), PARSE_ERROR, PARSE_ERROR),
     "lone-surrogate-in-arguments": (
         _request("tools/call", {"name": "t", "arguments": {"a": LONE, "n": LONG}}),
@@ -412,3 +418,136 @@ async def test_a_get_or_delete_with_an_authorization_header_that_is_not_utf8_is_
     assert reply.message["error"]["code"] == jsonrpc.INVALID_REQUEST
     await edge.serves_a_normal_request()
     assert not _problems(logs, [])
+
+
+# ---------------------------------------------------------------- every member of every JSON type
+
+# A request, and a client's answer (to no request of the server's), with each member in turn of
+# every JSON type (tests/hostile/strategies.py), in every state a client can be in on this edge.
+
+
+def sweep(edge: Edge, state: str) -> Iterator[tuple[str, JSONDict, list[tuple[bytes, bytes]]]]:
+    """(what was changed, the message, its headers) for the client of `edge` in `state`: `session`
+    (a legacy client in its session, or a modern client), `no-session` (a legacy client's message
+    without a session id), `initialize` (a legacy client's initialize, before any session)."""
+    if state == "initialize":
+        base = initialize_message(LATEST_LEGACY, {}, {"name": "hostile", "version": "1"})
+        cases = [*hs.mistyped(base, hs.REQUEST_MEMBERS)]
+        for member in ("protocolVersion", "capabilities", "clientInfo"):
+            for value in hs.EVERY_JSON_TYPE:
+                cases.append(
+                    (f"params.{member}={json.dumps(value)}", {**base, "params": {**base["params"], member: value}})
+                )
+        for member in ("name", "version"):
+            for value in hs.EVERY_JSON_TYPE:
+                info = {"name": "hostile", "version": "1", member: value}
+                cases.append(
+                    (
+                        f"clientInfo.{member}={json.dumps(value)}",
+                        {**base, "params": {**base["params"], "clientInfo": info}},
+                    )
+                )
+        for name, message in cases:
+            yield name, message, edge.headers(message, drop=("mcp-session-id", "mcp-protocol-version"))
+        return
+    request = edge.message("tools/list", id="mistyped")
+    answer = {"jsonrpc": "2.0", "id": "mistyped", "result": {}}
+    drop = ("mcp-session-id",) if state == "no-session" else ()
+    for name, message in (*hs.mistyped(request, hs.REQUEST_MEMBERS), *hs.mistyped(answer, hs.ANSWER_MEMBERS)):
+        yield name, message, edge.headers(message, drop=drop)
+
+
+def answer_problems(reply: RawReply, message: Any, headers: list[tuple[bytes, bytes]]) -> list[str]:
+    """What is wrong with the answer to one message: the invariant every answer holds
+    (tests/support/answers.py) and, for what is no JSON-RPC message, the documented refusal: 400
+    -32600, with the id when it can be read (docs/translation.md §7.24; -32602 where the POST's
+    MCP-Protocol-Version names a 2026-07-28 version and its `_meta` none: §1.1 rungs 4 and 6 come
+    first). A batch: the invariant."""
+    found = answers.problems(Reply(reply.status, "", list(reply.headers.items()), reply.body, b""))
+    if isinstance(message, list) or answers.well_formed(message):
+        return found
+    readable = isinstance(message, dict) and isinstance(message.get("id"), str | int)
+    readable = readable and not isinstance(message["id"], bool)
+    try:
+        error = reply.message["error"]
+    except (AssertionError, KeyError, ValueError):
+        return [*found, f"not a JSON-RPC error: HTTP {reply.status} {reply.body[:200]!r}"]
+    codes = {jsonrpc.INVALID_REQUEST}
+    modern = any(
+        name.lower() == b"mcp-protocol-version" and value.decode() in MODERN_VERSIONS for name, value in headers
+    )
+    if modern and meta_version(message) is None:
+        codes.add(jsonrpc.INVALID_PARAMS)
+    if reply.status != 400 or error.get("code") not in codes:
+        found.append(f"HTTP {reply.status} {error}, not 400 {sorted(codes)}")
+    if ("id" in reply.message) is not readable and error.get("code") == jsonrpc.INVALID_REQUEST:
+        found.append(f"the id {'missing' if readable else 'made up'}: {reply.message}")
+    return found
+
+
+def meta_version(message: Any) -> Any:
+    params = message.get("params") if isinstance(message, dict) else None
+    request_meta = params.get("_meta") if isinstance(params, dict) else None
+    return request_meta.get(meta.PROTOCOL_VERSION) if isinstance(request_meta, dict) else None
+
+
+@pytest.mark.parametrize("state", ["session", "no-session", "initialize"])
+async def test_every_member_of_every_json_type_gets_the_documented_answer_and_the_proxy_serves_on(
+    edge: Edge, state: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """`method` (and `id`, `params`, `jsonrpc`, `result`, `error`) of each JSON type, in and out
+    of a session: never a 500, an unreadable answer or a crash."""
+    if edge.modern is not None and state != "session":
+        pytest.skip("a 2026-07-28 client has no session and no initialize")
+    found: dict[str, list[str]] = {}
+    sent: list[JSONDict] = []
+    with capture_logs() as logs, caplog.at_level(logging.WARNING):
+        for name, message, headers in sweep(edge, state):
+            tally.count("hostile.proxy")
+            tally.count("hostile.proxy.mistyped")
+            sent.append(message)
+            reply = await edge.post(body_of(message), headers)
+            if problems := answer_problems(reply, message, headers):
+                found[name] = problems
+        await edge.serves_a_normal_request()
+    assert not found, json.dumps(found, indent=1)[:4000]
+    assert not _problems(logs, caplog.records)
+    forget_relayed(edge, sent)
+
+
+def forget_relayed(edge: Edge, sent: list[Any]) -> None:
+    """A pass-through relays a JSON-RPC message as the client sent it (§7.24 lists what it
+    refuses): what the upstream's schema says of its params or result is the upstream's to answer.
+    Those are taken out of the check the `edge` fixture makes of everything else the upstream got."""
+    if edge.route.endswith("pass-through"):
+        relayed = [body for body in sent if all(map(answers.well_formed, body if isinstance(body, list) else [body]))]
+        edge.fake.calls[:] = [call for call in edge.fake.calls if call.body not in relayed]
+
+
+GENERATED_EXAMPLES = 100  # per route and state: in-process, so the test command's time stays bounded
+
+
+@pytest.mark.parametrize("state", ["session", "no-session"])
+async def test_generated_messages_in_and_out_of_a_session_get_the_documented_answer(
+    edge: Edge, state: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """tests/hostile/strategies.py's bodies (any member of any JSON type, batches, any JSON value),
+    the same ones every run."""
+    if edge.modern is not None and state != "session":
+        pytest.skip("a 2026-07-28 client has no session")
+    found: list[str] = []
+    sent: list[Any] = []
+    drop = ("mcp-session-id",) if state == "no-session" else ()
+    with capture_logs() as logs, caplog.at_level(logging.WARNING):
+        for body in hs.examples(hs.bodies, GENERATED_EXAMPLES):
+            tally.count("hostile.proxy")
+            tally.count("hostile.proxy.generated")
+            sent.append(body)
+            headers = edge.headers(body, drop=drop)
+            reply = await edge.post(hs.encode(body), headers)
+            if problems := answer_problems(reply, body, headers):
+                found.append(f"{hs.encode(body)[:300]!r}: {problems}")
+        await edge.serves_a_normal_request()
+    assert not found, "\n".join(found[:10])
+    assert not _problems(logs, caplog.records)
+    forget_relayed(edge, sent)

@@ -15,14 +15,13 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
-from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from proxy.app import METRICS
 from proxy.metrics import PREFIX
 from proxy.protocol import jsonrpc
 from tests.hostile import strategies as hs
-from tests.support import tally
+from tests.support import answers, tally
 from tests.support.fake_modern import Call, FakeModern, complete
 from tests.support.legacy_sse_client import WAIT, SseClient
 from tests.support.legacy_sse_client import sse_client as open_stream
@@ -192,36 +191,55 @@ async def test_the_endpoint_is_named_relative_to_the_stream_when_they_share_a_fo
 
 # ---------------------------------------------------------------- hostile bodies
 
-HOSTILE_EXAMPLES = 300
+HOSTILE_EXAMPLES = 150  # per state
 
 
 def hostile_bodies(count: int) -> list[bytes]:
-    """Generated POST bodies (tests/hostile/strategies.py): messages with any member wrong,
-    batches of them, raw bytes and truncated JSON; the same ones every run."""
-    bodies: list[bytes] = []
+    """Generated POST bodies (tests/hostile/strategies.py): messages with any member of any JSON
+    type, batches of them, raw bytes and truncated JSON; the same ones every run."""
     encoded = st.one_of(
-        hs.messages().map(lambda m: json.dumps(m).encode()),
-        st.lists(hs.messages(), max_size=4).map(lambda ms: json.dumps(ms).encode()),
+        hs.messages().map(hs.encode),
+        st.lists(hs.messages(), max_size=4).map(hs.encode),
         st.binary(max_size=300),
-        hs.messages().map(lambda m: json.dumps(m).encode()[: max(1, len(json.dumps(m)) // 2)]),
+        hs.messages().map(lambda m: hs.encode(m)[: max(1, len(hs.encode(m)) // 2)]),
     )
-
-    @settings(max_examples=count, database=None, derandomize=True, suppress_health_check=list(HealthCheck))
-    @given(encoded)
-    def collect(body: bytes) -> None:
-        bodies.append(body)
-
-    collect()
-    return bodies
+    return hs.examples(encoded, count)
 
 
+def stream_problems(client: SseClient) -> list[str]:
+    """What came on the stream that must not: anything but JSON-RPC, or the proxy's answer to an
+    error it did not handle (tests/support/answers.py)."""
+    found = [f"not JSON-RPC: {message}" for message in client.seen if jsonrpc.kind(message) == "invalid"]
+    for message in client.seen:
+        error = message.get("error")
+        if isinstance(error, dict) and error.get("message") in answers.UNHANDLED:
+            found.append(f"an unhandled error: {message}")
+    return found
+
+
+async def initialized(client: SseClient, state: str) -> None:
+    """The client in `state`: its stream open (`before-initialize`), or its session initialized."""
+    if state == "after-initialize":
+        await client.initialize()
+
+
+async def served_on(client: SseClient, state: str) -> None:
+    """The session answers as ever (initialized first, when it was not)."""
+    if state == "before-initialize":
+        await client.initialize()
+    final = await client.request("after-the-storm", "ping")
+    assert final["result"] == {}
+
+
+@pytest.mark.parametrize("state", ["before-initialize", "after-initialize"])
 async def test_every_hostile_post_gets_202_or_a_json_rpc_error_and_the_session_keeps_serving(
-    proxy: Proxy, fake: FakeModern
+    proxy: Proxy, fake: FakeModern, state: str
 ):
     bodies = hostile_bodies(HOSTILE_EXAMPLES)
+    tally.count("hostile.proxy", len(bodies))
     tally.count("hostile.proxy.legacy-sse", len(bodies))
     async with sse_client(proxy) as client:
-        await client.initialize()
+        await initialized(client, state)
         for body in bodies:
             posted = await client.post(body)
             assert posted.status in (202, 400), (posted.status, body)
@@ -229,16 +247,47 @@ async def test_every_hostile_post_gets_202_or_a_json_rpc_error_and_the_session_k
                 error = (await posted.json())["error"]
                 assert error["code"] in (jsonrpc.PARSE_ERROR, jsonrpc.INVALID_REQUEST), (error, body)
         # Whatever came on the stream meanwhile is JSON-RPC, and the session still answers.
-        final = await client.request("after-the-storm", "ping")
-        assert final["result"] == {}
-        assert all(jsonrpc.kind(message) != "invalid" for message in client.seen), client.seen
-    # A method the spec does not define is passed on as it came (extensions are not the proxy's to
-    # refuse), so the upstream sees requests no schema describes: those, and only those, are
-    # taken out of the schema check `fake` makes of everything else it received.
-    sent = {m.get("method") for m in map(_decoded, bodies) for m in (m if isinstance(m, list) else [m])}
+        await served_on(client, state)
+        assert not stream_problems(client), stream_problems(client)
+    forget_foreign(fake, [_decoded(body) for body in bodies])
+
+
+@pytest.mark.parametrize("state", ["before-initialize", "after-initialize"])
+async def test_every_member_of_every_json_type_gets_the_documented_answer(proxy: Proxy, fake: FakeModern, state: str):
+    """A request and a client's answer with `jsonrpc`, `id`, `method`, `params`, `result`, `error`
+    each of every JSON type: what is no JSON-RPC message is refused (400 -32600, with its id when
+    it can be read); every request that is gets its answer on the stream, never the proxy's own
+    failure; and the session serves on."""
+    request = {"jsonrpc": "2.0", "id": "mistyped", "method": "tools/list"}
+    answer = {"jsonrpc": "2.0", "id": "mistyped", "result": {}}
+    cases = [*hs.mistyped(request, hs.REQUEST_MEMBERS), *hs.mistyped(answer, hs.ANSWER_MEMBERS)]
+    tally.count("hostile.proxy", len(cases))
+    tally.count("hostile.proxy.legacy-sse", len(cases))
+    async with sse_client(proxy) as client:
+        await initialized(client, state)
+        for name, message in cases:
+            posted = await client.post(message)
+            if not answers.well_formed(message):
+                refused = await posted.json()
+                assert (posted.status, refused["error"]["code"]) == (400, jsonrpc.INVALID_REQUEST), (name, refused)
+                assert refused.get("id") == jsonrpc.id_of(message), (name, refused)
+                continue
+            assert posted.status == 202, (name, await posted.text())
+            if "method" in message and "id" in message:  # a request: its answer comes on the stream
+                reply = await client.message(lambda m, i=message["id"]: m.get("id") == i and "method" not in m)
+                assert "result" in reply or reply["error"]["message"] not in answers.UNHANDLED, (name, reply)
+        await served_on(client, state)
+        assert not stream_problems(client), stream_problems(client)
+
+
+def forget_foreign(fake: FakeModern, sent: list[Any]) -> None:
+    """A method the spec does not define is passed on as it came (extensions are not the proxy's
+    to refuse), so the upstream sees requests no schema describes: those, and only those, are taken
+    out of the schema check `fake` makes of everything else it received."""
+    methods = [m.get("method") for m in sent for m in (m if isinstance(m, list) else [m]) if isinstance(m, dict)]
     defined = spec_methods()
     foreign = [c for c in fake.calls if c.method not in defined]
-    assert all(c.method in sent for c in foreign), [c.method for c in foreign]
+    assert all(c.method in methods for c in foreign), [c.method for c in foreign]
     fake.calls[:] = [c for c in fake.calls if c.method in defined]
 
 

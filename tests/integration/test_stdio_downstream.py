@@ -5,6 +5,7 @@ replies on its stdout, against the scripted stdio server it starts itself
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -14,6 +15,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from proxy.downstream.bridge import EndpointBridge
+from proxy.downstream.bridge_messages import encode_line
+from proxy.protocol import jsonrpc
+from tests.hostile import strategies as hs
+from tests.support import answers, tally
+from tests.support.fake_modern import FakeModern
+
+from .conftest import Proxy
+from .test_legacy_sse_downstream import forget_foreign
 
 SERVER = Path(__file__).resolve().parents[1] / "support" / "stdio_server.py"
 WAIT = 15.0
@@ -345,3 +356,144 @@ def test_the_hosts_session_and_server_process_are_never_expired_for_idling() -> 
     assert settings.upstream.stdio.process_idle_s > 365 * day
     assert settings.shutdown.grace_s == STDIO_GRACE_S
     assert settings.downstream.sse.enabled is False  # nothing but the host on stdin is served
+
+
+# ---------------------------------------------------------------- hostile lines, in-process
+#
+# The bridge `mcp-era-proxy stdio` runs (proxy/downstream/bridge.py), fed lines as stdin gives
+# them to it, in front of the proxy served in-process (tests/integration/conftest.py): every
+# member of every JSON type, and generated lines (tests/hostile/strategies.py), before the host's
+# era is known and in each era.
+
+HOSTILE_LINES = 100  # generated lines per state
+
+
+class Lines:
+    """Where the bridge writes what the host would read on stdout."""
+
+    def __init__(self) -> None:
+        self.broken = asyncio.Event()
+        self.written: list[Any] = []
+        self._added = asyncio.Event()
+
+    def start(self) -> None:
+        pass
+
+    def write(self, message: Any) -> None:
+        self.written.append(json.loads(encode_line(message)))  # as the host would read it
+        self._added.set()
+
+    def write_raw(self, data: bytes) -> None:
+        self.write(json.loads(data))
+
+    async def drain(self, within_s: float) -> None:
+        pass
+
+    async def close(self) -> None:
+        pass
+
+    async def reply(self, request_id: Any) -> Any:
+        """The next line answering `request_id` (taken out of `written`)."""
+        async with asyncio.timeout(WAIT):
+            while True:
+                for message in self.written:
+                    if isinstance(message, dict) and message.get("id") == request_id and "method" not in message:
+                        self.written.remove(message)
+                        return message
+                self._added.clear()
+                await self._added.wait()
+
+    def problems(self) -> list[str]:
+        """Lines that must not be: anything but JSON-RPC, or the proxy's own failure."""
+        found = []
+        for message in self.written:
+            error = message.get("error") if isinstance(message, dict) else None
+            if jsonrpc.kind(message) == "invalid" or (
+                isinstance(error, dict) and error.get("message") in answers.UNHANDLED
+            ):
+                found.append(str(message)[:300])
+        return found
+
+
+@contextlib.asynccontextmanager
+async def bridged(proxy: Proxy, state: str) -> AsyncIterator[tuple[EndpointBridge, Lines]]:
+    """The bridge with its host in `state`: `no-era` (nothing sent yet), `legacy` (initialized),
+    `modern` (after server/discover)."""
+    lines = Lines()
+    url = str(proxy.client.make_url(proxy.settings.path))
+    bridge = EndpointBridge(proxy.client.session, url, lines, proxy.settings.security.max_json_depth)
+    bridge.start()
+    try:
+        if state == "legacy":
+            bridge.line(
+                json.dumps({"jsonrpc": "2.0", "id": "init", "method": "initialize", "params": INITIALIZE}).encode()
+            )
+            assert "result" in await lines.reply("init")
+            bridge.line(b'{"jsonrpc": "2.0", "method": "notifications/initialized"}')
+        elif state == "modern":
+            bridge.line(
+                json.dumps(
+                    {"jsonrpc": "2.0", "id": "discover", "method": "server/discover", "params": {"_meta": ENVELOPE}}
+                ).encode()
+            )
+            assert "result" in await lines.reply("discover")
+        yield bridge, lines
+    finally:
+        await bridge.close(1.0, end_session=True)
+
+
+async def serves_on(bridge: EndpointBridge, lines: Lines, state: str) -> None:
+    if state == "no-era":
+        bridge.line(json.dumps({"jsonrpc": "2.0", "id": "init", "method": "initialize", "params": INITIALIZE}).encode())
+        assert "result" in await lines.reply("init")
+    params = {"_meta": ENVELOPE} if state == "modern" else {}
+    bridge.line(json.dumps({"jsonrpc": "2.0", "id": "after", "method": "tools/list", "params": params}).encode())
+    assert "tools" in (await lines.reply("after"))["result"]
+
+
+INITIALIZE = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "host", "version": "1"}}
+STATES = ["no-era", "legacy", "modern"]
+
+
+@pytest.mark.parametrize("state", STATES)
+async def test_every_member_of_every_json_type_on_stdin_gets_the_documented_answer(
+    proxy: Proxy, fake: FakeModern, state: str
+) -> None:
+    """`jsonrpc`, `id`, `method`, `params`, `result`, `error` of each JSON type: what is no
+    JSON-RPC message gets -32600 (with its id when it can be read); a request that is gets its
+    answer (before the era is known: -32600, docs/troubleshooting.md), never the proxy's own
+    failure; and the bridge serves on."""
+    params = {"_meta": ENVELOPE} if state == "modern" else {}
+    request = {"jsonrpc": "2.0", "id": "mistyped", "method": "tools/list", "params": params}
+    answer = {"jsonrpc": "2.0", "id": "mistyped", "result": {}}
+    cases = [*hs.mistyped(request, hs.REQUEST_MEMBERS), *hs.mistyped(answer, hs.ANSWER_MEMBERS)]
+    tally.count("hostile.proxy", len(cases))
+    tally.count("hostile.proxy.stdio", len(cases))
+    async with bridged(proxy, state) as (bridge, lines):
+        for name, message in cases:
+            bridge.line(json.dumps(message).encode())
+            if not answers.well_formed(message):
+                refused = await lines.reply(jsonrpc.id_of(message))
+                assert refused["error"]["code"] == jsonrpc.INVALID_REQUEST, (name, refused)
+            elif "method" in message and "id" in message:
+                reply = await lines.reply(message["id"])
+                if state == "no-era":
+                    assert reply["error"]["code"] == jsonrpc.INVALID_REQUEST, (name, reply)
+                assert "result" in reply or reply["error"]["message"] not in answers.UNHANDLED, (name, reply)
+        await serves_on(bridge, lines, state)
+        assert not lines.problems(), lines.problems()
+
+
+@pytest.mark.parametrize("state", STATES)
+async def test_generated_lines_get_json_rpc_answers_and_the_bridge_serves_on(
+    proxy: Proxy, fake: FakeModern, state: str
+) -> None:
+    bodies = hs.examples(hs.bodies, HOSTILE_LINES)
+    tally.count("hostile.proxy", len(bodies))
+    tally.count("hostile.proxy.stdio", len(bodies))
+    async with bridged(proxy, state) as (bridge, lines):
+        for body in bodies:
+            bridge.line(hs.encode(body))
+        await serves_on(bridge, lines, state)
+        assert not lines.problems(), lines.problems()
+    forget_foreign(fake, bodies)

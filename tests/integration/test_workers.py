@@ -225,7 +225,12 @@ async def test_a_legacy_session_opened_on_one_worker_is_served_by_both(
                     assert (await reply.json())["result"]["content"][0]["text"] == "hi"
 
             await asyncio.gather(*(call(i) for i in range(1, 49)))
-        calls = [line for line in proxy.events("request") if line.get("method") == "tools/call"]
+
+        def logged() -> list[dict[str, Any]] | None:  # a line is written a few ms after its answer
+            calls = [line for line in proxy.events("request") if line.get("method") == "tools/call"]
+            return calls if len(calls) >= 48 else None
+
+        calls = await asyncio.to_thread(poll, "a request line for each call", logged)
         assert len(calls) == 48 and {line["worker"] for line in calls} == {0, 1}, calls
 
 

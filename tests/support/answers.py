@@ -22,7 +22,41 @@ PLAUSIBLE_CODES = range(-32768, -31999)
 # exactly: 405 wrong HTTP method, 413 too large, 415, 406). A 200 is allowed for -32600: an
 # upstream's own -32600 reaches a legacy client in a 200 like every relayed error (status.py).
 MALFORMED_CODES = frozenset({jsonrpc.PARSE_ERROR, jsonrpc.INVALID_REQUEST})
+# What the proxy answers when its own code failed: downstream/guard.py's 500, and the bridge's
+# (stdio, HTTP+SSE) for a request whose handling raised. Never the right answer to anything sent.
+UNHANDLED = frozenset({"Internal error", "the proxy could not serve the request", "the proxy answered HTTP 500"})
 _FORBIDDEN = (b"Traceback (most recent call last)", b"<html", b"<!doctype", b"HTTP/1.1 ", b"HTTP/1.0 ")
+
+
+def well_formed(message: Any) -> bool:
+    """A JSON-RPC 2.0 message as MCP's schemas define one (`params: null` taken for no params, as
+    the proxy takes it): an object with `jsonrpc: "2.0"`; a string `method`, object `params` and a
+    string or integer `id` if any; or an answer: `result`, or an `error` object (an integer code,
+    a string message), under such an id (an error's may be null). What is not is refused -32600."""
+    if not isinstance(message, dict) or message.get("jsonrpc") != "2.0":
+        return False
+
+    def an_id(value: Any) -> bool:
+        return isinstance(value, str | int) and not isinstance(value, bool)
+
+    if "method" in message:
+        params = message.get("params")
+        return (
+            isinstance(message["method"], str)
+            and (params is None or isinstance(params, dict))
+            and ("id" not in message or an_id(message["id"]))
+        )
+    if "error" in message:
+        error = message["error"]
+        code = error.get("code") if isinstance(error, dict) else None
+        return (
+            "result" not in message
+            and isinstance(code, int)
+            and not isinstance(code, bool)
+            and isinstance(error.get("message"), str)
+            and (message.get("id") is None or an_id(message["id"]))
+        )
+    return "result" in message and an_id(message.get("id"))
 
 
 def problems(reply: Reply, http_method: str = "POST") -> list[str]:
@@ -86,6 +120,8 @@ def _error_problems(error: dict[str, Any], status: int, *, single: bool) -> list
         found.append(f"a parse error with HTTP {status}, not 400")
     if single and status == 200 and code == jsonrpc.INTERNAL_ERROR and "Internal" in str(error.get("message")):
         found.append("an internal error for client input")
+    if code == jsonrpc.INTERNAL_ERROR and str(error.get("message")) in UNHANDLED:
+        found.append(f"the proxy's answer to an error it did not handle (HTTP {status})")
     if len(str(error.get("message", ""))) > 2000:
         found.append("an error message longer than 2000 characters")
     return found

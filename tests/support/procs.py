@@ -230,6 +230,15 @@ class Process:
     def output(self) -> str:
         return self.log.read_text(errors="replace")
 
+    def announced(self, announcement: Announcement, timeout: float = 10.0) -> int:
+        """The port `announcement` reads from the log, once the log holds it (the proxy's lines
+        reach its log a few milliseconds after they are logged: another listener's line may come
+        after the one `wait_listening` read)."""
+        port = wait_for(lambda: announcement(self.output()), timeout)
+        if port is None:
+            raise TimeoutError(f"{self.argv[:3]}: not announced within {timeout}s:\n{_tail(self.log)}")
+        return int(port)
+
 
 def _taken(port: int, log: Path) -> bool:
     """Whether `port` is held by someone (it cannot be bound now) or the log says it was."""

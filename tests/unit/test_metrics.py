@@ -94,3 +94,17 @@ def test_a_tally_is_exposed_as_a_counter_of_its_name(monkeypatch: pytest.MonkeyP
     assert (b"_created" in got) is created
     with pytest.raises(ValueError):
         tally.labels("only one")
+
+
+def test_the_log_lines_lost_are_a_counter_read_where_they_are_counted() -> None:
+    """proxy/logs.py counts them (its writer thread); the registry reads them at each scrape."""
+    metrics = Metrics()
+    assert metrics.registry.get_sample_value(PREFIX + "log_lines_lost_total") == 0
+    lost = iter([3, 7])
+    metrics.log_lines_lost.source = lambda: next(lost)
+    registry = CollectorRegistry()
+    Counter(PREFIX + "log_lines_lost", metrics.log_lines_lost.documentation, registry=registry).inc(3)
+    expected = [line for line in generate_latest(registry).decode().splitlines() if "_created" not in line]
+    exposition = generate_latest(metrics.registry).decode().splitlines()
+    assert [line for line in exposition if "log_lines_lost" in line] == expected  # as a Counter of its name
+    assert metrics.registry.get_sample_value(PREFIX + "log_lines_lost_total") == 7

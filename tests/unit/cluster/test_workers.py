@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 import structlog
 
+from proxy import logs
 from proxy.cluster.workers import restart_delay, shifted, worker_settings
 from proxy.config import ConfigError, Settings, load_settings
 from proxy.logs import configure_logging
@@ -102,9 +103,10 @@ def test_every_log_line_of_a_worker_carries_its_index(monkeypatch: pytest.Monkey
     try:
         configure_logging("info", "json", worker=1)
         structlog.get_logger("test").info("listening", address="x")
-        configure_logging("info", "json")
+        configure_logging("info", "json")  # writes the first one's lines out first
         structlog.get_logger("test").info("listening", address="y")
     finally:
+        logs.stop()  # the lines written out
         structlog.reset_defaults()
     first, second = (json.loads(line) for line in err.getvalue().splitlines())
     assert first["worker"] == 1 and first["address"] == "x"

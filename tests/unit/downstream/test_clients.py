@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
+from hypothesis import HealthCheck, given, settings
 from prometheus_client import generate_latest
 
 from proxy.downstream.clients import ClientReport, Sighting
 from proxy.downstream.messages import ByteSessions, legacy_sighting
 from proxy.metrics import Metrics
+from tests.hostile import strategies as hs
 
 
 class Clock:
@@ -99,6 +103,10 @@ def test_a_plain_request_counts_as_a_sighting_of_its_client_alone_would() -> Non
         ({"jsonrpc": "2.0", "id": 1, "method": "resources/subscribe", "params": {"uri": "u"}}, False),
         ({"jsonrpc": "2.0", "id": 1, "result": {}}, False),  # an answer to the server's request
         ([{"jsonrpc": "2.0", "id": 1, "method": "ping"}], False),  # a batch is always sighted whole
+        # Sighted before the endpoint checks the message (and refuses these with -32600).
+        ({"jsonrpc": "2.0", "id": 1, "method": []}, True),
+        ({"jsonrpc": "2.0", "id": 1, "method": {"a": 1}}, True),
+        ([{"jsonrpc": "2.0", "id": 1, "method": {}}], False),
     ],
 )
 def test_a_legacy_message_is_plain_only_when_it_uses_no_counted_feature(body: object, plain: bool) -> None:
@@ -110,6 +118,28 @@ def test_a_legacy_message_is_plain_only_when_it_uses_no_counted_feature(body: ob
             "2025-11-25",
             "legacy",
         )
+
+
+@settings(max_examples=300, database=None, deadline=None, suppress_health_check=list(HealthCheck))
+@given(body=hs.bodies, client_info=hs.json_values, version=hs.json_values)
+def test_any_body_from_any_client_is_sighted_and_reported_without_an_error(
+    body: object, client_info: object, version: object
+) -> None:
+    """What a legacy client sends, in its session, is sighted before the endpoint checks it: any
+    JSON value, of a client whose initialize named anything (tests/hostile/strategies.py)."""
+    clients, _ = report()
+    sighting = legacy_sighting(body, client_info, version)
+    if sighting is None:
+        clients.seen_plain(client_info, version, "legacy")
+    else:
+        clients.seen(sighting)
+    sessions = ByteSessions()
+    for message in (body, {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": body}):
+        seen = sessions.sighting(message, "s-1", "s-1")
+        if seen is not None:
+            clients.seen(seen)
+    rows = clients.rows()
+    assert 1 <= len(rows) <= 3 and json.loads(json.dumps(rows)) == rows  # what the report serves
 
 
 def test_a_legacy_http_upstream_s_session_names_its_client_for_every_message() -> None:

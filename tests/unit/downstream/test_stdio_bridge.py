@@ -86,6 +86,11 @@ def test_a_notification_gets_the_last_version_seen() -> None:
         (b'{"id": 3, "method": "x"}', jsonrpc.INVALID_REQUEST, 3),  # no "jsonrpc": "2.0"
         (b'{"jsonrpc": "2.0", "id": 9}', jsonrpc.INVALID_REQUEST, 9),
         (b'{"jsonrpc": "2.0", "id": 4, "method": "x", "params": ' + b"[" * 300 + b"]" * 300 + b"}", None, 4),
+        (
+            b'{"jsonrpc": "2.0", "id": 4, "method": "x", "params": ' + b"[" * 2000 + b"]" * 2000 + b"}",
+            jsonrpc.INVALID_REQUEST,
+            None,
+        ),
         (b"\xff\xfe", jsonrpc.PARSE_ERROR, None),
     ],
 )

@@ -26,6 +26,16 @@ def test_decode_raises_decode_error_which_is_a_value_error_for_non_json(raw):
     assert issubclass(jsonrpc.DecodeError, ValueError)
 
 
+@pytest.mark.parametrize("digits", [b"", b"12345678901234567890"], ids=["fast-codec", "exact-codec"])
+def test_json_nested_deeper_than_a_decoder_goes_is_too_deep_not_unreadable(digits: bytes) -> None:
+    """Valid JSON all the same: the edges refuse it as too deep (-32600), not as a parse error."""
+    deep = b'{"jsonrpc": "2.0", "id": 1, "n": ' + (digits or b"0") + b', "params": ' + b"[" * 5000 + b"]" * 5000 + b"}"
+    with pytest.raises(jsonrpc.TooDeep):
+        jsonrpc.decode(deep)
+    assert issubclass(jsonrpc.TooDeep, jsonrpc.DecodeError)
+    assert jsonrpc.decode(b"[" * 1000 + b"]" * 1000) is not None  # within orjson's 1024 levels
+
+
 def test_encode_then_decode_gives_back_the_same_message_with_unknown_fields():
     message = {
         "jsonrpc": "2.0",

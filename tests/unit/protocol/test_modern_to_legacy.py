@@ -630,7 +630,9 @@ def test_a_server_ping_is_answered_at_once_with_an_empty_result(downstream_metho
     assert errors(LATEST_LEGACY, "JSONRPCResultResponse", response) == []
 
 
-@pytest.mark.parametrize("method", ["tasks/get", "tasks/result", "tasks/list", "x/vendor", None])
+@pytest.mark.parametrize(
+    "method", ["tasks/get", "tasks/result", "tasks/list", "x/vendor", None, ["elicitation/create"], {}]
+)
 def test_anything_but_ping_and_the_three_input_requests_is_method_not_found(method):
     decision = server_request({"jsonrpc": "2.0", "id": 4, "method": method}, "tools/call", CAPS)
     assert isinstance(decision, Answer)
