@@ -12,6 +12,7 @@ import secrets
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import aiohttp
 import structlog
@@ -21,7 +22,6 @@ from aiohttp.typedefs import Handler
 from . import tracing as tracing_interface
 from .auth.discovery import WELL_KNOWN_AUTHORIZATION_SERVER, WELL_KNOWN_OPENID, WELL_KNOWN_RESOURCE, Discovery
 from .auth.identity import Identifier
-from .auth.tokens import TokenVerifier
 from .cluster.envelope import SSE_MESSAGE_ROUTE
 from .cluster.forward import Forwarder
 from .cluster.owners import Owner, ServerRequestIds, new_boot_id
@@ -50,6 +50,9 @@ from .state.task_records import InMemoryTaskStore, TaskStore
 from .tracing import NO_TRACING, Tracing
 from .upstream.edge import build_upstream
 from .upstream.sse import SseConnector, serves_sse
+
+if TYPE_CHECKING:
+    from .auth.tokens import TokenVerifier
 
 log = structlog.get_logger(__name__)
 
@@ -181,8 +184,11 @@ def build_endpoints(
     guard = Guard(settings)
     discovery = Discovery(settings, guard.host_allowed, clock=cache_clock)
     # JWTs of auth.issuers are verified (the caller is their subject; resource_server: the gate).
-    verifier = None
+    verifier: TokenVerifier | None = None
     if settings.auth.issuers:
+        # PyJWT, and cryptography's certificates and keys with it, only for the tokens of auth.issuers.
+        from .auth.tokens import TokenVerifier
+
         verifier = TokenVerifier(settings.auth, issuer_metadata=discovery.issuer_metadata)
     identifier = Identifier(settings, verifier, discovery.public_resource, metrics)
     clients = ClientReport(settings.clients.max_tracked, metrics)
