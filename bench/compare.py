@@ -33,7 +33,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Collection, Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -138,6 +138,35 @@ def checked_out(rev: str) -> Iterator[tuple[Path, str]]:
                 git("worktree", "prune", timeout=60)
         finally:
             signal.signal(signal.SIGINT, previous)
+
+
+def comparing_parser(module: str, doc: str, example: str) -> argparse.ArgumentParser:
+    """The command line of a harness that compares two revisions (`python -m MODULE`, the first line
+    of its docstring, an example): --before REV and --after REV|worktree, the rest its own."""
+    parser = argparse.ArgumentParser(
+        prog=f"python -m {module}", description=doc.split("\n")[0], epilog=f"Example: python -m {module} {example}"
+    )
+    parser.add_argument(
+        "--before", required=True, metavar="REV", help="revision measured as 'before' (checked out in a temp dir)"
+    )
+    parser.add_argument(
+        "--after",
+        default="worktree",
+        metavar="REV|worktree",
+        help="revision measured as 'after', or 'worktree' (default): this checkout",
+    )
+    return parser
+
+
+def sides_of(stack: ExitStack, before: str, after: str) -> dict[str, Side]:
+    """The two sides: `before` checked out, and `after` too, or this checkout for 'worktree'; the
+    checkouts are removed when `stack` closes."""
+    before_tree, before_label = stack.enter_context(checked_out(before))
+    if after == "worktree":
+        after_tree, after_label = REPO, this_checkout()
+    else:
+        after_tree, after_label = stack.enter_context(checked_out(after))
+    return {"before": Side("before", before_label, before_tree), "after": Side("after", after_label, after_tree)}
 
 
 def imports_from(tree: Path) -> Path:
@@ -271,6 +300,22 @@ def load_text(load: tuple[float, float, float]) -> str:
     return " / ".join(f"{x:.2f}" for x in load)
 
 
+def report_head(
+    title: str, sides: dict[str, Side], facts: dict[str, str], started: float, loads: tuple[Any, Any]
+) -> list[str]:
+    """A report's title and what it compared: both sides, when, the machine's load and facts."""
+    return [
+        f"# {title}",
+        "",
+        f"- **before**: {sides['before'].label}",
+        f"- **after**: {sides['after'].label}",
+        f"- **date**: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime(started))}, {time.time() - started:.0f} s",
+        f"- **load average** (1/5/15 min): at start {load_text(loads[0])}, at end {load_text(loads[1])}",
+        "- **machine**: " + ", ".join(f"{k} {v}" for k, v in facts.items()),
+        "",
+    ]
+
+
 def render(
     results: list[Measured],
     sides: dict[str, Side],
@@ -281,14 +326,7 @@ def render(
     profiles: dict[str, list[str]],
 ) -> str:
     lines = [
-        "# mcp-era-proxy: before against after",
-        "",
-        f"- **before**: {sides['before'].label}",
-        f"- **after**: {sides['after'].label}",
-        f"- **date**: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime(started))}, {time.time() - started:.0f} s",
-        f"- **load average** (1/5/15 min): at start {load_text(loads[0])}, at end {load_text(loads[1])}",
-        "- **machine**: " + ", ".join(f"{k} {v}" for k, v in facts.items()),
-        "",
+        *report_head("mcp-era-proxy: before against after", sides, facts, started, loads),
         f"`python -m bench.compare --before {args.before} --after {args.after} --rows {','.join(args.rows)} "
         f"--duration {args.duration} --repeat {args.repeat} --connections "
         f"{','.join(str(c) for c in args.connections)}{' --profile' if args.profile else ''}`: "
@@ -336,12 +374,20 @@ def render(
 # ---------------------------------------------------------------- command line
 
 
-def row_list(text: str) -> list[str]:
-    rows = [row.strip() for row in text.split(",") if row.strip()]
-    unknown = [row for row in rows if row not in SCENARIOS]
-    if unknown or not rows:
-        raise argparse.ArgumentTypeError(f"rows are some of {','.join(SCENARIOS)}; not {','.join(unknown) or text!r}")
-    return list(dict.fromkeys(rows))
+def rows_of(known: Collection[str]) -> Callable[[str], list[str]]:
+    """The --rows parser of a harness whose rows are `known`: a comma-separated list of them."""
+
+    def row_list(text: str) -> list[str]:
+        rows = [row.strip() for row in text.split(",") if row.strip()]
+        unknown = [row for row in rows if row not in known]
+        if unknown or not rows:
+            raise argparse.ArgumentTypeError(f"rows are some of {','.join(known)}; not {','.join(unknown) or text!r}")
+        return list(dict.fromkeys(rows))
+
+    return row_list
+
+
+row_list = rows_of(SCENARIOS)
 
 
 def connection_list(text: str) -> list[int]:
@@ -363,7 +409,7 @@ def budget(args: argparse.Namespace) -> int:
 
 
 def timed_out(_signum: int, _frame: FrameType | None) -> None:
-    raise TimeoutError("bench.compare ran past its --timeout")
+    raise TimeoutError(f"{sys.argv[0]} ran past its --timeout")
 
 
 def main() -> int:
@@ -375,20 +421,7 @@ def main() -> int:
 
 
 def compare_main() -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m bench.compare",
-        description=__doc__.split("\n")[0],
-        epilog="Example: python -m bench.compare --before main --rows c,d,e --repeat 5",
-    )
-    parser.add_argument(
-        "--before", required=True, metavar="REV", help="revision measured as 'before' (checked out in a temp dir)"
-    )
-    parser.add_argument(
-        "--after",
-        default="worktree",
-        metavar="REV|worktree",
-        help="revision measured as 'after', or 'worktree' (default): this checkout",
-    )
+    parser = comparing_parser("bench.compare", __doc__, "--before main --rows c,d,e --repeat 5")
     parser.add_argument(
         "--rows",
         type=row_list,
@@ -435,15 +468,7 @@ def compare_main() -> int:
     compare: Compare | None = None
     try:
         with ExitStack() as trees:
-            before_tree, before_label = trees.enter_context(checked_out(args.before))
-            if args.after == "worktree":
-                after_tree, after_label = REPO, this_checkout()
-            else:
-                after_tree, after_label = trees.enter_context(checked_out(args.after))
-            sides = {
-                "before": Side("before", before_label, before_tree),
-                "after": Side("after", after_label, after_tree),
-            }
+            sides = sides_of(trees, args.before, args.after)
             for side in sides.values():
                 say(f"{side.name}: {side.label}; proxy imported from {imports_from(side.tree)}")
             compare = Compare(args, procs, sides)

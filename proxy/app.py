@@ -3,6 +3,12 @@
 `create_app` is its steps: the state that outlives a request (`build_state`), the upstream edge
 (upstream/edge.py `build_upstream`), the relays over it (relay/assemble.py `build_relays`), what
 answers clients (`build_endpoints`), their routes (`mount`), start-up and shutdown (`add_lifecycle`).
+
+What only some settings use is imported when they ask for it, at start-up: the token verifier and
+PyJWT (`auth.issuers`), the Redis store (`store.url`), OpenTelemetry (`tracing.otlp_endpoint`), the
+HTTP+SSE endpoint (`downstream.sse.enabled`), the replay endpoint (`replicas.internal_listen`), the
+HTTP+SSE detection (an `upstream.url` that may be one). A start-up that needs none of them (a
+desktop host's `mcp-era-proxy stdio`) does not pay for loading them.
 """
 
 from __future__ import annotations
@@ -12,6 +18,7 @@ import secrets
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import aiohttp
 import structlog
@@ -21,17 +28,14 @@ from aiohttp.typedefs import Handler
 from . import tracing as tracing_interface
 from .auth.discovery import WELL_KNOWN_AUTHORIZATION_SERVER, WELL_KNOWN_OPENID, WELL_KNOWN_RESOURCE, Discovery
 from .auth.identity import Identifier
-from .auth.tokens import TokenVerifier
 from .cluster.envelope import SSE_MESSAGE_ROUTE
 from .cluster.forward import Forwarder
 from .cluster.owners import Owner, ServerRequestIds, new_boot_id
-from .cluster.replay import ReplayEndpoint, internal_app
 from .config import Settings, TracingConfig
 from .downstream.admin import Admin
 from .downstream.clients import ClientReport
 from .downstream.guard import Guard, allowing, method_not_allowed, not_found, safe
 from .downstream.http import McpEndpoint
-from .downstream.legacy_sse import LegacySseEndpoint
 from .logs import lines_lost
 from .metrics import Metrics
 from .protocol.request_state import RequestStateCodec
@@ -43,14 +47,16 @@ from .relay.modern_to_legacy import ModernToLegacy
 from .relay.session_listens import Translated
 from .relay.tasks.host import LegacyTaskHost
 from .state.cache import ResponseCache
-from .state.redis_store import RedisSessionStore, redis_store
-from .state.redis_tasks import RedisTaskStore
 from .state.sealing import Sealer
 from .state.sessions import InMemorySessionStore, SessionIds, SessionStore
 from .state.task_records import InMemoryTaskStore, TaskStore
 from .tracing import NO_TRACING, Tracing
 from .upstream.edge import build_upstream
-from .upstream.sse import SseConnector, serves_sse
+
+if TYPE_CHECKING:
+    from .auth.tokens import TokenVerifier
+    from .downstream.legacy_sse import LegacySseEndpoint
+    from .state.redis_store import RedisSessionStore
 
 log = structlog.get_logger(__name__)
 
@@ -137,6 +143,8 @@ def build_state(
     cache = ResponseCache(settings.cache, metrics, cache_clock, on_store=cache_stored)
     owned_store: RedisSessionStore | None = None
     if store is None and settings.store.url is not None:
+        from .state.redis_store import redis_store
+
         store = owned_store = redis_store(
             settings.store,
             sealer,
@@ -149,7 +157,11 @@ def build_state(
     named = f"{owner.boot}@{settings.replicas.advertised or ''}"  # how this replica names itself in records
     legacy_tasks: LegacyTaskHost | None = None
     if settings.tasks.enabled:
-        task_store: TaskStore = RedisTaskStore(owned_store) if owned_store is not None else InMemoryTaskStore(clock)
+        task_store: TaskStore = InMemoryTaskStore(clock)
+        if owned_store is not None:
+            from .state.redis_tasks import RedisTaskStore
+
+            task_store = RedisTaskStore(owned_store)
         legacy_tasks = LegacyTaskHost(settings.tasks, task_store, metrics, owner=named, clock=clock)
     shared = Shared(sealer, ids, store, cache, cache_stored, codec, server_ids.mint, legacy_tasks, named)
     return State(shared, owner, server_ids, owned_store)
@@ -183,8 +195,11 @@ def build_endpoints(
     guard = Guard(settings)
     discovery = Discovery(settings, guard.host_allowed, clock=cache_clock)
     # JWTs of auth.issuers are verified (the caller is their subject; resource_server: the gate).
-    verifier = None
+    verifier: TokenVerifier | None = None
     if settings.auth.issuers:
+        # PyJWT, and cryptography's certificates and keys with it, only for the tokens of auth.issuers.
+        from .auth.tokens import TokenVerifier
+
         verifier = TokenVerifier(settings.auth, issuer_metadata=discovery.issuer_metadata)
     identifier = Identifier(settings, verifier, discovery.public_resource, metrics)
     clients = ClientReport(settings.clients.max_tracked, metrics)
@@ -209,6 +224,8 @@ def build_endpoints(
     }
     legacy_sse = None
     if settings.downstream.sse.enabled:
+        from .downstream.legacy_sse import LegacySseEndpoint
+
         # 2024-11-05 HTTP+SSE clients, served through the endpoint's own handlers.
         legacy_sse = LegacySseEndpoint(settings, handlers, identifier, sealer, owner, forwarder, metrics)
     detector = relays.detector
@@ -273,6 +290,8 @@ def mount(
     for application in {id(app): app, id(admin_app): admin_app}.values():
         application.router.add_route("*", "/{tail:.*}", safe(not_found))  # JSON, never aiohttp's text page
     if settings.replicas.internal_listen is not None:
+        from .cluster.replay import ReplayEndpoint, internal_app
+
         # Replays come from other replicas: Origin and Host were checked where the client connected.
         replayed = dict(endpoints.handlers)
         if legacy_sse is not None:
@@ -364,6 +383,8 @@ async def detect_sse_upstream(settings: Settings, session: aiohttp.ClientSession
     config = settings.upstream
     if config.url is None or config.era == "modern" or not config.sse.detect:
         return settings
+    from .upstream.sse import SseConnector, serves_sse
+
     own = session is None
     session = session or SseConnector.client_session(config.connect_timeout_s)
     try:

@@ -1,5 +1,12 @@
 """Command line: `mcp-era-proxy --upstream URL [--listen 127.0.0.1:8080] [--config FILE] [--workers N]`,
-or `mcp-era-proxy stdio --upstream URL` (the proxy as a host's stdio server process)."""
+or `mcp-era-proxy stdio --upstream URL` (the proxy as a host's stdio server process).
+
+A desktop host starts `mcp-era-proxy stdio` each time it launches, and waits for its answer: this
+module imports only the standard library when it is loaded, and each path imports what it uses
+(`--check-config` no server, one process no supervisor; the application, app.py, what the
+settings configure). The collector is off while the start-up builds what lives as long as the
+process, and is turned on as it starts serving (_tune_gc).
+"""
 
 from __future__ import annotations
 
@@ -16,23 +23,15 @@ import socket
 import sys
 import tempfile
 from collections.abc import Callable, Coroutine, Iterator, Sequence
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
-import aiohttp
-import structlog
-from aiohttp import web
+from . import __version__
 
-from . import __version__, tracing
-from .app import ADMIN, INTERNAL, create_app, detect_sse_upstream
-from .cluster.workers import WORKER_FLAG, Supervisor, SupervisorLink, parse_control, worker_settings
-from .config import ENV_PREFIX, ConfigError, Settings, exposed_without_authorization, load_settings, parse_listen, shown
-from .downstream.bridge import EndpointBridge
-from .downstream.server import runner as make_runner
-from .downstream.stdio import StdinReader, StdoutWriter, serve_lines
-from .logs import configure_logging
-from .seams.supported import refusal
+if TYPE_CHECKING:
+    from aiohttp import web
 
-log = structlog.get_logger(__name__)
+    from .cluster.workers import SupervisorLink
+    from .config import Settings
 
 
 STDIO_COMMAND = "stdio"
@@ -46,6 +45,8 @@ STDIO_SESSION_S = 10 * 365 * 86400.0
 def build_parser(stdio: bool = False) -> argparse.ArgumentParser:
     """The command line of `mcp-era-proxy`, or of `mcp-era-proxy stdio` (docs/reference/cli.md
     prints their help)."""
+    from .config import ENV_PREFIX
+
     parser = argparse.ArgumentParser(
         prog="mcp-era-proxy stdio" if stdio else "mcp-era-proxy",
         description=(
@@ -81,6 +82,8 @@ def build_parser(stdio: bool = False) -> argparse.ArgumentParser:
         )
     parser.add_argument("--admin-listen", metavar="HOST:PORT", help="separate address for /metrics, /healthz, /readyz")
     if not stdio:
+        from .cluster.workers import WORKER_FLAG
+
         parser.add_argument(
             "--workers",
             type=int,
@@ -102,6 +105,8 @@ def parse_args(argv: Sequence[str] | None = None, stdio: bool = False) -> argpar
 
 
 def settings_from_args(args: argparse.Namespace) -> Settings:
+    from .config import load_settings
+
     return load_settings(
         args.config,
         **{
@@ -123,6 +128,14 @@ async def serve(
     settings: Settings, stop: asyncio.Event | None = None, on_started: Callable[[], None] | None = None
 ) -> None:
     """Run until SIGINT/SIGTERM (or `stop` is set); `on_started` is called once every listener is up."""
+    import structlog
+    from aiohttp import web
+
+    from .app import ADMIN, INTERNAL, create_app, detect_sse_upstream
+    from .config import exposed_without_authorization, parse_listen
+    from .downstream.server import runner as make_runner
+
+    log = structlog.get_logger(__name__)
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
@@ -205,6 +218,8 @@ class CannotListen(OSError):
 
     def fields(self) -> dict[str, str]:
         """The `cannot_start` line's fields."""
+        from .config import ENV_PREFIX
+
         flag = _LISTEN_FLAGS.get(self.setting)
         where = f"{flag} HOST:PORT, " if flag else ""
         variable = ENV_PREFIX + self.setting.upper().replace(".", "__")
@@ -235,6 +250,8 @@ def _check_bindable(settings: Settings) -> None:
     Asked first, so a port in use is the first thing said, before any upstream probe; the listeners
     bind for real later (a port taken in between still fails there). Port 0 and the port workers
     share (SO_REUSEPORT) are not asked."""
+    from .config import parse_listen
+
     for setting, address in _addresses(settings):
         host, port = parse_listen(address)
         if port == 0 or (settings.workers > 1 and setting == "listen"):
@@ -260,16 +277,23 @@ _GC_YOUNG_THRESHOLD = 10_000
 
 def _tune_gc() -> None:
     """Once started: what exists now lives as long as the process, so the collector never walks
-    it again (gc.freeze), and young collections run less often."""
-    gc.collect()
+    it again (gc.freeze), and young collections run less often. The collector was off while it was
+    made (main); the start-up's own garbage (class-building leftovers, none with a finalizer, some
+    2 000 objects) is frozen with it rather than looked for in a collection of the whole heap,
+    which cost as much CPU as the start-up's collections it replaces."""
     gc.freeze()
     _, older, oldest = gc.get_threshold()
     gc.set_threshold(_GC_YOUNG_THRESHOLD, older, oldest)
+    gc.enable()
 
 
 def _checked_settings(args: argparse.Namespace, check_output: TextIO) -> Settings | int:
     """The settings the arguments make, or the exit code: 2 for a configuration error (said on
     stderr), 0 after --check-config printed them (secrets hidden: config.shown) on `check_output`."""
+    from . import tracing
+    from .config import ConfigError, shown
+    from .seams.supported import refusal
+
     try:
         settings = settings_from_args(args)
         tracing.require(settings.tracing)
@@ -287,19 +311,37 @@ def _checked_settings(args: argparse.Namespace, check_output: TextIO) -> Setting
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    arguments = sys.argv[1:] if argv is None else list(argv)
-    if arguments[:1] == [STDIO_COMMAND]:
-        return stdio_main(arguments[1:])
+    # The collector is off until the proxy serves (_tune_gc): what the start-up makes (modules,
+    # classes, the settings, the application: some 70 000 objects) lives as long as the process,
+    # and walking it again and again while it grows cost a tenth of the start-up's CPU.
+    gc.disable()
+    try:
+        arguments = sys.argv[1:] if argv is None else list(argv)
+        if arguments[:1] == [STDIO_COMMAND]:
+            return stdio_main(arguments[1:])
+        return _main(arguments)
+    finally:
+        gc.enable()
+
+
+def _main(arguments: list[str]) -> int:
+    from .logs import configure_logging
+
     args = parse_args(arguments)
     settings = _checked_settings(args, sys.stdout)
-    if not isinstance(settings, Settings):
+    if isinstance(settings, int):
         return settings
     if args.worker_control is None and settings.workers > 1:
+        from .cluster.workers import Supervisor
+
         configure_logging(settings.logging.level, settings.logging.format, file=settings.logging.file)
+        gc.enable()
         # The supervisor serves nothing: the workers run these same arguments.
         return asyncio.run(Supervisor(settings, arguments).run())
     link: SupervisorLink | None = None
     if args.worker_control is not None:
+        from .cluster.workers import WORKER_FLAG, SupervisorLink, parse_control, worker_settings
+
         try:
             index, fd = parse_control(args.worker_control)
             link = SupervisorLink(fd)
@@ -323,6 +365,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _cannot_start(exc: OSError) -> None:
     """The start failed: said once, with the address and how to change it when a listener failed."""
+    import structlog
+
+    log = structlog.get_logger(__name__)
     log.error("cannot_start", **(exc.fields() if isinstance(exc, CannotListen) else {"error": str(exc)}))
 
 
@@ -348,9 +393,11 @@ async def _serve_worker(settings: Settings, link: SupervisorLink) -> None:
 def stdio_main(argv: Sequence[str]) -> int:
     """`mcp-era-proxy stdio ...`: stdout carries JSON-RPC only, so everything else (config errors
     included) goes to stderr or the log file."""
+    from .logs import configure_logging
+
     args = parse_args(argv, stdio=True)
     settings = _checked_settings(args, sys.stderr)
-    if not isinstance(settings, Settings):
+    if isinstance(settings, int):
         return settings
     if settings.workers > 1:
         print("mcp-era-proxy: stdio serves one host: workers must be 1", file=sys.stderr)
@@ -403,6 +450,17 @@ async def serve_stdio(
     The proxy's own HTTP application listens on a unix socket in a fresh 0700 directory nobody
     else can reach; the bridge (downstream/bridge.py) is its one client. Everything started here
     (upstream processes, the listener, the directory) is gone when this returns."""
+    import aiohttp
+    import structlog
+    from aiohttp import web
+
+    from .app import create_app
+    from .config import parse_listen
+    from .downstream.bridge import EndpointBridge
+    from .downstream.server import runner as make_runner
+    from .downstream.stdio import StdinReader, StdoutWriter, serve_lines
+
+    log = structlog.get_logger(__name__)
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
@@ -440,6 +498,7 @@ async def serve_stdio(
             settings.security.max_json_depth,
             upstream=settings.upstream.name,
         )
+        _tune_gc()
         log.info(
             "started",
             version=__version__,

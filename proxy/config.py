@@ -20,10 +20,9 @@ import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import urlsplit
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
@@ -34,6 +33,9 @@ from pydantic_settings import (
 
 from .protocol.client_checks import DEFAULT_MAX_DEPTH, MAX_DEPTH_LIMIT
 from .protocol.meta import LOG_LEVELS
+
+if TYPE_CHECKING:
+    import yaml
 
 ENV_PREFIX = "MCP_ERA_PROXY_"
 _INITIALIZE_TIMEOUT_S = 30.0
@@ -1042,6 +1044,8 @@ def _one_upstream_kind(nested: dict[str, Any]) -> None:
 def _check_yaml(path: Path) -> None:
     """The file is YAML with a mapping at the top. pydantic-settings reads it again, but would answer
     a syntax error or a list with a traceback instead of the file's name and line."""
+    import yaml  # only for a config file (pydantic-settings' YAML source imports it then too)
+
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:

@@ -8,14 +8,20 @@ cache entries, requestState and parked calls. Its sources, first that applies:
    refreshed token is the same caller (docs/design.md §Authorization);
 3. otherwise (an opaque token, or no issuers configured) the hash of the Authorization header.
 Principals of kind 2 carry a prefix no hash has: they never collide with kind 1 or 3.
+
+Tokens are verified by a `TokenVerifier` (auth/tokens.py, PyJWT), given only when `auth.issuers`
+is set: what the identifier needs of one, and the verification's outcomes, are defined here, so
+that a proxy with no issuers never imports PyJWT (nor cryptography's certificates and keys).
 """
 
 from __future__ import annotations
 
+import base64
 import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
+from typing import Any, Protocol
 
 import orjson
 import structlog
@@ -28,11 +34,56 @@ from ..protocol import jsonrpc
 from ..state.sessions import principal_of
 from . import challenge
 from .discovery import derived_resource
-from .tokens import InvalidToken, KeysUnavailable, TokenVerifier, VerifiedToken, unverified_claims
 
 log = structlog.get_logger(__name__)
 
 SUBJECT_PREFIX = "iss:"  # principals named by a verified token; a header hash is bare hex
+
+
+class InvalidToken(Exception):
+    """The token is not acceptable: the message says why (an `error_description`)."""
+
+
+class KeysUnavailable(Exception):
+    """The issuer's keys cannot be had (JWKS or metadata unreachable, malformed, empty)."""
+
+
+@dataclass(frozen=True, slots=True)
+class VerifiedToken:
+    issuer: str
+    subject: str
+    client_id: str | None
+    scopes: frozenset[str]
+    expires_at: float
+
+
+class TokenVerifier(Protocol):
+    """What the identifier asks of the verifier of `auth.issuers`' tokens (auth/tokens.py)."""
+
+    def issuer_of(self, claims: dict[str, Any]) -> str | None:
+        """The configured issuer an (unverified) payload names, or None: not a token of ours."""
+        ...
+
+    def cached(self, token: str, audience: str) -> VerifiedToken | None:
+        """A token verified before for this audience and not yet expired."""
+        ...
+
+    async def verify(self, token: str, audience: str) -> VerifiedToken:
+        """The token's verified claims for `audience`; raises InvalidToken or KeysUnavailable."""
+        ...
+
+
+def unverified_claims(token: str) -> dict[str, Any] | None:
+    """The payload of something shaped like a JWS compact serialization, unverified; None if it
+    is not one (an opaque token)."""
+    parts = token.split(".")
+    if len(parts) != 3 or not parts[0] or not parts[1]:  # an empty signature is still a JWT (alg none)
+        return None
+    try:
+        payload = orjson.loads(base64.urlsafe_b64decode(parts[1] + "=" * (-len(parts[1]) % 4)))
+    except (ValueError, orjson.JSONDecodeError):
+        return None
+    return payload if isinstance(payload, dict) else None
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,4 +1,6 @@
-"""JWT access tokens (RFC 9068) verified against the issuers' JWKS.
+"""JWT access tokens (RFC 9068) verified against the issuers' JWKS: the `TokenVerifier` the
+identifier (auth/identity.py) is given when `auth.issuers` is set, and only then imported (app.py),
+with PyJWT.
 
 PyJWT checks signatures and claims; the keys are fetched here with aiohttp (PyJWKClient would
 block the event loop on urllib), from auth.jwks_url or the `jwks_uri` of the issuer's metadata
@@ -12,13 +14,11 @@ fetches of one URL share one request.
 from __future__ import annotations
 
 import asyncio
-import base64
 import hashlib
 import re
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from functools import partial
 from typing import Any
 from urllib.parse import urlsplit
@@ -30,6 +30,7 @@ import structlog
 
 from ..config import AuthConfig
 from .discovery import MetadataError
+from .identity import InvalidToken, KeysUnavailable, VerifiedToken, unverified_claims
 
 log = structlog.get_logger(__name__)
 
@@ -52,40 +53,10 @@ _MAX_AGE = re.compile(r"(?i)(?:^|,)\s*max-age\s*=\s*\"?(\d+)")
 _NO_CACHE = re.compile(r"(?i)(?:^|,)\s*(?:no-store|no-cache)\b")
 
 
-class InvalidToken(Exception):
-    """The token is not acceptable: the message says why (an `error_description`)."""
-
-
-class KeysUnavailable(Exception):
-    """The issuer's keys cannot be had (JWKS or metadata unreachable, malformed, empty)."""
-
-
-@dataclass(frozen=True, slots=True)
-class VerifiedToken:
-    issuer: str
-    subject: str
-    client_id: str | None
-    scopes: frozenset[str]
-    expires_at: float
-
-
 def same_url(a: str, b: str) -> bool:
     """Issuers and audiences compared as strings, up to a trailing slash (libraries differ in
     whether `https://as.example` gains one)."""
     return a == b or a.rstrip("/") == b.rstrip("/")
-
-
-def unverified_claims(token: str) -> dict[str, Any] | None:
-    """The payload of something shaped like a JWS compact serialization, unverified; None if it
-    is not one (an opaque token)."""
-    parts = token.split(".")
-    if len(parts) != 3 or not parts[0] or not parts[1]:  # an empty signature is still a JWT (alg none)
-        return None
-    try:
-        payload = orjson.loads(base64.urlsafe_b64decode(parts[1] + "=" * (-len(parts[1]) % 4)))
-    except (ValueError, orjson.JSONDecodeError):
-        return None
-    return payload if isinstance(payload, dict) else None
 
 
 def max_age(cache_control: str | None, bound: float) -> float:

@@ -2,14 +2,14 @@
 HTTP, a stdio server, an HTTP+SSE server), how legacy sessions are opened over it, and its shutdown.
 
 What is built follows `UpstreamConfig.target`, the typed view of the kind (config.py), matched here
-and nowhere else.
+and nowhere else; the HTTP+SSE client (upstream/sse.py) is imported only for an HTTP+SSE server.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
 import aiohttp
 
@@ -17,8 +17,10 @@ from ..config import HttpTarget, SseTarget, StdioTarget, UpstreamConfig, Upstrea
 from ..metrics import Metrics
 from .http import HttpUpstream
 from .legacy_session import SessionFactory, http_sessions, stdio_sessions
-from .sse import SseConnector
 from .stdio import ProbeHandover, StdioModernUpstream, StdioProcess, process_factory
+
+if TYPE_CHECKING:
+    from .sse import SseConnector
 
 
 @dataclass(frozen=True)
@@ -67,6 +69,8 @@ def build_upstream(
             sessions = http_sessions(http, config.initialize_timeout_s)
             return UpstreamEdge(target, http, sessions, http=http, owns_client=owns_client)
         case SseTarget(url=url, connections=connections):
+            from .sse import SseConnector
+
             sse = SseConnector(
                 url,
                 config.name,

@@ -336,6 +336,69 @@ async def test_requests_written_before_stdin_closes_are_still_answered(start: An
     assert await asyncio.wait_for(host.process.wait(), WAIT) == 0
 
 
+# What a plain `mcp-era-proxy stdio --upstream URL` never loads: each belongs to a feature it was not
+# configured for (the verifier of auth.issuers' tokens with PyJWT and cryptography's certificates,
+# spans, the Redis store, a config file, the supervisor of --workers, replays between replicas,
+# HTTP+SSE clients and servers). A host starts the proxy on every launch and waits for it.
+NOT_LOADED = (
+    "jwt",
+    "cryptography.x509",
+    "proxy.auth.tokens",
+    "opentelemetry",
+    "proxy.tracing.otel",
+    "redis",
+    "proxy.state.redis_connection",
+    "proxy.state.redis_store",
+    "proxy.state.redis_tasks",
+    "proxy.state.redis_tracking",
+    "yaml",
+    "proxy.cluster.workers",
+    "proxy.cluster.replay",
+    "proxy.downstream.legacy_sse",
+    "proxy.upstream.sse",
+)
+# The CLI, run as its entry point runs it, writing the names of the modules loaded as it exits.
+WITH_MODULES_LISTED = (
+    "import atexit, json, sys\n"
+    "listed = sys.argv.pop(1)\n"
+    "atexit.register(lambda: open(listed, 'w').write(json.dumps(sorted(sys.modules))))\n"
+    "from proxy.cli import main\n"
+    "sys.exit(main())\n"
+)
+
+
+async def test_a_plain_start_loads_nothing_of_the_features_it_does_not_use(fake: FakeModern, tmp_path: Path) -> None:
+    listed = tmp_path / "modules.json"
+    with stderr_file(tmp_path / "proxy.log") as log:
+        process = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-c",
+            WITH_MODULES_LISTED,
+            str(listed),
+            "stdio",
+            "--upstream",
+            fake.url,
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=log,
+        )
+    host = Host(process)
+    try:
+        init = await host.legacy_start()
+        assert init["result"]["serverInfo"]["name"] == "fake-modern"  # the upstream answered through it
+        tools = await host.request(1, "tools/list")
+        assert "tools" in tools["result"]
+        assert await host.close() == 0
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+    loaded = set(json.loads(listed.read_text()))
+    assert "proxy.app" in loaded and "aiohttp" in loaded  # the listing is of the proxy that served
+    found = [name for name in sorted(loaded) if any(name == n or name.startswith(n + ".") for n in NOT_LOADED)]
+    assert found == []
+
+
 def test_the_hosts_session_and_server_process_are_never_expired_for_idling() -> None:
     from proxy.cli import STDIO_GRACE_S, stdio_settings
     from proxy.config import load_settings

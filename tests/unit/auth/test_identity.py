@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import base64
 from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 from aiohttp.test_utils import make_mocked_request
 
-from proxy.auth.identity import SUBJECT_PREFIX, Identifier, bearer_token
+from proxy.auth.identity import SUBJECT_PREFIX, Identifier, bearer_token, unverified_claims
 from proxy.auth.tokens import TokenVerifier
 from proxy.config import Settings, load_settings
 from proxy.errors import ProxyError
@@ -224,3 +225,12 @@ async def test_without_a_verifier_the_identity_is_known_without_awaiting(
 async def test_with_a_verifier_or_as_resource_server_the_identity_is_awaited(issuer: JwtIssuer, make: Any) -> None:
     assert make(settings_for(issuer)).unverified(request()) is None
     assert make(settings_for(issuer, **{"auth.mode": "resource_server"})).unverified(request("Bearer x")) is None
+
+
+def test_unverified_claims_only_of_a_jws_shape() -> None:
+    assert unverified_claims("opaque-token") is None
+    assert unverified_claims("a.b.c") is None
+    body = base64.urlsafe_b64encode(b'{"iss":"x"}').rstrip(b"=").decode()
+    assert unverified_claims(f"h.{body}.s") == {"iss": "x"}
+    listed = base64.urlsafe_b64encode(b"[1]").rstrip(b"=").decode()
+    assert unverified_claims(f"h.{listed}.s") is None

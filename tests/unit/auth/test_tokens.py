@@ -16,7 +16,8 @@ from cryptography.hazmat.primitives.asymmetric import ec
 
 from proxy.auth import tokens
 from proxy.auth.discovery import Discovery
-from proxy.auth.tokens import InvalidToken, KeysUnavailable, TokenVerifier, max_age, same_url, unverified_claims
+from proxy.auth.identity import InvalidToken, KeysUnavailable
+from proxy.auth.tokens import TokenVerifier, max_age, same_url
 from proxy.config import AuthConfig, load_settings
 from tests.integration.conftest import closed_port_url
 from tests.support.jwt_issuer import JwtIssuer
@@ -415,15 +416,6 @@ async def test_metadata_without_a_jwks_uri_or_unreachable_makes_keys_unavailable
 )
 def test_max_age(header: str | None, expected: float) -> None:
     assert max_age(header, 300.0) == expected
-
-
-def test_unverified_claims_only_of_a_jws_shape() -> None:
-    assert unverified_claims("opaque-token") is None
-    assert unverified_claims("a.b.c") is None
-    body = base64.urlsafe_b64encode(b'{"iss":"x"}').rstrip(b"=").decode()
-    assert unverified_claims(f"h.{body}.s") == {"iss": "x"}
-    listed = base64.urlsafe_b64encode(b"[1]").rstrip(b"=").decode()
-    assert unverified_claims(f"h.{listed}.s") is None
 
 
 def test_same_url() -> None:
