@@ -491,14 +491,22 @@ def meta_version(message: Any) -> Any:
     return request_meta.get(meta.PROTOCOL_VERSION) if isinstance(request_meta, dict) else None
 
 
-@pytest.mark.parametrize("state", ["session", "no-session", "initialize"])
+def routes_in_states(*states: str) -> Any:
+    """Each route in each of `states` it has: a 2026-07-28 client has no session and no
+    initialize, so its routes are swept once ("session" stands for its every request)."""
+    return pytest.mark.parametrize(
+        ("edge", "state"),
+        [(route, state) for route in ROUTES for state in states if route.startswith("legacy") or state == "session"],
+        indirect=["edge"],
+    )
+
+
+@routes_in_states("session", "no-session", "initialize")
 async def test_every_member_of_every_json_type_gets_the_documented_answer_and_the_proxy_serves_on(
     edge: Edge, state: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     """`method` (and `id`, `params`, `jsonrpc`, `result`, `error`) of each JSON type, in and out
     of a session: never a 500, an unreadable answer or a crash."""
-    if edge.modern is not None and state != "session":
-        pytest.skip("a 2026-07-28 client has no session and no initialize")
     found: dict[str, list[str]] = {}
     sent: list[JSONDict] = []
     with capture_logs() as logs, caplog.at_level(logging.WARNING):
@@ -527,14 +535,12 @@ def forget_relayed(edge: Edge, sent: list[Any]) -> None:
 GENERATED_EXAMPLES = 100  # per route and state: in-process, so the test command's time stays bounded
 
 
-@pytest.mark.parametrize("state", ["session", "no-session"])
+@routes_in_states("session", "no-session")
 async def test_generated_messages_in_and_out_of_a_session_get_the_documented_answer(
     edge: Edge, state: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     """tests/hostile/strategies.py's bodies (any member of any JSON type, batches, any JSON value),
     the same ones every run."""
-    if edge.modern is not None and state != "session":
-        pytest.skip("a 2026-07-28 client has no session")
     found: list[str] = []
     sent: list[Any] = []
     drop = ("mcp-session-id",) if state == "no-session" else ()

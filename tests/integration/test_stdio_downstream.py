@@ -484,7 +484,9 @@ async def bridged(proxy: Proxy, state: str) -> AsyncIterator[tuple[EndpointBridg
     `modern` (after server/discover)."""
     lines = Lines()
     url = str(proxy.client.make_url(proxy.settings.path))
-    bridge = EndpointBridge(proxy.client.session, url, lines, proxy.settings.security.max_json_depth)
+    bridge = EndpointBridge(
+        proxy.client.session, url, lines, proxy.settings.security.max_json_depth, upstream=proxy.settings.upstream.name
+    )
     bridge.start()
     try:
         if state == "legacy":
