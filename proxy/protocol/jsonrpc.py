@@ -67,9 +67,37 @@ def decode(data: bytes | str) -> Any:
     except RecursionError as exc:
         raise TooDeep(str(exc)) from None
     except (orjson.JSONDecodeError, ValueError) as exc:
-        if str(exc).startswith("depth limit exceeded"):
+        where = getattr(exc, "pos", None)
+        if isinstance(where, int) and isinstance(data, bytes) and _nesting_at(data, where) >= _DECODER_DEPTH:
             raise TooDeep(str(exc)) from None
         raise DecodeError(str(exc)) from None
+
+
+# How deep orjson reads (its limit, not said by its API: its message for it differs between its
+# releases, so the depth where it stopped is counted here instead).
+_DECODER_DEPTH = 1024
+
+
+def _nesting_at(data: bytes, position: int) -> int:
+    """How many arrays and objects are open at `position` of `data` (strings skipped): where a
+    decoder stopped, whether it stopped for depth. Run only for bodies it refused."""
+    depth = 0
+    in_string = escaped = False
+    for byte in data[: position + 1]:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif byte == 0x5C:  # backslash
+                escaped = True
+            elif byte == 0x22:  # quote
+                in_string = False
+        elif byte == 0x22:
+            in_string = True
+        elif byte in (0x5B, 0x7B):  # [ {
+            depth += 1
+        elif byte in (0x5D, 0x7D):  # ] }
+            depth -= 1
+    return depth
 
 
 def _decode_exact(raw: bytes) -> Any:

@@ -36,6 +36,18 @@ def test_json_nested_deeper_than_a_decoder_goes_is_too_deep_not_unreadable(digit
     assert jsonrpc.decode(b"[" * 1000 + b"]" * 1000) is not None  # within orjson's 1024 levels
 
 
+def test_the_depth_where_a_decoder_stopped_counts_brackets_outside_strings_only() -> None:
+    # Brackets and escaped quotes inside strings open nothing; the decoder's own message for its
+    # limit differs between its releases, so only the depth decides.
+    strings = b'{"a": "[[{\\"[", "b": ' + b"[" * 1100 + b"]" * 1100 + b"}"
+    with pytest.raises(jsonrpc.TooDeep):
+        jsonrpc.decode(strings)
+    broken = b'{"a": "' + b"[" * 2000 + b'", "b": [}'  # unreadable, not deep: the brackets are a string
+    with pytest.raises(jsonrpc.DecodeError) as refused:
+        jsonrpc.decode(broken)
+    assert not isinstance(refused.value, jsonrpc.TooDeep)
+
+
 def test_encode_then_decode_gives_back_the_same_message_with_unknown_fields():
     message = {
         "jsonrpc": "2.0",
