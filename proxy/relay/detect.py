@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
@@ -280,6 +281,11 @@ async def probe_stdio(
                 found = era_from_reply(answer.result())
                 if found.era is Era.LEGACY and legacy is not None:  # its session is the initialize's
                     answered = await legacy
+                elif legacy is not None:
+                    # A 2026-07-28 server refuses the initialize at once; one of both eras takes it,
+                    # and its process is then a legacy session: not the shared process (below).
+                    with contextlib.suppress(TimeoutError):
+                        answered = await asyncio.wait_for(asyncio.shield(legacy), _DISCOVER_GRACE_S)
         except (TimeoutError, UpstreamError, ConnectionError):
             # Silence, or the process died on the probe: legacy. Answered initialize only: legacy,
             # and an MCP server for sure. (Answered discover, not the initialize: legacy, not kept.)
@@ -296,7 +302,8 @@ async def probe_stdio(
             for route in routes:
                 channel.close_route(route)
         modern = found.era is Era.MODERN
-        kept = keep(channel, modern=modern, hello=greeting, answer=None if modern else answered)
+        if not modern or greeting is None or (answered is not None and "error" in answered):
+            kept = keep(channel, modern=modern, hello=greeting, answer=None if modern else answered)
         return found
     finally:
         if not kept:

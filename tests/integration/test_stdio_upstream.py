@@ -58,7 +58,7 @@ SERVER = r"""
 import json, os, subprocess, sys
 
 discover = os.environ.get("CHILD_DISCOVER")
-initialize = os.environ.get("CHILD_INITIALIZE")  # "first": answered before the request(s) read before it
+initialize = os.environ.get("CHILD_INITIALIZE")  # "first": answered before the request(s) read before it; "refuse"
 record = os.environ.get("CHILD_RECORD")
 lines, held = [], []
 
@@ -112,6 +112,8 @@ while True:
             held.append(message)  # answered after the initialize behind it
         elif discover:
             send({"jsonrpc": "2.0", "id": message["id"], **json.loads(discover)})
+    elif method == "initialize" and initialize == "refuse":  # as a 2026-07-28-only server
+        send({"jsonrpc": "2.0", "id": message["id"], "error": {"code": -32022, "message": "Unsupported"}})
     elif method == "initialize" and initialize:
         answer(message, {"protocolVersion": params["protocolVersion"], "capabilities": {},
                          "serverInfo": {"name": "child", "version": "1"}})
@@ -897,9 +899,10 @@ async def test_the_probe_s_process_goes_to_the_first_user_it_fits_and_an_unclaim
         return channel
 
     legacy = {"CHILD_INITIALIZE": "yes"}
-    modern = discover_reply(
-        jsonrpc.result_response(0, {"resultType": "complete", "supportedVersions": [LATEST_MODERN]})
-    )
+    modern = {
+        **discover_reply(jsonrpc.result_response(0, {"resultType": "complete", "supportedVersions": [LATEST_MODERN]})),
+        "CHILD_INITIALIZE": "refuse",
+    }
     try:
         async with asyncio.timeout(WAIT):
             # A legacy server initialized with a client's initialize: that client's, with the answer.
@@ -923,5 +926,34 @@ async def test_the_probe_s_process_goes_to_the_first_user_it_fits_and_an_unclaim
             assert channels[0].running and channels[1].running  # the taken ones live on
             await handover.close()
     finally:
+        for channel in channels:
+            await channel.stop(GRACE)
+
+
+async def test_a_dual_era_server_that_took_the_probe_s_initialize_is_not_given_to_the_shared_process():
+    """Its process is a legacy session now (a 2026-07-28 request on it is refused): stopped, and
+    the shared process starts afresh; a 2026-07-28-only server's, which refused it, is given."""
+    handover = ProbeHandover(NAME, GRACE)
+    result = {"resultType": "complete", "supportedVersions": [*LEGACY_VERSIONS, *MODERN_VERSIONS], "capabilities": {}}
+    channels: list[StdioChannel] = []
+
+    async def start() -> StdioChannel:
+        channel = StdioChannel(
+            server({**discover_reply(jsonrpc.result_response(0, result)), "CHILD_INITIALIZE": "yes"}), NAME
+        )
+        channels.append(channel)
+        await channel.start()
+        return channel
+
+    brought: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+    brought.set_result(None)
+    try:
+        async with asyncio.timeout(WAIT):
+            detected = await probe_stdio(start, 300, {}, brought, default_hello=DEFAULT_HELLO, keep=handover.hold)
+        assert detected.era is Era.MODERN
+        assert handover.take_modern() is None
+        assert_stopped(channels[0])
+    finally:
+        await handover.close()
         for channel in channels:
             await channel.stop(GRACE)
