@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
-from typing import Generic, ParamSpec
+from typing import Any, Generic, ParamSpec
 
 from .. import PROXY_INFO
 from ..config import Settings, SseTarget
@@ -80,6 +80,7 @@ class Relays:
     router: Router
     watcher: CacheWatcher
     handshakes: Handshakes  # whether the era's handshake works now: what readiness reports
+    window_s: float  # readiness.window_s: a handshake that worked within it counts
 
     @property
     def hosts(self) -> list[LegacySessionHost[Translated] | LegacySessionHost[Process]]:
@@ -106,7 +107,11 @@ class Relays:
         """Readiness: the era's handshake, as a new client's would go (a legacy `initialize` and
         its end, or `server/discover`); any failure is said until one works."""
         try:
-            if await self.detector.current() is Era.MODERN:
+            era = await self.detector.current()
+            worked, failing = self.handshakes.worked_at, self.handshakes.failing
+            if failing is None and worked is not None and time.monotonic() - worked < self.window_s:
+                return  # the era probe's own handshake, or a request's, worked meanwhile
+            if era is Era.MODERN:
                 await self.translating.probe()
             else:
                 await probe_legacy(self.modern_to_legacy, fresh=self.edge.http is not None)
@@ -153,7 +158,8 @@ def build_relays(
     handshakes = Handshakes(config.name, clock=time.monotonic)
     era_changed = LateCallback[[Era]]("era changed")
     configured = "legacy" if isinstance(edge.target, SseTarget) else config.era
-    detector = EraDetector(configured, _probe(edge, config.name, config.era_probe_timeout_s), on_change=era_changed)
+    probe = _probe(edge, config.name, config.era_probe_timeout_s, handshakes)
+    detector = EraDetector(configured, probe, on_change=era_changed)
     byte_relay = None
     if edge.http is not None:
         byte_relay = ByteRelay(edge.http, failures, config.request_timeout_s, binding, on_era_mismatch=detector.suspect)
@@ -226,13 +232,16 @@ def build_relays(
         router,
         watcher,
         handshakes,
+        settings.readiness.window_s,
     )
 
 
-def _probe(edge: UpstreamEdge, name: str, timeout_s: float) -> Probe:
+def _probe(edge: UpstreamEdge, name: str, timeout_s: float, handshakes: Handshakes) -> Probe:
     """The era probe: server/discover over HTTP, or on a process started for it, whose legacy
     `initialize` is, unless a client's own set the probe off, the one a pooled session of no
-    capabilities sends (readiness's: it then takes the probe's process from the handover)."""
+    capabilities sends (readiness's: it then takes the probe's process from the handover). A stdio
+    probe whose process is kept was a handshake that worked (a discover the server answered, or an
+    `initialize`): readiness needs no process of its own for it."""
     if edge.http is not None:
         return partial(probe_http, edge.http, timeout_s)
     assert edge.processes is not None
@@ -246,7 +255,16 @@ def _probe(edge: UpstreamEdge, name: str, timeout_s: float) -> Probe:
     default_hello = m2l.initialize_request("era-probe-initialize", {}, PROXY_INFO)
     if edge.handover is None:
         return partial(probe_stdio, probe_channel, timeout_s, default_hello=default_hello)
-    return partial(probe_stdio, probe_channel, timeout_s, default_hello=default_hello, keep=edge.handover.hold)
+    hold = edge.handover.hold
+
+    def keep(
+        channel: StdioChannel, *, modern: bool, hello: dict[str, Any] | None, answer: dict[str, Any] | None
+    ) -> bool:
+        if modern or (answer is not None and "result" in answer):
+            handshakes.worked()
+        return hold(channel, modern=modern, hello=hello, answer=answer)
+
+    return partial(probe_stdio, probe_channel, timeout_s, default_hello=default_hello, keep=keep)
 
 
 def _era_changed(cache: ResponseCache, watcher: CacheWatcher, era: Era) -> None:

@@ -260,11 +260,14 @@ async def test_a_legacy_client_s_first_initialize_is_served_by_the_process_the_e
         statuses = []
         while not statuses or statuses[-1] != 200:
             statuses.append((await proxy.client.get("/readyz")).status)
+            if statuses[-1] != 200:
+                await asyncio.sleep(0.1)  # a poller's interval
         return statuses
 
     async with asyncio.timeout(WAIT):
+        polling = asyncio.create_task(poll())  # an operator's probe, from the start
         peer = await proxy.connect()
-        polls = await poll()
+        polls = await polling
         served_by = await pid_of(peer)
     (started,) = starts.read_text().split()  # one process, the probe's
     assert int(started) == served_by and polls[-1] == 200
