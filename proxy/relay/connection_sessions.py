@@ -80,7 +80,7 @@ class ProcessBackend:
     async def open(self, message: JSONDict, principal: str, auth_headers: dict[str, str]) -> Opened[Process]:
         """Start the session's process and relay the client's `initialize` to it (or take the era
         probe's process, which that very `initialize` went to, with its answer)."""
-        probed = self._handover.take_legacy(message.get("params")) if self._handover is not None else None
+        probed = self._handover.take_legacy(message) if self._handover is not None else None
 
         def channel_of(owner: Process) -> StdioChannel:
             unsolicited, exited = (lambda m: self._unsolicited(owner, m)), (lambda code: owner.lost("exited"))
@@ -92,7 +92,7 @@ class ProcessBackend:
         process = Process(channel_of)
         channel = process.channel
         if probed is not None and probed[1] is not None:  # the probe wrote this initialize: answered
-            reply = {**probed[1], "id": message.get("id")}
+            reply = probed[1]
         else:
             reply = await self._initialize(process, message, started=probed is not None)
         result = reply.get("result")

@@ -205,11 +205,11 @@ class StdioSessionTransport:
             session.closed = True
 
         self._session = session
-        probed = self._handover.take_legacy(hello.get("params")) if self._handover is not None else None
+        probed = self._handover.take_legacy(hello) if self._handover is not None else None
         if probed is not None:  # the era probe's process (initialized with this very `initialize`, if at all)
             channel, answer = probed
             self._channel = channel.rebind(session.dispatch, exited)
-            return None if answer is None else {**answer, "id": hello.get("id")}
+            return answer
         make = with_headers(self._make_process, session.auth_headers)  # HTTP+SSE: on the GET and the POSTs
         self._channel = StdioChannel(make, self._name, on_unsolicited=session.dispatch, on_exit=exited)
         await self._channel.start()  # UpstreamUnavailable naming the program if it cannot be started

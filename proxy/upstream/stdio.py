@@ -380,7 +380,7 @@ class ProbeHandover:
             return False
         self._release()
         self._held = (channel, modern, hello, answer)
-        channel.rebind(lambda message: None, lambda code: self._release(stop=False))
+        channel.rebind(lambda message: None, lambda code: self._forget())
         self._expiry = asyncio.get_running_loop().call_later(self._keep_s, self._release)
         return True
 
@@ -391,17 +391,18 @@ class ProbeHandover:
         self._forget()
         return held[0]
 
-    def take_legacy(self, params: object) -> tuple[StdioChannel, JSONDict | None] | None:
-        """The held legacy server's channel for a session whose `initialize` has `params`, with
-        the server's answer to it when the probe wrote it already (None: send it)."""
+    def take_legacy(self, initialize: JSONDict) -> tuple[StdioChannel, JSONDict | None] | None:
+        """The held legacy server's channel for a session that opens with `initialize`, with the
+        server's answer to it (under `initialize`'s id) when the probe wrote it already (None: send
+        it)."""
         held = self._held
         if held is None or held[1] or not held[0].running:
             return None
         channel, _, hello, answer = held
-        if hello is not None and hello.get("params") != params:
+        if hello is not None and hello.get("params") != initialize.get("params"):
             return None
         self._forget()
-        return channel, answer
+        return channel, None if answer is None else {**answer, "id": initialize.get("id")}
 
     def _forget(self) -> None:
         self._held = None
@@ -409,10 +410,11 @@ class ProbeHandover:
             self._expiry.cancel()
             self._expiry = None
 
-    def _release(self, stop: bool = True) -> None:
+    def _release(self) -> None:
+        """Nobody took the process held, if any: stopped."""
         held = self._held
         self._forget()
-        if held is not None and stop:
+        if held is not None:
             log.info("upstream_probe_process_unclaimed", upstream=self._name)
             task = asyncio.get_running_loop().create_task(held[0].stop(self._grace_s))
             self._stopping.add(task)

@@ -910,14 +910,15 @@ async def test_the_probe_s_process_goes_to_the_first_user_it_fits_and_an_unclaim
             brought.set_result(CLIENT_HELLO)
             await probe_stdio(lambda: start(legacy), 0.3, {}, brought, default_hello=DEFAULT_HELLO, keep=handover.hold)
             assert handover.take_modern() is None
-            assert handover.take_legacy(DEFAULT_HELLO["params"]) is None  # another session's initialize
-            taken = handover.take_legacy(CLIENT_HELLO["params"])
+            assert handover.take_legacy(DEFAULT_HELLO) is None  # another session's initialize
+            taken = handover.take_legacy(CLIENT_HELLO)
             assert taken is not None and taken[0] is channels[0] and taken[0].running
             assert taken[1] is not None and taken[1]["result"]["protocolVersion"] == LATEST_LEGACY
-            assert handover.take_legacy(CLIENT_HELLO["params"]) is None  # taken once
+            assert taken[1]["id"] == CLIENT_HELLO["id"]  # the answer to the client's own request
+            assert handover.take_legacy(CLIENT_HELLO) is None  # taken once
             # A 2026-07-28 server: the shared process's.
             await probe_stdio(lambda: start(modern), 0.3, {}, brought, default_hello=DEFAULT_HELLO, keep=handover.hold)
-            assert handover.take_legacy(CLIENT_HELLO["params"]) is None
+            assert handover.take_legacy(CLIENT_HELLO) is None
             assert handover.take_modern() is channels[1]
             # Unclaimed: stopped after keep_s.
             await probe_stdio(lambda: start(modern), 0.3, {}, brought, default_hello=DEFAULT_HELLO, keep=handover.hold)
