@@ -380,9 +380,14 @@ class ProbeHandover:
             return False
         self._release()
         self._held = (channel, modern, hello, answer)
-        channel.rebind(lambda message: None, lambda code: self._forget())
+        channel.rebind(lambda message: None, lambda code: self._exited(channel))
         self._expiry = asyncio.get_running_loop().call_later(self._keep_s, self._release)
         return True
+
+    def _exited(self, channel: StdioChannel) -> None:
+        """A held process exited: forgotten. One held before, replaced and stopping, is not."""
+        if self._held is not None and self._held[0] is channel:
+            self._forget()
 
     def take_modern(self) -> StdioChannel | None:
         held = self._held

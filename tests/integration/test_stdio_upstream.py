@@ -958,3 +958,20 @@ async def test_a_dual_era_server_that_took_the_probe_s_initialize_is_not_given_t
         await handover.close()
         for channel in channels:
             await channel.stop(GRACE)
+
+
+async def test_a_process_replaced_in_the_handover_does_not_take_its_successor_with_it_as_it_exits():
+    handover = ProbeHandover(NAME, GRACE)
+    channels = [StdioChannel(server({}), NAME) for _ in range(2)]
+    try:
+        async with asyncio.timeout(WAIT):
+            for channel in channels:
+                await channel.start()
+            assert handover.hold(channels[0], modern=True, hello=None, answer=None)
+            assert handover.hold(channels[1], modern=True, hello=None, answer=None)  # the first is stopped
+            await channels[0].process.exited.wait()
+            assert handover.take_modern() is channels[1]
+    finally:
+        await handover.close()
+        for channel in channels:
+            await channel.stop(GRACE)
