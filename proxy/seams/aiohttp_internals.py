@@ -13,7 +13,7 @@ Two edges go below the public API, each for a measured reason (docs/design.md §
 `client_problems()` and `server_problems()` say what of that shape the installed aiohttp lacks. The
 client part has a public fallback (`upstream/wire.py` `SessionRequests`, on `ClientSession.request`);
 the server part has none (the read deadlines are a defence, not an optimisation), so the proxy
-refuses to start without it (`proxy/seams/__init__.py`). The tests of this module check the
+refuses to start without it (`proxy/seams/supported.py`). The tests of this module check the
 behaviour each name stands for on the installed version; the test command runs them on the lowest
 supported aiohttp and on the newest.
 """

@@ -239,9 +239,8 @@ class HttpUpstream:
         """The request with the static headers merged in, for the caller to await itself (a
         coroutine level fewer for every suspension of the request). A same-era pass-through
         (relay/bytes.py) streams the response bytes, then closes the response: it maps
-        TimeoutError and aiohttp.ClientError with `unsent` (the UpstreamError the relays map),
-        gives a 307 or 308 to `follow`. No redirect is
-        followed here."""
+        TimeoutError and aiohttp.ClientError with `unsent` (the UpstreamError the relays map), and
+        gives a 307 or 308 to `follow`. No redirect is followed here."""
         if body:
             headers = {**self._content_type, **headers}
         if self._credentials is not None:

@@ -47,6 +47,14 @@ _ACCEPT_ENCODING = "gzip, deflate"
 _RETRIED = frozenset(("GET", "DELETE"))  # as aiohttp: an idempotent request retried once on a stale connection
 
 
+def _defaults(every: Mapping[str, str]) -> CIMultiDict[str]:
+    """What every request carries unless it names it: `every`, and aiohttp's Accept-Encoding
+    where `every` names none (of any case)."""
+    defaults = CIMultiDict(every)
+    defaults.setdefault("Accept-Encoding", _ACCEPT_ENCODING)
+    return defaults
+
+
 class Target:
     """Where requests go: the request-target and Host of a URL, and the request aiohttp's connector
     keys its pool by (scheme, host, port, TLS), made once."""
@@ -154,9 +162,7 @@ class Requests:
             raise ValueError("the client session has no connector")
         self._connector = connector
         self._timeout = session.timeout
-        defaults = dict(every)
-        if not any(name.lower() == "accept-encoding" for name in defaults):
-            defaults["Accept-Encoding"] = _ACCEPT_ENCODING
+        defaults = _defaults(every)
         self._defaults = tuple(defaults.items())
         self._default_names = frozenset(name.lower() for name in defaults)
         self._default_lines = "".join(f"{name}: {value}\r\n" for name, value in defaults.items())
@@ -219,7 +225,7 @@ class Requests:
 
 
 class SessionReply:
-    """A reply of `SessionRequests`: the same surface as `Reply`, over aiohttp's ClientResponse."""
+    """A reply of `SessionRequests`: an HttpReply over aiohttp's ClientResponse."""
 
     __slots__ = ("_response", "content", "headers", "status", "url")
 
@@ -256,9 +262,7 @@ class SessionRequests:
 
     def __init__(self, session: aiohttp.ClientSession, every: Mapping[str, str]) -> None:
         self._session = session
-        defaults = CIMultiDict(every)
-        defaults.setdefault("Accept-Encoding", _ACCEPT_ENCODING)
-        self._defaults = defaults
+        self._defaults = _defaults(every)
 
     async def send(self, method: str, target: Target, body: bytes | None, headers: Mapping[str, str]) -> SessionReply:
         if any("\r" in line or "\n" in line for header in headers.items() for line in header):
