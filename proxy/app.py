@@ -232,7 +232,7 @@ def build_endpoints(
     admin = Admin(
         settings,
         metrics,
-        last_ok=relays.last_ok,
+        fresh=relays.fresh,
         probe=relays.ready,
         upstream_era=lambda: detector.era.value if detector.era is not None else "unknown",
         era_problem=relays.problem,

@@ -1,10 +1,9 @@
-"""Operational endpoints: /healthz (process alive), /readyz (upstream answered recently), /metrics,
+"""Operational endpoints: /healthz (process alive), /readyz (the upstream can serve its era), /metrics,
 /clients (the migration report)."""
 
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Awaitable, Callable
 
 from aiohttp import web
@@ -33,7 +32,7 @@ class Admin:
         settings: Settings,
         metrics: Metrics,
         *,
-        last_ok: Callable[[], float | None],
+        fresh: Callable[[], bool],
         probe: Callable[[], Awaitable[object]],
         upstream_era: Callable[[], str],
         era_problem: Callable[[], str | None] = lambda: None,
@@ -41,7 +40,7 @@ class Admin:
     ) -> None:
         self._settings = settings
         self._metrics = metrics
-        self._last_ok = last_ok
+        self._fresh = fresh  # the upstream's era handshake worked within readiness.window_s
         self._probe = probe
         self._upstream_era = upstream_era
         # Why the upstream cannot serve the configured era (EraDetector.mismatch), if it cannot.
@@ -53,16 +52,11 @@ class Admin:
         self._probing = SharedRun[object]()
         self.draining = False
 
-    def _answered_recently(self) -> bool:
-        """The upstream answered within `readiness.window_s`."""
-        last = self._last_ok()
-        return last is not None and time.monotonic() - last < self._settings.readiness.window_s
-
     async def healthz(self, request: web.Request) -> web.Response:
         return json_response({"status": "ok"})
 
     async def readyz(self, request: web.Request) -> web.Response:
-        fresh = self._answered_recently()
+        fresh = self._fresh()
         error = None
         # An upstream that answers, but not in the configured era, is no more ready than one that
         # does not: the probe runs then too, and only a probe of that era clears it.
@@ -95,7 +89,7 @@ class Admin:
         def sample(metric: str, **labels: str) -> float | None:
             return registry.get_sample_value(PREFIX + metric, labels)
 
-        fresh = self._answered_recently()
+        fresh = self._fresh()
         problem = self._era_problem()
         reason = problem or (None if fresh else "no answer from the upstream within readiness.window_s")
         gauges = {

@@ -90,13 +90,14 @@ class Relays:
             hosts.append(self.process_sessions)
         return hosts
 
-    def last_ok(self) -> float | None:
-        """When the era's handshake last worked; a 2026-07-28 stdio server's counts only while its
-        one process runs."""
+    def fresh(self) -> bool:
+        """The era's handshake worked within readiness.window_s (a 2026-07-28 stdio server's counts
+        only while its one process runs)."""
         stdio = self.edge.stdio
         if stdio is not None and self.detector.era is Era.MODERN and not stdio.healthy:
-            return None
-        return self.handshakes.worked_at
+            return False
+        worked = self.handshakes.worked_at
+        return worked is not None and time.monotonic() - worked < self.window_s
 
     def problem(self) -> str | None:
         """Why the upstream cannot serve now: it answers as the other era than the one configured,
@@ -108,8 +109,7 @@ class Relays:
         its end, or `server/discover`); any failure is said until one works."""
         try:
             era = await self.detector.current()
-            worked, failing = self.handshakes.worked_at, self.handshakes.failing
-            if failing is None and worked is not None and time.monotonic() - worked < self.window_s:
+            if self.handshakes.failing is None and self.fresh():
                 return  # the era probe's own handshake, or a request's, worked meanwhile
             if era is Era.MODERN:
                 await self.translating.probe()
@@ -155,7 +155,7 @@ def build_relays(
         CallerBinding(shared.sealer, max_state_chars=settings.security.max_body_bytes) if resource_server else None
     )
     config = settings.upstream
-    handshakes = Handshakes(config.name, clock=time.monotonic)
+    handshakes = Handshakes(config.name)
     era_changed = LateCallback[[Era]]("era changed")
     configured = "legacy" if isinstance(edge.target, SseTarget) else config.era
     probe = _probe(edge, config.name, config.era_probe_timeout_s, handshakes)
